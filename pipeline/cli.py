@@ -1,0 +1,47 @@
+"""What every stage's `main` shares: common arguments and the error boundary.
+
+A `UserError` becomes one line on stderr and exit code 2; `--debug` re-raises it
+with its traceback. Other exceptions are bugs and keep their traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from pipeline.errors import UserError
+
+EXIT_USER_ERROR = 2
+
+
+def stage_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
+    """A parser with the arguments every stage takes: --params and --debug."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(description or "").strip().splitlines()[0] if description else None,
+        epilog=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--params", default="params.yaml", help="composed config (default: params.yaml)")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    return parser
+
+
+def run_cli(
+    parser: argparse.ArgumentParser,
+    body: Callable[[argparse.Namespace], int | None],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse `argv`, run `body(args)`; turn a `UserError` into one line and exit code 2."""
+    args = parser.parse_args(argv)
+    try:
+        return body(args) or 0
+    except UserError as e:
+        if getattr(args, "debug", False):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130

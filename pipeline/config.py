@@ -1,0 +1,270 @@
+"""Schemas of `params.yaml`: one dataclass per config group (`conf/<group>/`).
+
+OmegaConf (Hydra's config library) checks keys and types when `params.yaml` is
+merged into these schemas (`pipeline.params.load`); each section's `validate`
+then checks values and combinations, naming the key. `None` means "unset".
+
+This module holds only dataclasses and plain checks, so every stage can import
+it without importing torch or the code of other stages (DVC deps stay exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Optional
+
+from pipeline.errors import UserError, require
+
+POSITIONAL_EMBEDDINGS = ("standard", "shortformer")
+NORMALIZATIONS = (None, "LN")
+DATA_SOURCES = ("synthetic", "text", "tokens")
+TRAIN_SOURCES = ("train", "load")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _positive(section: object, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        require(value > 0, name, value, "must be > 0")
+
+
+def _fraction(section: object, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        require(0.0 <= value <= 1.0, name, value, "must be in [0, 1]")
+
+
+class Section:
+    """A config section: `check()` validates its own values, naming keys relative to it."""
+
+    def check(self) -> None:  # overridden where a section has rules
+        pass
+
+    def validate(self, prefix: str) -> None:
+        """Check this section and every nested section, with keys under `prefix`."""
+        try:
+            self.check()
+        except UserError as e:
+            raise e.under(prefix) from None
+        for f in fields(self):  # type: ignore[arg-type]
+            child = getattr(self, f.name)
+            if isinstance(child, Section):
+                child.validate(f"{prefix}.{f.name}")
+
+
+# --- model -------------------------------------------------------------------------
+
+
+@dataclass
+class ModelConfig(Section):
+    """An attention-only transformer; field names are HookedTransformerConfig's."""
+
+    n_layers: int = 2
+    n_heads: int = 8
+    d_head: int = 8
+    d_model: int = 64
+    n_ctx: int = 64
+    d_vocab: int = 64
+    positional_embedding_type: str = "shortformer"  # "standard": added to the residual stream
+    normalization_type: Optional[str] = None  # None or "LN" (pre-LN, TransformerLens placement)
+    use_bias: bool = True  # False: b_Q, b_K, b_V, b_O, b_U stay zero (still saved, for interop)
+    init_range: Optional[float] = None  # std of weight init; None: 0.8 / sqrt(d_model) as TransformerLens
+
+    def check(self) -> None:
+        _positive(self, "n_layers", "n_heads", "d_head", "d_model", "n_ctx", "d_vocab")
+        require(
+            self.positional_embedding_type in POSITIONAL_EMBEDDINGS,
+            "positional_embedding_type",
+            self.positional_embedding_type,
+            f"must be one of {', '.join(POSITIONAL_EMBEDDINGS)}",
+        )
+        if self.normalization_type in ("none", "None"):
+            self.normalization_type = None
+        require(
+            self.normalization_type in NORMALIZATIONS,
+            "normalization_type",
+            self.normalization_type,
+            "must be null (none) or 'LN'",
+        )
+        require(
+            self.n_heads * self.d_head <= self.d_model,
+            "d_head",
+            self.d_head,
+            f"n_heads x d_head = {self.n_heads} x {self.d_head} = {self.n_heads * self.d_head} "
+            f"exceeds d_model = {self.d_model}: heads would not be low-rank",
+        )
+        if self.init_range is not None:
+            _positive(self, "init_range")
+
+
+# --- data --------------------------------------------------------------------------
+
+
+@dataclass
+class SyntheticDataConfig(Section):
+    """Seeded sequences: a sparse Markov chain (local structure) with repeated spans."""
+
+    branching: int = 3  # successors of each token in the Markov chain
+    repeat_fraction: float = 0.75  # fraction of sequences that contain a repeated span
+    min_span: int = 8  # length range of the span that is repeated
+    max_span: int = 24
+
+    def check(self) -> None:
+        _positive(self, "branching", "min_span", "max_span")
+        _fraction(self, "repeat_fraction")
+        require(
+            self.min_span <= self.max_span,
+            "min_span",
+            self.min_span,
+            f"must be <= max_span = {self.max_span}",
+        )
+
+
+@dataclass
+class TextDataConfig(Section):
+    """Local text files, byte-level tokens (d_vocab >= 256)."""
+
+    glob: Optional[str] = None  # relative to data.dir
+
+
+@dataclass
+class TokensDataConfig(Section):
+    """A .npy file of token ids (any integer dtype), memory-mapped."""
+
+    path: Optional[str] = None  # relative to data.dir
+
+
+@dataclass
+class DataConfig(Section):
+    source: str = "synthetic"
+    dir: str = "data"  # local inputs (a DVC dependency of train)
+    n_train_sequences: int = 20000  # synthetic only: sequences generated per seed
+    eval_fraction: float = 0.05  # held out for evaluation
+    synthetic: SyntheticDataConfig = field(default_factory=SyntheticDataConfig)
+    text: TextDataConfig = field(default_factory=TextDataConfig)
+    tokens: TokensDataConfig = field(default_factory=TokensDataConfig)
+
+    def check(self) -> None:
+        require(
+            self.source in DATA_SOURCES,
+            "source",
+            self.source,
+            f"must be one of {', '.join(DATA_SOURCES)}",
+        )
+        _positive(self, "n_train_sequences")
+        require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction, "must be in (0, 1)")
+        if self.source == "text":
+            require(self.text.glob is not None, "text.glob", None, "is required when data.source = 'text'")
+        if self.source == "tokens":
+            require(self.tokens.path is not None, "tokens.path", None, "is required when data.source = 'tokens'")
+
+
+# --- train -------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig(Section):
+    source: str = "train"  # "train" a new model, or "load" a checkpoint
+    checkpoint: Optional[str] = None  # load: path; "{seed}" maps each seed to its own file
+    device: str = "auto"  # "auto": CUDA when present
+    threads: Optional[int] = None  # torch CPU threads; None: torch's default
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    warmup_steps: int = 100
+    grad_clip: float = 1.0
+    eval_every: int = 50  # steps between rows of curve.tsv
+    eval_batch_size: int = 64
+
+    def check(self) -> None:
+        require(self.source in TRAIN_SOURCES, "source", self.source, f"must be one of {', '.join(TRAIN_SOURCES)}")
+        require(self.device in DEVICES, "device", self.device, f"must be one of {', '.join(DEVICES)}")
+        _positive(self, "steps", "batch_size", "lr", "grad_clip", "eval_every", "eval_batch_size")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
+        require(0 <= self.warmup_steps <= self.steps, "warmup_steps", self.warmup_steps, f"must be in [0, steps = {self.steps}]")
+        require(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "betas",
+            list(self.betas),
+            "must be two numbers in [0, 1)",
+        )
+        if self.threads is not None:
+            _positive(self, "threads")
+        if self.source == "load":
+            require(self.checkpoint is not None, "checkpoint", None, "is required when train.source = 'load'")
+
+
+# --- analysis ----------------------------------------------------------------------
+
+
+@dataclass
+class CompositionConfig(Section):
+    baseline_samples: int = 200  # random matrices of the same shapes per score variant
+    null_samples: int = 64  # random orthogonal rotations for the spectrum-preserving null
+    # reproduce the bug in the denominators too (||W_K W_Q^T|| for ||W_Q^T W_K||)
+    errata_rotate_denominators: bool = True
+
+    def check(self) -> None:
+        _positive(self, "baseline_samples", "null_samples")
+
+
+@dataclass
+class HeadsConfig(Section):
+    eval_sequences: int = 64  # sequences of repeated random tokens
+    repeat_length: int = 24  # each is a random span of this many tokens, then the same again
+    recent_window: int = 4  # k: a recent-window head attends to i-k..i-1
+
+    def check(self) -> None:
+        _positive(self, "eval_sequences", "repeat_length", "recent_window")
+
+
+@dataclass
+class FiguresConfig(Section):
+    edge_threshold: float = 0.05  # errata diagram: draw pairs whose score - baseline exceeds this
+    dpi: int = 120
+
+    def check(self) -> None:
+        _fraction(self, "edge_threshold")
+        _positive(self, "dpi")
+
+
+@dataclass
+class AnalysisConfig(Section):
+    composition: CompositionConfig = field(default_factory=CompositionConfig)
+    heads: HeadsConfig = field(default_factory=HeadsConfig)
+    figures: FiguresConfig = field(default_factory=FiguresConfig)
+
+
+# --- root --------------------------------------------------------------------------
+
+
+@dataclass
+class Config(Section):
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+
+    def check(self) -> None:
+        require(len(self.seeds) > 0, "seeds", list(self.seeds), "must list at least one seed")
+        require(len(set(self.seeds)) == len(self.seeds), "seeds", list(self.seeds), "must not repeat a seed")
+        require(all(s >= 0 for s in self.seeds), "seeds", list(self.seeds), "must be >= 0")
+        need = 2 * self.analysis.heads.repeat_length + 1
+        require(
+            need <= self.model.n_ctx,
+            "analysis.heads.repeat_length",
+            self.analysis.heads.repeat_length,
+            f"a repeated sequence (1 + 2 x {self.analysis.heads.repeat_length} = {need} tokens) "
+            f"does not fit in model.n_ctx = {self.model.n_ctx}",
+        )
+
+    def validate(self, prefix: str = "") -> None:
+        try:
+            self.check()
+        except UserError as e:
+            raise e.under(prefix) from None
+        for name in ("model", "data", "train", "analysis"):
+            getattr(self, name).validate(name)

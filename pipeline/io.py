@@ -1,0 +1,96 @@
+"""Atomic artifact writing: every file goes to a temporary sibling, then `os.replace`.
+
+A stage killed mid-write leaves at most a hidden `.<name>.tmp-*` file, never a
+truncated artifact under the real name; `clean_stale` removes such leftovers
+when a stage starts again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from pipeline.errors import UserError
+
+TMP_MARK = ".tmp-"
+
+
+def ensure_dir(path: str | Path) -> Path:
+    """Create directory `path` (and parents), or fail naming it."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(str(path), f"cannot create output directory ({e.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise UserError(str(path), "output directory is not writable")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success rename it to `path`.
+
+    On any exception the temporary file is removed and `path` is left untouched.
+    """
+    path = Path(path)
+    ensure_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_MARK}", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb") as f:  # data on disk before the rename makes it visible
+            os.fsync(f.fileno())
+        os.chmod(tmp_path, 0o644)
+        os.replace(tmp_path, path)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def write_with(path: str | Path, writer: Callable[[Path], Any]) -> Path:
+    """Call `writer(tmp_path)` and atomically move the result to `path`."""
+    with atomic_path(path) as tmp:
+        writer(tmp)
+    return Path(path)
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    return write_with(path, lambda tmp: tmp.write_bytes(data))
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Sorted keys, fixed indentation, trailing newline: byte-identical for equal data."""
+    return write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+
+
+def write_csv(path: str | Path, frame: Any, float_format: str = "%.10g") -> Path:
+    """A pandas DataFrame as CSV, no index, fixed float format (stable bytes)."""
+    return write_with(path, lambda tmp: frame.to_csv(tmp, index=False, float_format=float_format, lineterminator="\n"))
+
+
+def clean_stale(directory: str | Path) -> None:
+    """Remove temporary files a killed run left in `directory`."""
+    directory = Path(directory)
+    if directory.is_dir():
+        for leftover in directory.glob(f".*{TMP_MARK}*"):
+            leftover.unlink(missing_ok=True)
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(str(path), "file not found")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(str(path), f"not valid JSON ({e})") from None

@@ -1,0 +1,173 @@
+"""A two-layer (any-layer) attention-only transformer, in the paper's notation.
+
+Row-vector convention and TransformerLens's state-dict names, so checkpoints move
+both ways (DESIGN.md, "Weight formats"). For head h of a layer:
+
+    q = x W_Q^h + b_Q^h        k = y W_K^h + b_K^h        scores = q k^T / sqrt(d_head)
+    v = y W_V^h + b_V^h        result^h = pattern^h v W_O^h     out = sum_h result^h + b_O
+
+Positional embeddings are `standard` (added to the residual stream) or `shortformer`
+(added only to the query and key inputs, never to the residual stream, so the
+residual stream carries token information only, as in the paper). With LayerNorm
+(`normalization_type: LN`, pre-LN as TransformerLens), shortformer positions are
+added after the norm.
+
+Attention takes separate query, key and value inputs, each either shared by all
+heads `[batch, pos, d_model]` or per head `[batch, pos, head, d_model]`: that is
+what path ablation needs (change only what reaches one head's keys).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pipeline.config import ModelConfig
+
+LN_EPS = 1e-5  # TransformerLens's default
+
+
+def _holder(**params: nn.Parameter) -> nn.Module:
+    """A module that only holds named parameters (gives names like `embed.W_E`)."""
+    module = nn.Module()
+    for name, p in params.items():
+        module.register_parameter(name, p)
+    return module
+
+
+class LayerNorm(nn.Module):
+    """Centre, divide by the RMS, then scale and shift: TransformerLens's `LN`."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(d_model))
+        self.b = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:  # [..., d_model]
+        x = x - x.mean(-1, keepdim=True)
+        scale = (x.pow(2).mean(-1, keepdim=True) + LN_EPS).sqrt()
+        return x / scale * self.w + self.b
+
+
+class AttentionOutput(NamedTuple):
+    result: Tensor  # [batch, pos, head, d_model]  each head's write, before b_O
+    pattern: Tensor  # [batch, head, query_pos, key_pos]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        H, D, d = cfg.n_heads, cfg.d_model, cfg.d_head
+        self.d_head = d
+        self.W_Q = nn.Parameter(torch.empty(H, D, d))
+        self.W_K = nn.Parameter(torch.empty(H, D, d))
+        self.W_V = nn.Parameter(torch.empty(H, D, d))
+        self.W_O = nn.Parameter(torch.empty(H, d, D))
+        biases = {"b_Q": (H, d), "b_K": (H, d), "b_V": (H, d), "b_O": (D,)}
+        for name, shape in biases.items():
+            if cfg.use_bias:
+                self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
+            else:  # kept as zero buffers so the state dict has TransformerLens's keys
+                self.register_buffer(name, torch.zeros(shape))
+
+    @staticmethod
+    def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
+        """x W + b per head: x is [batch, pos, d_model] or [batch, pos, head, d_model]."""
+        if x.ndim == 3:
+            return torch.einsum("bpm,hmd->bphd", x, W) + b
+        return torch.einsum("bphm,hmd->bphd", x, W) + b
+
+    def forward(self, q_in: Tensor, k_in: Tensor, v_in: Tensor) -> AttentionOutput:
+        q = self._project(q_in, self.W_Q, self.b_Q)  # [batch, pos, head, d_head]
+        k = self._project(k_in, self.W_K, self.b_K)
+        v = self._project(v_in, self.W_V, self.b_V)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.d_head)
+        n = scores.shape[-1]
+        future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
+        pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)  # [batch, pos, head, d_head]
+        result = torch.einsum("bqhd,hdm->bqhm", z, self.W_O)  # [batch, pos, head, d_model]
+        return AttentionOutput(result, pattern)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln1 = LayerNorm(cfg.d_model) if cfg.normalization_type == "LN" else nn.Identity()
+        self.attn = Attention(cfg)
+
+    def attn_inputs(self, resid: Tensor, pos: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Query, key and value inputs from a residual stream; `pos` is given for shortformer."""
+        x = self.ln1(resid)
+        qk = x if pos is None else x + pos  # shortformer: positions enter after the norm
+        return qk, qk, x
+
+
+class Cache(NamedTuple):
+    """Activations of one forward pass, per layer."""
+
+    resid_pre: list[Tensor]  # [batch, pos, d_model]
+    result: list[Tensor]  # [batch, pos, head, d_model]
+    pattern: list[Tensor]  # [batch, head, query_pos, key_pos]
+    pos: Tensor | None  # shortformer: [pos, d_model] added to queries and keys
+
+
+class AttnOnlyTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = _holder(W_E=nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model)))
+        self.pos_embed = _holder(W_pos=nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model)))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_final = LayerNorm(cfg.d_model) if cfg.normalization_type == "LN" else nn.Identity()
+        self.unembed = nn.Module()
+        self.unembed.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))
+        b_U = torch.zeros(cfg.d_vocab)
+        if cfg.use_bias:
+            self.unembed.b_U = nn.Parameter(b_U)
+        else:
+            self.unembed.register_buffer("b_U", b_U)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Normal(0, init_range) for every W_*, as TransformerLens's GPT-2 init."""
+        std = self.cfg.init_range or 0.8 / math.sqrt(self.cfg.d_model)
+        for name, p in self.named_parameters():
+            if name.rsplit(".", 1)[-1].startswith("W_"):
+                nn.init.normal_(p, std=std)
+
+    def run_with_cache(self, tokens: Tensor) -> tuple[Tensor, Cache]:
+        """Logits `[batch, pos, d_vocab]` and the activations of every layer."""
+        B, T = tokens.shape
+        if T > self.cfg.n_ctx:
+            raise ValueError(f"sequence length {T} exceeds n_ctx = {self.cfg.n_ctx}")
+        W_pos = self.pos_embed.W_pos[:T]  # [pos, d_model]
+        resid = self.embed.W_E[tokens]  # [batch, pos, d_model]
+        shortformer = self.cfg.positional_embedding_type == "shortformer"
+        pos = W_pos if shortformer else None
+        if not shortformer:
+            resid = resid + W_pos
+        cache = Cache([], [], [], pos)
+        for block in self.blocks:
+            cache.resid_pre.append(resid)
+            out = block.attn(*block.attn_inputs(resid, pos))
+            cache.result.append(out.result)
+            cache.pattern.append(out.pattern)
+            resid = resid + out.result.sum(dim=2) + block.attn.b_O
+        logits = self.ln_final(resid) @ self.unembed.W_U + self.unembed.b_U
+        return logits, cache
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.run_with_cache(tokens)[0]
+
+
+def next_token_loss(logits: Tensor, tokens: Tensor, reduce: bool = True) -> Tensor:
+    """Cross-entropy of predicting tokens[:, 1:] from logits[:, :-1]; per position if not `reduce`."""
+    B, T, V = logits.shape
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none")
+    loss = loss.view(B, T - 1)  # [batch, pos - 1]
+    return loss.mean() if reduce else loss

@@ -1,0 +1,125 @@
+"""Read and write `params.yaml`, the composed config every stage reads.
+
+`conf/` (Hydra) is the source of truth. `dvc exp run -S key=value` composes it into
+`params.yaml`; `dvc repro` does not. To apply overrides without an experiment:
+
+    python -m pipeline.params model.n_heads=4 'seeds=[0,1]'
+
+which composes `conf/` with the overrides, validates the result and rewrites
+`params.yaml` atomically (nothing is written if it does not validate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from pipeline.config import Config
+from pipeline.errors import UserError
+
+CONF_DIR = "conf"
+CONFIG_NAME = "config"
+
+
+def from_dict(raw: Any, source: str = "params.yaml") -> Config:
+    """Validate a plain dict against the schema: keys, types, then values.
+
+    Raises `UserError` naming `source` and the full key.
+    """
+    if not isinstance(raw, dict):
+        raise UserError(source, "must be a YAML mapping of config groups", type(raw).__name__)
+    schema = OmegaConf.structured(Config)
+    try:
+        merged = OmegaConf.merge(schema, raw)
+        cfg = OmegaConf.to_object(merged)
+    except ConfigKeyError as e:
+        raise UserError(f"{source}: {e.full_key}", "unknown key") from None
+    except ValidationError as e:
+        expected = getattr(e, "ref_type_str", None) or "the schema's type"
+        raise UserError(f"{source}: {e.full_key}", f"wrong type, expected {expected}", e.value) from None
+    except OmegaConfBaseException as e:
+        first = str(e).splitlines()[0]
+        raise UserError(f"{source}: {getattr(e, 'full_key', '') or '?'}", first) from None
+    assert isinstance(cfg, Config)
+    try:
+        cfg.validate()
+    except UserError as e:
+        raise UserError(f"{source}: {e.where}", e.problem, e.value) from None
+    return cfg
+
+
+def load(path: str | Path = "params.yaml") -> Config:
+    """Load and validate `params.yaml`."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(str(path), "params file not found")
+    try:
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as e:  # YAML syntax errors come in many types
+        raise UserError(str(path), f"not valid YAML ({str(e).splitlines()[0]})") from None
+    return from_dict(raw, source=str(path))
+
+
+def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> dict:
+    """Compose `conf/` with Hydra overrides into a plain dict (as `dvc exp run -S` does)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+
+    conf_dir = Path(conf_dir).resolve()
+    if not (conf_dir / f"{CONFIG_NAME}.yaml").is_file():
+        raise UserError(str(conf_dir / f"{CONFIG_NAME}.yaml"), "Hydra config not found")
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise UserError("override", " ".join(lines[:3])) from None
+    out = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(out, dict)
+    return out
+
+
+def dump(params: dict) -> str:
+    """`params.yaml` text: block style, keys in schema order."""
+    return OmegaConf.to_yaml(OmegaConf.create(params))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pipeline import io
+    from pipeline.cli import run_cli
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.params",
+        description="Compose conf/ with Hydra overrides, validate, and write params.yaml "
+        "(what `dvc exp run -S` does, without running an experiment).",
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model.n_heads=4 'seeds=[0,1]'")
+    parser.add_argument("--conf", default=CONF_DIR, help="Hydra config directory (default: conf)")
+    parser.add_argument("--out", default="params.yaml", help="file to write (default: params.yaml)")
+    parser.add_argument("--check", action="store_true", help="only check that --out equals a fresh compose")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+
+    def body(args: argparse.Namespace) -> int:
+        params = compose(args.overrides, args.conf)
+        from_dict(params, source="override")
+        if args.check:
+            current = load(args.out)
+            if current != from_dict(params):
+                raise UserError(args.out, f"differs from a fresh compose of {args.conf}/: run python -m pipeline.params")
+            print(f"{args.out} matches {args.conf}/")
+            return 0
+        io.write_text(args.out, dump(params))
+        print(f"wrote {args.out}")
+        return 0
+
+    return run_cli(parser, body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
