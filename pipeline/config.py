@@ -177,11 +177,12 @@ class TrainConfig(Section):
     grad_clip: float = 1.0
     eval_every: int = 50  # steps between rows of curve.tsv
     eval_batch_size: int = 64
+    probe_length: int = 24  # curve.tsv's induction score: spans of this many tokens, repeated
 
     def check(self) -> None:
         require(self.source in TRAIN_SOURCES, "source", self.source, f"must be one of {', '.join(TRAIN_SOURCES)}")
         require(self.device in DEVICES, "device", self.device, f"must be one of {', '.join(DEVICES)}")
-        _positive(self, "steps", "batch_size", "lr", "grad_clip", "eval_every", "eval_batch_size")
+        _positive(self, "steps", "batch_size", "lr", "grad_clip", "eval_every", "eval_batch_size", "probe_length")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
         require(0 <= self.warmup_steps <= self.steps, "warmup_steps", self.warmup_steps, f"must be in [0, steps = {self.steps}]")
         require(
@@ -252,14 +253,17 @@ class Config(Section):
         require(len(self.seeds) > 0, "seeds", list(self.seeds), "must list at least one seed")
         require(len(set(self.seeds)) == len(self.seeds), "seeds", list(self.seeds), "must not repeat a seed")
         require(all(s >= 0 for s in self.seeds), "seeds", list(self.seeds), "must be >= 0")
-        need = 2 * self.analysis.heads.repeat_length + 1
-        require(
-            need <= self.model.n_ctx,
-            "analysis.heads.repeat_length",
-            self.analysis.heads.repeat_length,
-            f"a repeated sequence (1 + 2 x {self.analysis.heads.repeat_length} = {need} tokens) "
-            f"does not fit in model.n_ctx = {self.model.n_ctx}",
-        )
+        for key, length in (
+            ("analysis.heads.repeat_length", self.analysis.heads.repeat_length),
+            ("train.probe_length", self.train.probe_length),
+        ):
+            need = 2 * length + 1
+            require(
+                need <= self.model.n_ctx,
+                key,
+                length,
+                f"a repeated sequence (1 + 2 x {length} = {need} tokens) does not fit in model.n_ctx = {self.model.n_ctx}",
+            )
 
     def validate(self, prefix: str = "") -> None:
         try:

@@ -73,9 +73,11 @@ def write_json(path: str | Path, obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
 
 
-def write_csv(path: str | Path, frame: Any, float_format: str = "%.10g") -> Path:
-    """A pandas DataFrame as CSV, no index, fixed float format (stable bytes)."""
-    return write_with(path, lambda tmp: frame.to_csv(tmp, index=False, float_format=float_format, lineterminator="\n"))
+def write_csv(path: str | Path, frame: Any, sep: str = ",", float_format: str = "%.10g") -> Path:
+    """A pandas DataFrame as CSV (or TSV), no index, fixed float format (stable bytes)."""
+    return write_with(
+        path, lambda tmp: frame.to_csv(tmp, sep=sep, index=False, float_format=float_format, lineterminator="\n")
+    )
 
 
 def clean_stale(directory: str | Path) -> None:

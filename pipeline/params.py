@@ -12,6 +12,8 @@ which composes `conf/` with the overrides, validates the result and rewrites
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -40,7 +42,7 @@ def from_dict(raw: Any, source: str = "params.yaml") -> Config:
     except ConfigKeyError as e:
         raise UserError(f"{source}: {e.full_key}", "unknown key") from None
     except ValidationError as e:
-        expected = getattr(e, "ref_type_str", None) or "the schema's type"
+        expected = _schema_type(e.full_key)
         raise UserError(f"{source}: {e.full_key}", f"wrong type, expected {expected}", e.value) from None
     except OmegaConfBaseException as e:
         first = str(e).splitlines()[0]
@@ -51,6 +53,19 @@ def from_dict(raw: Any, source: str = "params.yaml") -> Config:
     except UserError as e:
         raise UserError(f"{source}: {e.where}", e.problem, e.value) from None
     return cfg
+
+
+def _schema_type(full_key: str) -> str:
+    """The annotated type of a dotted key in the schema, as written there ('int', 'Optional[str]')."""
+    node: Any = Config
+    annotation: Any = "a different type"
+    for part in full_key.split("."):
+        hints = {f.name: f for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else {}
+        if part not in hints:
+            break
+        annotation = hints[part].type
+        node = hints[part].default_factory() if callable(hints[part].default_factory) else None
+    return str(annotation)
 
 
 def load(path: str | Path = "params.yaml") -> Config:
@@ -78,8 +93,12 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> d
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
             cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as e:
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        raise UserError("override", " ".join(lines[:3])) from None
+        text = str(e)
+        unknown = re.search(r"Could not override '([^']+)'", text)
+        if unknown:
+            raise UserError(f"override: {unknown.group(1)}", "unknown key (check its spelling in conf/)") from None
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        raise UserError("override", " ".join(lines[:2])) from None
     out = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(out, dict)
     return out

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from pipeline.checkpoint import load_state, save_state
+from pipeline.config import ModelConfig
 from pipeline.errors import UserError
 
 HEAD_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
@@ -116,3 +117,10 @@ def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeig
     """Read `heads.safetensors` (or any attention-only TransformerLens-named checkpoint)."""
     state, metadata = load_state(path)
     return from_state_dict(state, source=str(path), dtype=dtype), metadata
+
+
+def prepare(state: Mapping[str, Tensor], model: ModelConfig, source: str = "checkpoint") -> tuple[HeadWeights, list[str]]:
+    """Analysis-ready weights from a checkpoint, and the list of processing steps applied."""
+    steps: list[str] = ["stacked heads per layer in float64"]
+    hw = from_state_dict(state, source=source)
+    return hw, steps

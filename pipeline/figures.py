@@ -1,0 +1,56 @@
+"""Figures from the analysis tables. Pure: tables in, matplotlib figures out.
+
+`save` writes PNG and SVG deterministically (no dates, fixed SVG ids), atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless, and the same bytes everywhere
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from pipeline import io  # noqa: E402
+
+plt.rcParams["svg.hashsalt"] = "attn-circuits"  # stable element ids in SVG
+KINDS = ("Q", "K", "V")
+
+
+def composition_heatmap(scores: pd.DataFrame, kind: str, variant: str = "true") -> Figure:
+    """Score minus baseline for every (earlier head, later head) pair, one panel per layer pair."""
+    sel = scores[(scores["kind"] == kind) & (scores["variant"] == variant)]
+    pairs = sorted(set(zip(sel["src_layer"], sel["dst_layer"])))
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.6), squeeze=False)
+    for ax, (src, dst) in zip(axes[0], pairs):
+        block = sel[(sel["src_layer"] == src) & (sel["dst_layer"] == dst)]
+        grid = block.pivot(index="dst_head", columns="src_head", values="score") - block.pivot(
+            index="dst_head", columns="src_head", values="baseline_mean"
+        )
+        vmax = max(float(np.nanmax(np.abs(grid.values))), 1e-12) if grid.size else 1.0
+        im = ax.imshow(grid.values, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+        ax.set_xlabel(f"layer {src} head (writes)")
+        ax.set_ylabel(f"layer {dst} head (reads)")
+        ax.set_xticks(range(grid.shape[1]))
+        ax.set_yticks(range(grid.shape[0]))
+        fig.colorbar(im, ax=ax, shrink=0.8, label="score - baseline")
+    fig.suptitle(f"{kind}-composition ({variant})")
+    fig.tight_layout()
+    return fig
+
+
+def save(fig: Figure, base: str | Path, formats: Sequence[str] = ("png", "svg"), dpi: int = 120) -> list[Path]:
+    """Write `base.png`, `base.svg` atomically with fixed metadata; close the figure."""
+    paths = []
+    for fmt in formats:
+        meta = {"Date": None} if fmt == "svg" else {"Software": None} if fmt == "png" else {}
+        path = Path(f"{base}.{fmt}")
+        io.write_with(path, lambda tmp, fmt=fmt, meta=meta: fig.savefig(tmp, format=fmt, dpi=dpi, metadata=meta))
+        paths.append(path)
+    plt.close(fig)
+    return paths

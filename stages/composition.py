@@ -1,0 +1,35 @@
+"""Q-, K- and V-composition of every (earlier, later) head pair: scores.csv, summary.json.
+
+Works on any weights file in TransformerLens's state-dict names, e.g.
+
+    python -m stages.composition --weights outputs/weights/seed0/heads.safetensors --out outputs/composition/seed0
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pipeline import composition, io, params, weights
+from pipeline.cli import run_cli, stage_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser("python -m stages.composition", __doc__)
+    parser.add_argument("--weights", required=True, help="heads.safetensors (or any attention-only checkpoint)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random baselines and nulls")
+    parser.add_argument("--out", required=True, help="output directory")
+
+    def body(args) -> None:
+        cfg = params.load(args.params)
+        hw, _ = weights.load(args.weights)
+        scores = composition.composition_scores(hw, cfg.analysis.composition, args.seed)
+        out = io.ensure_dir(args.out)
+        io.clean_stale(out)
+        io.write_csv(out / "scores.csv", scores)
+        io.write_json(out / "summary.json", composition.summarize(scores))
+
+    return run_cli(parser, body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Analysis-ready head weights from a checkpoint: heads.safetensors, summary.json.
+
+    python -m stages.weights --model outputs/train/seed0/model.safetensors \
+        --config outputs/train/seed0/config.json --out outputs/weights/seed0
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from pipeline import checkpoint, io, params, weights
+from pipeline.cli import run_cli, stage_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser("python -m stages.weights", __doc__)
+    parser.add_argument("--model", required=True, help="checkpoint (.safetensors)")
+    parser.add_argument("--config", required=True, help="its config.json (HookedTransformerConfig fields)")
+    parser.add_argument("--out", required=True, help="output directory")
+
+    def body(args) -> None:
+        params.load(args.params)  # validated, though this stage reads no params
+        model_cfg = checkpoint.read_tl_config(args.config)
+        state, _ = checkpoint.load_state(args.model)
+        hw, steps = weights.prepare(state, model_cfg, source=args.model)
+        out = io.ensure_dir(args.out)
+        io.clean_stale(out)
+        weights.save(out / "heads.safetensors", hw, {"steps": json.dumps(steps), "config": json.dumps(checkpoint.tl_config(model_cfg))})
+        io.write_json(out / "summary.json", {"steps": steps, "config": checkpoint.tl_config(model_cfg)})
+
+    return run_cli(parser, body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
