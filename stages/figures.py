@@ -10,6 +10,7 @@ import sys
 import pandas as pd
 
 from pipeline import figures, io, params
+from pipeline.figures import composition as composition_figures
 from pipeline.cli import run_cli, stage_parser
 from pipeline.errors import UserError
 
@@ -27,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(args.scores, f"cannot read scores ({e})") from None
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
-        for kind in figures.KINDS:
-            figures.save(figures.composition_heatmap(scores, kind), out / f"composition_{kind}", dpi=cfg.dpi)
+        for kind in composition_figures.KINDS:
+            figures.save(composition_figures.composition_heatmap(scores, kind), out / f"composition_{kind}", dpi=cfg.dpi)
 
     return run_cli(parser, body, argv)
 

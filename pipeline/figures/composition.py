@@ -1,24 +1,12 @@
-"""Figures from the analysis tables. Pure: tables in, matplotlib figures out.
-
-`save` writes PNG and SVG deterministically (no dates, fixed SVG ids), atomically.
-"""
+"""Composition figures: heatmaps of score minus baseline, and the errata diagram."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Sequence
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless, and the same bytes everywhere
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from pipeline import io  # noqa: E402
-
-plt.rcParams["svg.hashsalt"] = "attn-circuits"  # stable element ids in SVG
 KINDS = ("Q", "K", "V")
 
 
@@ -43,14 +31,3 @@ def composition_heatmap(scores: pd.DataFrame, kind: str, variant: str = "true") 
     fig.tight_layout()
     return fig
 
-
-def save(fig: Figure, base: str | Path, formats: Sequence[str] = ("png", "svg"), dpi: int = 120) -> list[Path]:
-    """Write `base.png`, `base.svg` atomically with fixed metadata; close the figure."""
-    paths = []
-    for fmt in formats:
-        meta = {"Date": None} if fmt == "svg" else {"Software": None} if fmt == "png" else {}
-        path = Path(f"{base}.{fmt}")
-        io.write_with(path, lambda tmp, fmt=fmt, meta=meta: fig.savefig(tmp, format=fmt, dpi=dpi, metadata=meta))
-        paths.append(path)
-    plt.close(fig)
-    return paths
