@@ -93,15 +93,23 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> d
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
             cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as e:
-        text = str(e)
-        unknown = re.search(r"Could not override '([^']+)'", text)
-        if unknown:
-            raise UserError(f"override: {unknown.group(1)}", "unknown key (check its spelling in conf/)") from None
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        raise UserError("override", " ".join(lines[:2])) from None
+        raise hydra_error(e) from None
     out = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(out, dict)
     return out
+
+
+def hydra_error(e: Exception) -> UserError:
+    """Hydra's multi-line composition error as a one-line `UserError` naming the key."""
+    text = str(e)
+    unknown = re.search(r"Could not override '([^']+)'", text)
+    if unknown:
+        return UserError(f"override: {unknown.group(1)}", "unknown key (check its spelling in conf/)")
+    if text.startswith("override: "):  # already ours (hydra_plugins/attn_circuits_params.py)
+        where, _, problem = text.removeprefix("override: ").partition(": ")
+        return UserError(f"override: {where}", problem)
+    text = text.split("Config search path")[0]  # Hydra appends its whole search path
+    return UserError("override", " ".join(line.strip() for line in text.splitlines() if line.strip()))
 
 
 def dump(params: dict) -> str:

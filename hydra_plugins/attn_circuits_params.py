@@ -1,0 +1,56 @@
+"""Check `dvc exp run -S key=value` overrides against our schema, with one-line errors.
+
+`dvc exp run` composes conf/ into params.yaml itself (hydra.enabled), in its own
+process, and prints Hydra's exceptions over several lines. Before composing, DVC
+imports every module under `hydra_plugins/` in its `hydra.plugins_path` (default:
+the repository root), so DVC loads this module. It wraps Hydra's config loading
+for this repository's conf/ only: the composed config is validated by
+`pipeline.params.from_dict` (unknown key, wrong type, impossible value), and any
+failure is raised as one line naming the key, before params.yaml is written.
+
+This patches a Hydra internal (`ConfigLoaderImpl.load_configuration`, hydra-core
+1.3, pinned in pyproject.toml); tests/test_params.py runs the real `dvc exp run`
+to catch a change there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.errors import ConfigCompositionException
+
+CONF_DIR = (Path(__file__).resolve().parent.parent / "conf").as_posix()
+_load_configuration = ConfigLoaderImpl.load_configuration
+
+
+def _is_ours(loader: ConfigLoaderImpl) -> bool:
+    return any(
+        element.path.removeprefix("file://").rstrip("/") == CONF_DIR
+        for element in loader.config_search_path.get_path()
+        if element.path
+    )
+
+
+def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
+    if not _is_ours(self):
+        return _load_configuration(self, *args, **kwargs)
+    from omegaconf import OmegaConf
+
+    from pipeline import params
+    from pipeline.errors import UserError
+
+    try:
+        cfg = _load_configuration(self, *args, **kwargs)
+        composed = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+        params.from_dict(OmegaConf.to_container(composed, resolve=True), source="override")
+    except UserError as e:
+        raise ConfigCompositionException(str(e)) from None
+    except ConfigCompositionException as e:
+        raise ConfigCompositionException(str(params.hydra_error(e))) from None
+    return cfg
+
+
+if not getattr(ConfigLoaderImpl.load_configuration, "attn_circuits", False):
+    load_configuration.attn_circuits = True  # type: ignore[attr-defined]
+    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
