@@ -1,0 +1,107 @@
+"""Config flow: conf/ (Hydra) -> params.yaml -> validated schema, and its one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline import params
+from pipeline.config import Config
+from pipeline.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUPS = ("model", "data", "train", "analysis")
+
+
+def test_committed_params_equal_a_fresh_compose_of_conf():
+    committed = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert committed == params.compose(conf_dir=ROOT / "conf")
+
+
+@pytest.mark.parametrize(
+    "group,option",
+    [(g, p.stem) for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml"))],
+)
+def test_every_config_group_option_composes_and_validates(group, option):
+    composed = params.compose([f"{group}={option}"], conf_dir=ROOT / "conf")
+    cfg = params.from_dict(composed)
+    assert isinstance(cfg, Config)
+
+
+def test_overrides_reach_the_schema():
+    cfg = params.from_dict(params.compose(["model.n_heads=4", "seeds=[0,1]"], conf_dir=ROOT / "conf"))
+    assert cfg.model.n_heads == 4 and cfg.seeds == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("model.n_head=4", "model.n_head"),  # typo: unknown key
+        ("model.n_heads=four", "model.n_heads"),  # wrong type
+        ("train.lr=fast", "train.lr"),
+        ("model.d_model=0", "model.d_model"),  # zero size
+        ("model.d_head=-8", "model.d_head"),  # negative size
+        ("model.d_head=64", "model.d_head"),  # n_heads x d_head > d_model
+        ("model.positional_embedding_type=rotary", "model.positional_embedding_type"),
+        ("data.source=web", "data.source"),
+        ("seeds=[]", "seeds"),
+        ("seeds=[1,1]", "seeds"),
+        ("model.n_ctx=16", "analysis.heads.repeat_length"),  # evaluation longer than the context
+        ("analysis.figures.edge_threshold=1.5", "analysis.figures.edge_threshold"),
+        ("train.source=load", "train.checkpoint"),  # load needs a checkpoint
+    ],
+)
+def test_bad_overrides_name_the_key(override, key):
+    with pytest.raises(UserError) as caught:
+        params.from_dict(params.compose([override], conf_dir=ROOT / "conf"))
+    assert key in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_params_file_names_file_and_key(tmp_path):
+    bad = yaml.safe_load((ROOT / "params.yaml").read_text())
+    bad["model"]["n_head"] = 4
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(UserError, match=r"params\.yaml: model\.n_head: unknown key"):
+        params.load(path)
+
+
+def test_missing_and_malformed_params_files(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        params.load(tmp_path / "absent.yaml")
+    (tmp_path / "broken.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(UserError, match="not valid YAML"):
+        params.load(tmp_path / "broken.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(UserError, match="mapping"):
+        params.load(tmp_path / "list.yaml")
+
+
+def run_params_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.params", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_cli_writes_params_with_overrides(tmp_path):
+    out = tmp_path / "params.yaml"
+    done = run_params_cli("model.n_heads=4", "seeds=[0,1]", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    written = yaml.safe_load(out.read_text())
+    assert written["model"]["n_heads"] == 4 and written["seeds"] == [0, 1]
+    assert run_params_cli("--check", "--out", str(out)).returncode != 0  # differs from conf/
+    assert run_params_cli("--check").returncode == 0  # the committed file matches
+
+
+def test_cli_error_is_one_line_and_writes_nothing(tmp_path):
+    out = tmp_path / "params.yaml"
+    out.write_text("untouched\n")
+    done = run_params_cli("model.n_head=4", "--out", str(out))
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "model.n_head" in done.stderr and "Traceback" not in done.stderr
+    assert out.read_text() == "untouched\n"
+    assert list(tmp_path.iterdir()) == [out]  # no temporary file left behind
