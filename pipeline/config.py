@@ -224,11 +224,18 @@ class HeadsConfig(Section):
 @dataclass
 class FiguresConfig(Section):
     edge_threshold: float = 0.05  # errata diagram: draw pairs whose score - baseline exceeds this
+    errata_variant: str = "errata_bcda"  # the "original" panel: errata_bcda or errata_dabc
     dpi: int = 120
 
     def check(self) -> None:
         _fraction(self, "edge_threshold")
         _positive(self, "dpi")
+        require(
+            self.errata_variant in ("errata_bcda", "errata_dabc"),
+            "errata_variant",
+            self.errata_variant,
+            "must be errata_bcda or errata_dabc",
+        )
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""Composition figures: heatmaps of score minus baseline, and the errata diagram."""
+"""Composition figures: heatmaps of score minus baseline, and the errata diagram.
+
+Inputs are the composition stage's `scores.csv` table (one row per kind, variant and
+head pair) and, optionally, the heads stage's `heads.csv` (for role labels).
+"""
 
 from __future__ import annotations
 
@@ -6,28 +10,108 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 KINDS = ("Q", "K", "V")
+KIND_COLORS = {"Q": "#1f77b4", "K": "#d62728", "V": "#2ca02c"}  # the paper's Q/K/V colouring differs; ours is fixed
+VARIANT_TITLES = {
+    "true": "corrected (true Frobenius norm)",
+    "errata_bcda": "original (rotated strand B C D A)",
+    "errata_dabc": "original (rotated strand D A B C)",
+}
 
 
-def composition_heatmap(scores: pd.DataFrame, kind: str, variant: str = "true") -> Figure:
-    """Score minus baseline for every (earlier head, later head) pair, one panel per layer pair."""
-    sel = scores[(scores["kind"] == kind) & (scores["variant"] == variant)]
+def excess(scores: pd.DataFrame) -> pd.Series:
+    """Score minus the random-matrix baseline of its variant (what the paper plots)."""
+    return scores["score"] - scores["baseline_mean"]
+
+
+def composition_heatmap(scores: pd.DataFrame, kind: str, variants: tuple[str, ...] = ("true", "errata_bcda", "errata_dabc")) -> Figure:
+    """Score minus baseline for every (earlier, later) head pair: a row per variant, a column per layer pair."""
+    sel = scores[scores["kind"] == kind].assign(excess=excess)
+    variants = tuple(v for v in variants if v in set(sel["variant"]))
     pairs = sorted(set(zip(sel["src_layer"], sel["dst_layer"])))
-    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.6), squeeze=False)
-    for ax, (src, dst) in zip(axes[0], pairs):
-        block = sel[(sel["src_layer"] == src) & (sel["dst_layer"] == dst)]
-        grid = block.pivot(index="dst_head", columns="src_head", values="score") - block.pivot(
-            index="dst_head", columns="src_head", values="baseline_mean"
-        )
-        vmax = max(float(np.nanmax(np.abs(grid.values))), 1e-12) if grid.size else 1.0
-        im = ax.imshow(grid.values, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-        ax.set_xlabel(f"layer {src} head (writes)")
-        ax.set_ylabel(f"layer {dst} head (reads)")
-        ax.set_xticks(range(grid.shape[1]))
-        ax.set_yticks(range(grid.shape[0]))
-        fig.colorbar(im, ax=ax, shrink=0.8, label="score - baseline")
-    fig.suptitle(f"{kind}-composition ({variant})")
+    fig, axes = plt.subplots(
+        len(variants), len(pairs), figsize=(3.8 * len(pairs) + 0.8, 3.2 * len(variants)), squeeze=False
+    )
+    for row, variant in enumerate(variants):
+        for col, (src, dst) in enumerate(pairs):
+            ax = axes[row][col]
+            block = sel[(sel["variant"] == variant) & (sel["src_layer"] == src) & (sel["dst_layer"] == dst)]
+            grid = block.pivot(index="dst_head", columns="src_head", values="excess")  # [later head, earlier head]
+            finite = np.abs(grid.values[np.isfinite(grid.values)])
+            vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+            im = ax.imshow(grid.values, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+            ax.set_xticks(range(grid.shape[1]))
+            ax.set_yticks(range(grid.shape[0]))
+            ax.set_xlabel(f"layer {src} head (writes)")
+            ax.set_ylabel(f"layer {dst} head (reads)")
+            ax.set_title(VARIANT_TITLES.get(variant, variant), fontsize=9)
+            fig.colorbar(im, ax=ax, shrink=0.8, label="score - baseline")
+    fig.suptitle(f"{kind}-composition")
     fig.tight_layout()
     return fig
 
+
+def _head_label(layer: int, head: int, roles: pd.DataFrame | None) -> str:
+    label = f"{layer}.{head}"
+    if roles is not None:
+        match = roles[(roles["layer"] == layer) & (roles["head"] == head)]
+        if len(match) and "role" in match and match["role"].iloc[0] not in ("other", None):
+            label += f" {str(match['role'].iloc[0]).replace('_', '-')}"
+    return label
+
+
+def _diagram_panel(ax, edges: pd.DataFrame, n_layers: int, n_heads: int, max_excess: float, roles: pd.DataFrame | None) -> None:
+    """Heads as dots in columns by layer; an edge per composing pair, coloured by kind."""
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            y = n_heads - 1 - head
+            ax.plot(layer, y, "o", color="0.2", markersize=6, zorder=3)
+            left = layer == 0
+            ax.text(
+                layer + (-0.06 if left else 0.06), y, _head_label(layer, head, roles),
+                ha="right" if left else "left", va="center", fontsize=7,
+            )
+    offsets = {"Q": -0.12, "K": 0.0, "V": 0.12}  # Q, K, V edges of one pair drawn side by side
+    for row in edges.itertuples():
+        y0, y1 = n_heads - 1 - row.src_head, n_heads - 1 - row.dst_head
+        mid = (row.src_layer + row.dst_layer) / 2
+        xs = [row.src_layer, mid, row.dst_layer]
+        ys = [y0, (y0 + y1) / 2 + offsets[row.kind], y1]
+        ax.plot(xs, ys, color=KIND_COLORS[row.kind], linewidth=0.5 + 4.5 * row.excess / max_excess, alpha=0.8, zorder=2)
+    ax.set_xlim(-0.8, n_layers - 1 + 0.8)
+    ax.set_ylim(-0.8, n_heads - 0.2)
+    ax.set_xticks(range(n_layers), [f"layer {layer}" for layer in range(n_layers)])
+    ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+
+
+def errata_diagram(
+    scores: pd.DataFrame,
+    threshold: float,
+    roles: pd.DataFrame | None = None,
+    variants: tuple[str, ...] = ("errata_bcda", "true"),
+) -> Figure:
+    """The paper's composition diagram, original (errata) and corrected, side by side.
+
+    An edge joins an earlier head to a later head when score - baseline exceeds
+    `threshold`; colour is the kind, width the excess, on one scale for all panels.
+    """
+    scored = scores.assign(excess=excess)
+    n_layers = int(max(scored["src_layer"].max(), scored["dst_layer"].max())) + 1
+    n_heads = int(max(scored["src_head"].max(), scored["dst_head"].max())) + 1
+    edges = scored[(scored["excess"] > threshold) & scored["variant"].isin(variants)]
+    max_excess = float(edges["excess"].max()) if len(edges) else 1.0
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.6 * len(variants), 0.45 * n_heads + 1.8), squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        mine = edges[edges["variant"] == variant]
+        _diagram_panel(ax, mine, n_layers, n_heads, max_excess, roles)
+        counts = ", ".join(f"{k} {int((mine['kind'] == k).sum())}" for k in KINDS)
+        ax.set_title(f"{VARIANT_TITLES.get(variant, variant)}\nedges: {counts}", fontsize=9)
+    handles = [Line2D([], [], color=KIND_COLORS[k], linewidth=3, label=f"{k}-composition") for k in KINDS]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle(f"Head composition: score - baseline > {threshold:g} (width: excess, max {max_excess:.3f})", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig

@@ -1,0 +1,27 @@
+"""Reading the tables stages hand each other (CSV), with one-line errors naming the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from pipeline.errors import UserError
+
+SCORES_COLUMNS = ("kind", "variant", "src_layer", "src_head", "dst_layer", "dst_head", "score", "baseline_mean", "baseline_std", "z")
+
+
+def read_csv(path: str | Path, required: Sequence[str] = ()) -> pd.DataFrame:
+    """A CSV table that must exist, parse, and have the `required` columns."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(str(path), "file not found")
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise UserError(str(path), f"not a readable CSV table ({str(e).splitlines()[0]})") from None
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise UserError(str(path), f"missing column {missing[0]!r} (has {', '.join(map(str, frame.columns))})")
+    return frame
