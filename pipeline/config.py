@@ -239,10 +239,35 @@ class FiguresConfig(Section):
 
 
 @dataclass
+class CompareConfig(Section):
+    """Across seeds: means with percentile-bootstrap confidence intervals (pipeline/compare.py)."""
+
+    ci: float = 0.95  # confidence level of every interval
+    bootstrap_samples: int = 10000  # resamples of the seeds
+    bootstrap_seed: int = 0  # the resampling is seeded: same inputs, same intervals
+    z_threshold: float = 3.0  # claim (b): a composition "shows" when its z against the null exceeds this
+    dpi: int = 120  # the compare figures (own key: figures params rerun only the figures stages)
+
+    def check(self) -> None:
+        require(0.0 < self.ci < 1.0, "ci", self.ci, "must be in (0, 1)")
+        _positive(self, "bootstrap_samples", "dpi")
+        require(self.bootstrap_seed >= 0, "bootstrap_seed", self.bootstrap_seed, "must be >= 0")
+
+
+@dataclass
+class ReportConfig(Section):
+    """The self-contained HTML report (pipeline/report.py)."""
+
+    title: str = "attn-circuits: attention-head composition, original and corrected"
+
+
+@dataclass
 class AnalysisConfig(Section):
     composition: CompositionConfig = field(default_factory=CompositionConfig)
     heads: HeadsConfig = field(default_factory=HeadsConfig)
     figures: FiguresConfig = field(default_factory=FiguresConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
 
 
 # --- root --------------------------------------------------------------------------
