@@ -1,0 +1,111 @@
+"""A hand-built two-layer attention-only model whose heads do known things exactly.
+
+Weights are set by TransformerLens state-dict names. The residual stream (d_model 96)
+is orthogonal blocks of 16 coordinates, one-hot within each block:
+
+    TOK  token t (W_E)          POS  position i (W_pos; shortformer: queries and keys only)
+    PREV the previous token     OUT  a token to predict (read by W_U)     JUNK read by nothing
+
+    0.0  previous-token head:  query pos i -> key pos i-1; moves the key's token into PREV
+    0.1  first-token head:     every query -> key pos 0;   moves the key's token into JUNK
+    0.2  duplicate-token head: query token t -> earlier keys holding t (score c [same token]
+                               - c [same position]); moves the key's token into JUNK
+    1.0  induction head:       query token t -> keys whose PREV holds t (K-composes with 0.0);
+                               moves the key's token into OUT: predicts it (copying +1)
+    1.1  current-token head:   query pos i -> key pos i; writes minus its token into OUT (copying -1)
+    1.2  recent-window head:   query pos i -> keys i-1 .. i-4 equally; moves the key's token into JUNK
+
+So the only non-zero composition is 0.0 -> 1.0 through keys; every other pair's Q, K and V
+composition is exactly 0, and every head has a known role (none is "other").
+Token 0 is the first token of every sequence; spans use tokens 1..15.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pipeline.config import ModelConfig
+from pipeline.model import AttnOnlyTransformer
+
+V = 16  # d_vocab
+N_CTX = 16
+N_HEADS = 3
+D_HEAD = 32
+TOK, POS, PREV, OUT, JUNK = (slice(16 * n, 16 * (n + 1)) for n in range(5))
+D_MODEL = 96
+QK_SCALE = 10.0 * D_HEAD**0.5  # a matching key's score is 10 above the rest: all but ~e^-10 of the attention
+WINDOW = 4
+UNEMBED_SCALE = 20.0
+
+CONFIG = ModelConfig(
+    n_layers=2, n_heads=N_HEADS, d_head=D_HEAD, d_model=D_MODEL, n_ctx=N_CTX, d_vocab=V,
+    positional_embedding_type="shortformer", normalization_type=None, use_bias=True,
+)  # fmt: skip
+
+
+def _block(rows: slice, cols: slice, matrix: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    out = torch.zeros(shape, dtype=torch.float64)
+    out[rows, cols] = matrix
+    return out
+
+
+def state_dict() -> dict[str, torch.Tensor]:
+    """TransformerLens names and shapes; float64."""
+    eye = torch.eye(16, dtype=torch.float64)
+    shift = torch.diag(torch.ones(15, dtype=torch.float64), 1)  # pos j -> head dim j + 1
+    window = sum(torch.linalg.matrix_power(shift, o) for o in range(1, WINDOW + 1))  # pos j -> dims j+1 .. j+4
+    to_first = torch.zeros(16, 16, dtype=torch.float64)
+    to_first[:, 0] = 1.0  # every pos -> head dim 0
+    first_key = torch.zeros(16, 16, dtype=torch.float64)
+    first_key[0, 0] = 1.0  # only pos 0 -> head dim 0
+    D, d = (D_MODEL, D_HEAD), (D_HEAD, D_MODEL)
+    c = QK_SCALE
+    H = slice(0, 16)  # the head dims most heads use
+    heads = {  # (layer, head): W_Q, W_K, W_V, W_O
+        (0, 0): (_block(POS, H, c * eye, D), _block(POS, H, shift, D),
+                 _block(TOK, H, eye, D), _block(H, PREV, eye, d)),
+        (0, 1): (_block(POS, H, c * to_first, D), _block(POS, H, first_key, D),
+                 _block(TOK, H, eye, D), _block(H, JUNK, eye, d)),
+        (0, 2): (_block(TOK, H, c * eye, D) + _block(POS, slice(16, 32), c * eye, D),
+                 _block(TOK, H, eye, D) - _block(POS, slice(16, 32), eye, D),
+                 _block(TOK, H, eye, D), _block(H, JUNK, eye, d)),
+        (1, 0): (_block(TOK, H, c * eye, D), _block(PREV, H, eye, D),
+                 _block(TOK, H, eye, D), _block(H, OUT, eye, d)),
+        (1, 1): (_block(POS, H, c * eye, D), _block(POS, H, eye, D),
+                 _block(TOK, H, eye, D), _block(H, OUT, -eye, d)),
+        (1, 2): (_block(POS, H, c * eye, D), _block(POS, H, window, D),
+                 _block(TOK, H, eye, D), _block(H, JUNK, eye, d)),
+    }  # fmt: skip
+    state = {
+        "embed.W_E": _block(slice(0, V), TOK, eye, (V, D_MODEL)),
+        "pos_embed.W_pos": _block(slice(0, N_CTX), POS, eye, (N_CTX, D_MODEL)),
+        "unembed.W_U": _block(OUT, slice(0, V), UNEMBED_SCALE * eye, (D_MODEL, V)),
+        "unembed.b_U": torch.zeros(V, dtype=torch.float64),
+    }
+    for layer in range(2):
+        for name, k in zip(("W_Q", "W_K", "W_V", "W_O"), range(4)):
+            state[f"blocks.{layer}.attn.{name}"] = torch.stack([heads[layer, h][k] for h in range(N_HEADS)])
+        for name in ("b_Q", "b_K", "b_V"):
+            state[f"blocks.{layer}.attn.{name}"] = torch.zeros(N_HEADS, D_HEAD, dtype=torch.float64)
+        state[f"blocks.{layer}.attn.b_O"] = torch.zeros(D_MODEL, dtype=torch.float64)
+    return state
+
+
+def model() -> AttnOnlyTransformer:
+    m = AttnOnlyTransformer(CONFIG).to(torch.float64)
+    m.load_state_dict(state_dict())
+    return m.eval()
+
+
+def repeated(n: int, length: int, seed: int) -> torch.Tensor:
+    """[n, 1 + 2 length]: token 0, then `length` distinct tokens from 1..V-1, twice."""
+    gen = torch.Generator().manual_seed(seed)
+    spans = torch.stack([torch.randperm(V - 1, generator=gen)[:length] + 1 for _ in range(n)])
+    return torch.cat([torch.zeros(n, 1, dtype=torch.long), spans, spans], dim=1)
+
+
+def random_tokens(n: int, length: int, seed: int) -> torch.Tensor:
+    """[n, length]: token 0, then uniform tokens from 1..V-1 (repeats happen)."""
+    gen = torch.Generator().manual_seed(seed)
+    rest = torch.randint(1, V, (n, length - 1), generator=gen)
+    return torch.cat([torch.zeros(n, 1, dtype=torch.long), rest], dim=1)
