@@ -1,0 +1,104 @@
+"""Causal path ablation: does a later head b depend on an earlier head a through its
+queries, keys or values?
+
+For each earlier head a (layer i), later head b (layer j > i) and kind (Q, K or V):
+replace a's output (its write into the residual stream, before b_O) by its mean over
+the evaluation batch at each position, only in the input to b's queries (resp. keys,
+values). Every other head, and b's other two inputs, still read a's real output, so
+only the one edge a -> b(kind) is cut. On repeated random tokens `[first, span, span]`:
+
+    attn_effect = induction(b) clean - induction(b) ablated    (how much b's prefix matching drops)
+    loss_effect = loss ablated - loss clean                    (next-token loss, all positions)
+
+V-ablation cannot change b's pattern, so its attn_effect is exactly 0.
+
+Fast path (`path_ablation`): head b's pattern and output depend only on b's own query,
+key and value inputs, so feeding the ablated input to *every* head of layer j at once
+(at one kind) gives each head b exactly its single-edge result. The loss then needs one
+forward pass per b (b's new output, every other head's clean one): all b are batched.
+`ablate_path` is the single-edge reference, through per-head inputs.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from pipeline import patterns
+from pipeline.model import AttnOnlyTransformer, Cache, next_token_loss
+
+KINDS = ("Q", "K", "V")
+COLUMNS = ["kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect"]
+
+
+def _finish(model: AttnOnlyTransformer, resid: Tensor, layer: int, pos: Tensor | None) -> Tensor:
+    """Logits from the residual stream after `layer`: the later layers, then the unembedding."""
+    for block in model.blocks[layer + 1 :]:
+        out = block.attn(*block.attn_inputs(resid, pos))
+        resid = resid + out.result.sum(dim=2) + block.attn.b_O
+    return model.ln_final(resid) @ model.unembed.W_U + model.unembed.b_U
+
+
+def _mean_ablated(cache: Cache, src_layer: int, src_head: int, dst_layer: int) -> Tensor:
+    """Layer `dst_layer`'s residual input with head a's write replaced by its per-position batch mean."""
+    write = cache.result[src_layer][:, :, src_head]  # [batch, pos, d_model]
+    return cache.resid_pre[dst_layer] - write + write.mean(0, keepdim=True)
+
+
+@torch.no_grad()
+def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd.DataFrame:
+    """One row per (kind, a, b), b in a later layer than a: COLUMNS. `tokens` [batch, 1 + 2 length]."""
+    logits, cache = model.run_with_cache(tokens)
+    clean_loss = next_token_loss(logits, tokens)
+    B, T = tokens.shape
+    rows = []
+    for j in range(1, model.cfg.n_layers):
+        block = model.blocks[j]
+        clean_in = block.attn_inputs(cache.resid_pre[j], cache.pos)  # (q_in, k_in, v_in)
+        clean_induction = patterns.induction(cache.pattern[j], length)  # [head]
+        clean_result = cache.result[j]  # [batch, pos, head, d_model]
+        resid_post = cache.resid_pre[j] + clean_result.sum(dim=2) + block.attn.b_O  # [batch, pos, d_model]
+        H = clean_result.shape[2]
+        for i in range(j):
+            for a in range(model.cfg.n_heads):
+                ablated_in = block.attn_inputs(_mean_ablated(cache, i, a, j), cache.pos)
+                for k, kind in enumerate(KINDS):
+                    inputs = list(clean_in)
+                    inputs[k] = ablated_in[k]  # every head of layer j reads the ablated input at this kind
+                    out = block.attn(*inputs)
+                    attn_effect = clean_induction - patterns.induction(out.pattern, length)  # [head]
+                    # one sequence of the batch per b: b's new write, the other heads' clean ones
+                    delta = (out.result - clean_result).permute(2, 0, 1, 3)  # [head, batch, pos, d_model]
+                    resid = (resid_post[None] + delta).reshape(H * B, T, -1)  # [head * batch, pos, d_model]
+                    loss = next_token_loss(_finish(model, resid, j, cache.pos), tokens.repeat(H, 1), reduce=False)
+                    loss_effect = loss.view(H, -1).mean(-1) - clean_loss  # [head]
+                    for b in range(H):
+                        rows.append((kind, i, a, j, b, float(attn_effect[b]), float(loss_effect[b])))
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    order = {kind: n for n, kind in enumerate(KINDS)}
+    frame = frame.sort_values(["kind", "src_layer", "src_head", "dst_layer", "dst_head"], key=lambda c: c.map(order) if c.name == "kind" else c)
+    return frame.reset_index(drop=True)
+
+
+@torch.no_grad()
+def ablate_path(model: AttnOnlyTransformer, tokens: Tensor, src: tuple[int, int], dst: tuple[int, int], kind: str, length: int) -> tuple[float, float]:
+    """(attn_effect, loss_effect) of cutting one edge a -> b(kind), the direct way: per-head
+    inputs to layer j in which only head b's `kind` input is ablated."""
+    (i, a), (j, b) = src, dst
+    if not 0 <= i < j < model.cfg.n_layers:
+        raise ValueError(f"the source layer {i} must come before the destination layer {j}")
+    k = KINDS.index(kind)
+    logits, cache = model.run_with_cache(tokens)
+    block = model.blocks[j]
+    clean_in = block.attn_inputs(cache.resid_pre[j], cache.pos)
+    ablated = block.attn_inputs(_mean_ablated(cache, i, a, j), cache.pos)[k]
+    per_head = clean_in[k][:, :, None].repeat(1, 1, model.cfg.n_heads, 1)  # [batch, pos, head, d_model]
+    per_head[:, :, b] = ablated
+    inputs = list(clean_in)
+    inputs[k] = per_head
+    out = block.attn(*inputs)
+    resid = cache.resid_pre[j] + out.result.sum(dim=2) + block.attn.b_O
+    loss = next_token_loss(_finish(model, resid, j, cache.pos), tokens)
+    attn_effect = patterns.induction(cache.pattern[j], length)[b] - patterns.induction(out.pattern, length)[b]
+    return float(attn_effect), float(loss - next_token_loss(logits, tokens))

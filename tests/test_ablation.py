@@ -1,0 +1,85 @@
+"""Causal path ablation: known answers on the planted model, and the fast all-pairs path
+equal to the direct single-edge ablation through per-head inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import planted
+from pipeline import ablation
+from pipeline.config import ModelConfig
+from pipeline.model import AttnOnlyTransformer
+
+LENGTH = 7
+
+
+@pytest.fixture(scope="module")
+def planted_effects():
+    return ablation.path_ablation(planted.model(), planted.repeated(64, LENGTH, seed=0), LENGTH)
+
+
+def test_cutting_the_previous_token_head_from_the_induction_heads_keys_destroys_induction(planted_effects):
+    row = planted_effects.set_index(["kind", "src_layer", "src_head", "dst_layer", "dst_head"]).loc[("K", 0, 0, 1, 0)]
+    assert row["attn_effect"] > 0.8  # clean induction score ~1.0 falls below 0.2
+    assert row["loss_effect"] > 0.5  # and the second copy is no longer predicted
+
+
+def test_every_other_edge_has_exactly_no_effect(planted_effects):
+    """Every other pair is orthogonal by construction: the ablated write is never read."""
+    planted_edge = (planted_effects["kind"] == "K") & (planted_effects["src_head"] == 0) & (planted_effects["dst_head"] == 0)
+    others = planted_effects[~planted_edge]
+    assert len(others) == 3 * 3 * 3 - 1
+    assert others["attn_effect"].abs().max() < 1e-12 and others["loss_effect"].abs().max() < 1e-12
+
+
+def test_table_layout(planted_effects):
+    assert list(planted_effects.columns) == ablation.COLUMNS
+    assert list(planted_effects["kind"].unique()) == list(ablation.KINDS)
+    assert (planted_effects["src_layer"] < planted_effects["dst_layer"]).all()
+
+
+def random_model(**overrides) -> AttnOnlyTransformer:
+    cfg = ModelConfig(n_layers=3, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=12, init_range=0.6, **overrides)
+    torch.manual_seed(0)
+    model = AttnOnlyTransformer(cfg).to(torch.float64)
+    with torch.no_grad():  # non-zero biases and LayerNorm parameters, so every path is exercised
+        for name, p in model.named_parameters():
+            if not name.rsplit(".", 1)[-1].startswith("W_"):
+                p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"positional_embedding_type": "standard", "normalization_type": "LN"}],
+    ids=["shortformer", "standard+LN"],
+)
+def test_fast_path_equals_single_edge_ablation(overrides):
+    """Three layers: edges into layer 1 also pass through layer 2 on their way to the loss."""
+    model = random_model(**overrides)
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.cat([torch.zeros(6, 1, dtype=torch.long), torch.randint(0, 12, (6, 5), generator=gen).repeat(1, 2)], 1)
+    fast = ablation.path_ablation(model, tokens, 5)
+    assert len(fast) == 3 * (3 * 3 * 2 + 3 * 3)  # kinds x (pairs 0->1, 0->2, 1->2)
+    for row in fast.itertuples():
+        attn, loss = ablation.ablate_path(
+            model, tokens, (row.src_layer, row.src_head), (row.dst_layer, row.dst_head), row.kind, 5
+        )
+        assert row.attn_effect == pytest.approx(attn, abs=1e-12)
+        assert row.loss_effect == pytest.approx(loss, abs=1e-12)
+    assert (fast.loc[fast["kind"] == "V", "attn_effect"] == 0).all()  # values never move a pattern
+    assert fast["loss_effect"].abs().max() > 1e-4  # the model is not trivially insensitive
+
+
+def test_mean_of_a_constant_output_is_the_output_itself():
+    """A batch of one sequence repeated: each head's mean write equals its write, nothing changes."""
+    model = random_model()
+    tokens = torch.tensor([[0, 3, 5, 7, 1, 3, 5, 7, 1]]).repeat(4, 1)
+    effects = ablation.path_ablation(model, tokens, 4)
+    assert effects["attn_effect"].abs().max() < 1e-12 and effects["loss_effect"].abs().max() < 1e-12
+
+
+def test_a_source_after_the_destination_is_refused():
+    with pytest.raises(ValueError, match="before"):
+        ablation.ablate_path(random_model(), torch.zeros(1, 9, dtype=torch.long), (1, 0), (1, 1), "K", 4)
