@@ -212,10 +212,30 @@ class CompositionConfig(Section):
 
 
 @dataclass
+class RoleThresholds(Section):
+    """A head takes a role when its score (in [0, 1]) reaches the role's threshold.
+
+    Its primary role is the first it takes in this order (pipeline/heads.py `ROLES`);
+    heads.csv flags every role it takes (`is_<role>`).
+    """
+
+    previous_token: float = 0.5  # prev_token: attention i -> i-1
+    recent_window: float = 0.7  # recent_window: mass on i-k..i-1 (k = heads.recent_window)
+    induction: float = 0.3  # induction: prefix matching on repeated random tokens
+    duplicate_token: float = 0.3  # duplicate_token: mass on earlier copies of the current token
+    current_token: float = 0.5  # current_token: attention i -> i
+    first_token: float = 0.5  # first_token: attention i -> 0
+
+    def check(self) -> None:
+        _fraction(self, *(f.name for f in fields(self)))
+
+
+@dataclass
 class HeadsConfig(Section):
-    eval_sequences: int = 64  # sequences of repeated random tokens
+    eval_sequences: int = 64  # per evaluation batch: repeated random tokens, and held-out data
     repeat_length: int = 24  # each is a random span of this many tokens, then the same again
     recent_window: int = 4  # k: a recent-window head attends to i-k..i-1
+    thresholds: RoleThresholds = field(default_factory=RoleThresholds)
 
     def check(self) -> None:
         _positive(self, "eval_sequences", "repeat_length", "recent_window")
@@ -296,6 +316,13 @@ class Config(Section):
                 length,
                 f"a repeated sequence (1 + 2 x {length} = {need} tokens) does not fit in model.n_ctx = {self.model.n_ctx}",
             )
+        k = self.analysis.heads.recent_window
+        require(
+            k < self.model.n_ctx,
+            "analysis.heads.recent_window",
+            k,
+            f"must be < model.n_ctx = {self.model.n_ctx} (a window of k earlier tokens needs k + 1 positions)",
+        )
 
     def validate(self, prefix: str = "") -> None:
         try:

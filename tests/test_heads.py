@@ -1,0 +1,242 @@
+"""Head classification on the planted model (tests/planted.py), the weight-based scores
+against dense float64, reproducibility, and the heads stage end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import planted
+from pipeline import checkpoint, composition, heads, params, weights
+from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, ModelConfig, RoleThresholds
+from pipeline.model import AttnOnlyTransformer
+
+LENGTH = 7
+CFG = HeadsConfig(eval_sequences=32, repeat_length=LENGTH, recent_window=planted.WINDOW)
+PLANTED_ROLES = {
+    (0, 0): "previous_token", (0, 1): "first_token", (0, 2): "duplicate_token",
+    (1, 0): "induction", (1, 1): "current_token", (1, 2): "recent_window",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def planted_result():
+    model, hw = planted.model(), weights.from_state_dict(planted.state_dict())
+    return heads.analyse_batches(model, hw, planted.repeated(32, LENGTH, 0), planted.random_tokens(32, planted.N_CTX, 1), CFG)
+
+
+def test_planted_heads_get_their_roles(planted_result):
+    table = planted_result.table
+    assert list(table.columns) == heads.COLUMNS
+    assert dict(zip(zip(table["layer"], table["head"]), table["role"])) == PLANTED_ROLES
+    by_head = table.set_index(["layer", "head"])
+    assert by_head.loc[(0, 0), "prev_token"] > 0.99 and by_head.loc[(1, 0), "induction"] > 0.99
+    # only the planted heads take those roles, even as secondary flags
+    assert table.loc[table["is_previous_token"], ["layer", "head"]].values.tolist() == [[0, 0]]
+    assert table.loc[table["is_induction"], ["layer", "head"]].values.tolist() == [[1, 0]]
+    assert by_head.loc[(0, 0), "is_recent_window"]  # a previous-token head also fills the window
+
+
+def test_planted_copying_and_qk_positivity(planted_result):
+    by_head = planted_result.table.set_index(["layer", "head"])
+    # the induction head copies (+1), the current-token head writes minus its token (-1);
+    # the rest write where W_U does not read: no eigenvalues, NaN
+    assert by_head.loc[(1, 0), "copying"] == pytest.approx(1.0)
+    assert by_head.loc[(1, 1), "copying"] == pytest.approx(-1.0)
+    assert by_head.loc[[(0, 0), (0, 1), (0, 2), (1, 2)], "copying"].isna().all()
+    # the induction head's K-composition term with the previous-token head: query t seeks PREV = t
+    assert by_head.loc[(1, 0), "qk_positivity"] == pytest.approx(1.0)
+    assert by_head.loc[0, "qk_positivity"].isna().all()  # layer 0 reads no earlier head
+
+
+def test_planted_pair_has_the_largest_true_k_composition():
+    hw = weights.from_state_dict(planted.state_dict())
+    scores = composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
+    true_k = scores[(scores["kind"] == "K") & (scores["variant"] == "true")]
+    best = true_k.loc[true_k["score"].idxmax()]
+    assert (best["src_layer"], best["src_head"], best["dst_layer"], best["dst_head"]) == (0, 0, 1, 0)
+    assert best["score"] == pytest.approx(0.25)  # two rank-16 isometries: 1 / sqrt(16)
+    others = true_k.drop(best.name)["score"].dropna()
+    assert len(others) > 0 and others.abs().max() < 1e-12
+
+
+def test_qk_positivity_source_is_the_best_k_composer():
+    _, source = heads.qk_positivity(weights.from_state_dict(planted.state_dict()))
+    assert source[1, 0].tolist() == [0, 0] and (source[0] == -1).all()
+
+
+# --- weight-based scores against dense float64 -------------------------------------
+
+
+def random_model(seed: int = 0, **overrides) -> AttnOnlyTransformer:
+    shape = dict(n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=12, init_range=0.6)
+    cfg = ModelConfig(**{**shape, **overrides})
+    torch.manual_seed(seed)
+    return AttnOnlyTransformer(cfg).to(torch.float64).eval()
+
+
+def dense_positivity(M: torch.Tensor) -> float:
+    lam = torch.linalg.eigvals(M)
+    return float(lam.sum().real / lam.abs().sum())
+
+
+def test_copying_and_qk_positivity_equal_dense_float64():
+    model = random_model(seed=3, n_layers=3)
+    hw = weights.from_state_dict(model.state_dict())
+    copying, (qk, source) = heads.copying(hw), heads.qk_positivity(hw)
+    K = composition.true_scores(hw, "K")
+    for layer in range(3):
+        for h in range(3):
+            OV = hw.W_V[layer, h] @ hw.W_O[layer, h]  # [d_model, d_model]
+            assert copying[layer, h] == pytest.approx(dense_positivity(hw.W_E @ OV @ hw.W_U), abs=1e-10)
+            if layer == 0:
+                continue
+            i, a = divmod(int(K[:layer, :, layer, h].reshape(-1).argmax()), 3)  # best earlier K-composer
+            assert source[layer, h].tolist() == [i, a]
+            QK = hw.W_Q[layer, h] @ hw.W_K[layer, h].T
+            M = hw.W_E @ QK @ (hw.W_V[i, a] @ hw.W_O[i, a]).T @ hw.W_E.T  # [d_vocab, d_vocab]
+            assert qk[layer, h] == pytest.approx(dense_positivity(M), abs=1e-10)
+
+
+# --- roles ---------------------------------------------------------------------------
+
+
+def test_primary_role_follows_the_priority_order_and_nan_takes_none():
+    scores = pd.DataFrame(
+        [  # prev, current, first, window, duplicate, induction
+            (0.9, 0.0, 0.0, 0.95, 0.0, 0.0),  # previous-token beats recent-window
+            (0.0, 0.0, 0.6, 0.0, 0.0, 0.4),  # induction beats first-token (no match: first token)
+            (0.2, 0.0, 0.0, 0.8, 0.0, 0.0),  # smeared over the window
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.29),  # below every threshold
+            (np.nan, np.nan, np.nan, np.nan, np.nan, np.nan),
+        ],
+        columns=heads.SCORES[:6],
+    )
+    table = scores.assign(layer=0, head=range(5), role="", copying=np.nan, qk_positivity=np.nan)
+    out = heads.classify(table, RoleThresholds())
+    assert out["role"].tolist() == ["previous_token", "induction", "recent_window", "other", "other"]
+    assert out["is_recent_window"].tolist() == [True, False, True, False, False]
+    assert out["is_first_token"].tolist() == [False, True, False, False, False]
+    assert out[list(heads.FLAGS)].dtypes.eq(bool).all()
+
+
+# --- determinism -----------------------------------------------------------------------
+
+
+def test_scores_are_invariant_to_the_order_of_the_evaluation_batches():
+    model = random_model(seed=1)
+    hw = weights.from_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(0)
+    rep = torch.cat([torch.zeros(16, 1, dtype=torch.long), torch.randint(0, 12, (16, LENGTH), generator=gen).repeat(1, 2)], 1)
+    held = torch.randint(0, 12, (16, 16), generator=gen)
+    perm = torch.randperm(16, generator=gen)
+    a = heads.analyse_batches(model, hw, rep, held, CFG)
+    b = heads.analyse_batches(model, hw, rep[perm], held[perm], CFG)
+    pd.testing.assert_frame_equal(a.table, b.table, check_exact=False, rtol=0, atol=1e-12)
+    pd.testing.assert_frame_equal(a.ablation, b.ablation, check_exact=False, rtol=0, atol=1e-12)
+    assert a.ablation["loss_effect"].abs().max() > 1e-4  # the comparison is not of zeros
+
+
+def test_analysis_is_reproducible_for_a_seed():
+    model = random_model(seed=2)
+    hw = weights.from_state_dict(model.state_dict())
+    data = DataConfig(n_train_sequences=200)
+    first, again = (heads.analyse(model, hw, data, CFG, seed=5) for _ in range(2))
+    pd.testing.assert_frame_equal(first.table, again.table, check_exact=True)
+    pd.testing.assert_frame_equal(first.ablation, again.ablation, check_exact=True)
+    other = heads.analyse(model, hw, data, CFG, seed=6)
+    assert not np.allclose(first.table["prev_token"], other.table["prev_token"])  # the seed matters
+
+
+# --- summary -------------------------------------------------------------------------
+
+
+def test_spearman_known_answers_and_nan_safety():
+    keys = [(k, 0, a, 1, b) for k in "QKV" for a in range(2) for b in range(2)]
+    effects = pd.DataFrame(keys, columns=["kind", "src_layer", "src_head", "dst_layer", "dst_head"])
+    effects["loss_effect"] = [-0.1, 0.2, 0.3, 0.4] * 3  # |effect| ranks 1..4
+    effects["attn_effect"] = 0.0
+    rows = []
+    for variant, score in (("true", [1, 2, 3, 4]), ("errata_bcda", [4, 3, 2, 1]), ("errata_dabc", [1, np.nan, 3, 2])):
+        for (kind, i, a, j, b), s in zip(keys, score * 3):
+            rows.append(dict(kind=kind, variant=variant, src_layer=i, src_head=a, dst_layer=j, dst_head=b, score=s))
+    scores = pd.DataFrame(rows)
+    rho = heads.spearman(effects, scores, "loss_effect")
+    assert rho["K"]["true"] == pytest.approx(1.0) and rho["Q"]["errata_bcda"] == pytest.approx(-1.0)
+    assert rho["V"]["errata_dabc"] == pytest.approx(0.5)  # NaN pair dropped: ranks (1,3,4) vs (1,3,2)
+    assert heads.spearman(effects, scores, "attn_effect")["K"]["true"] is None  # constant effect
+
+
+def test_summary_counts_roles(planted_result):
+    scores = composition.composition_scores(
+        weights.from_state_dict(planted.state_dict()), CompositionConfig(baseline_samples=8, null_samples=4), seed=0
+    )
+    summary = heads.summarize(planted_result, scores)
+    assert summary["roles"] == {role: (0 if role == "other" else 1) for role in heads.ROLES}
+    assert summary["heads_by_role"]["induction"] == ["1.0"]
+    assert set(summary["spearman"]) == {"Q", "K", "V"}
+    assert set(summary["spearman"]["K"]) == set(composition.VARIANTS)
+    json.dumps(summary, allow_nan=False)  # valid JSON: undefined values are null
+
+
+# --- the stage -------------------------------------------------------------------------
+
+
+def stage_inputs(tmp_path):
+    """The planted model's checkpoint, weights and composition scores, and a params.yaml."""
+    model = planted.model()
+    checkpoint.save_state(tmp_path / "model.safetensors", model.state_dict())
+    (tmp_path / "config.json").write_text(json.dumps(checkpoint.tl_config(planted.CONFIG)))
+    hw = weights.from_state_dict(model.state_dict())
+    weights.save(tmp_path / "heads.safetensors", hw)
+    scores = composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
+    scores.to_csv(tmp_path / "scores.csv", index=False)
+    overrides = [
+        "model.n_ctx=16", "model.d_vocab=16", "model.n_heads=3", "model.d_head=32", "model.d_model=96",
+        "train.probe_length=7", "analysis.heads.repeat_length=7", "analysis.heads.eval_sequences=16",
+        "data.n_train_sequences=200",
+    ]  # fmt: skip
+    (tmp_path / "params.yaml").write_text(params.dump(params.compose(overrides)))
+    return [
+        "--params", str(tmp_path / "params.yaml"), "--model", str(tmp_path / "model.safetensors"),
+        "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "heads.safetensors"),
+        "--scores", str(tmp_path / "scores.csv"), "--seed", "0",
+    ]  # fmt: skip
+
+
+def test_stage_writes_the_interface_and_is_byte_identical_on_rerun(tmp_path):
+    from stages import heads as stage
+
+    args = stage_inputs(tmp_path)
+    out = tmp_path / "out"
+    assert stage.main([*args, "--out", str(out)]) == 0
+    table = pd.read_csv(out / "heads.csv")
+    assert list(table.columns[:3]) == ["layer", "head", "role"] and list(table.columns) == heads.COLUMNS
+    assert dict(zip(zip(table["layer"], table["head"]), table["role"])) == PLANTED_ROLES
+    ablated = pd.read_csv(out / "ablation.csv")
+    assert list(ablated.columns) == ["kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["roles"]["induction"] == 1 and summary["spearman"]["K"].keys() == {"true", "errata_bcda", "errata_dabc"}
+    rho = summary["spearman"]["K"]["true"]
+    assert rho is not None and rho > 0  # the one K edge with an effect is the one that composes
+    example, _ = checkpoint.load_state(out / "patterns.safetensors")
+    assert example["pattern"].shape == (2, 3, 2 * LENGTH + 1, 2 * LENGTH + 1) and example["tokens"].shape == (2 * LENGTH + 1,)
+
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert stage.main([*args, "--out", str(out)]) == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_stage_names_a_missing_input_in_one_line(tmp_path, capsys):
+    from stages import heads as stage
+
+    args = stage_inputs(tmp_path)
+    (tmp_path / "scores.csv").unlink()
+    assert stage.main([*args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "scores.csv" in err
+    assert not (tmp_path / "out" / "heads.csv").exists()
