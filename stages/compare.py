@@ -1,0 +1,49 @@
+"""Compare the seeds: seeds.csv, stats.csv, summary.json, groups.csv, roles.csv, curves.tsv, figures/.
+
+    python -m stages.compare --train outputs/train --composition outputs/composition \
+        --heads outputs/heads --out outputs/compare
+
+Reads `seed<N>/` under each input directory for exactly the seeds listed in params.yaml
+(`seeds`); other seed directories (left by a longer list) are named and ignored.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pipeline import compare, figures, io, params
+from pipeline.cli import run_cli, stage_parser
+from pipeline.figures import compare as compare_figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser("python -m stages.compare", __doc__)
+    parser.add_argument("--train", required=True, help="train stage directory (seed<N>/metrics.json, curve.tsv)")
+    parser.add_argument("--composition", required=True, help="composition stage directory (seed<N>/scores.csv)")
+    parser.add_argument("--heads", required=True, help="heads stage directory (seed<N>/heads.csv, summary.json)")
+    parser.add_argument("--out", required=True, help="output directory")
+
+    def body(args) -> None:
+        cfg = params.load(args.params)
+        dirs = Path(args.train), Path(args.composition), Path(args.heads)
+        for stale in compare.stale_seed_dirs(dirs, cfg.seeds):
+            print(f"note: {stale} is not in seeds {cfg.seeds}: left out (delete it to keep outputs/ tidy)", file=sys.stderr)
+        result = compare.compare([compare.read_seed(seed, *dirs) for seed in cfg.seeds], cfg.analysis.compare)
+        out = io.ensure_dir(args.out)
+        io.clean_stale(out)
+        for name in ("seeds", "stats", "groups", "roles"):
+            io.write_csv(out / f"{name}.csv", getattr(result, name))
+        io.write_csv(out / "curves.tsv", result.mean_curve, sep="\t")
+        io.write_text(out / "summary.json", compare.summary_json(result.summary))
+        c = cfg.analysis.compare
+        figs = io.ensure_dir(out / "figures")
+        figures.save(compare_figures.claims_figure(result.seeds, result.stats, c.z_threshold, c.ci), figs / "claims", dpi=c.dpi)
+        figures.save(compare_figures.roles_figure(result.seeds, result.stats), figs / "roles", dpi=c.dpi)
+        figures.save(compare_figures.curves_figure(result.curves, result.mean_curve), figs / "curves", dpi=c.dpi)
+
+    return run_cli(parser, body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

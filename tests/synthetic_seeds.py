@@ -1,0 +1,99 @@
+"""Small hand-made stage outputs for the compare and report tests: two layers of three heads.
+
+Layer 0: head 0 previous_token, head 1 recent_window, head 2 other.
+Layer 1: heads 0 and 1 induction, head 2 other.
+
+Planted excess (score - baseline_mean), times `scale` (seeds differ only by it):
+    true K     induction <- previous_token 0.30 (1.0 <- 0.0) and 0.25 (1.1 <- 0.0)
+               induction <- recent_window  0.20 (1.0 <- 0.1) and 0.05 (1.1 <- 0.1)
+    true V     other <- other 0.35: the strongest true composition, so true selectivity < 0
+    errata K   induction <- previous_token 0.50 and 0.40; everything else 0.01
+    all else   0.02 (true) or 0.01 (errata)
+z is excess / baseline_std with baseline_std = 0.01 (true), 0.001 (errata).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.compare import KINDS, VARIANTS, SeedInputs
+
+ROLES = {(0, 0): "previous_token", (0, 1): "recent_window", (0, 2): "other", (1, 0): "induction", (1, 1): "induction", (1, 2): "other"}
+BASELINE = {"true": (0.1, 0.01), "errata_bcda": (0.02, 0.001), "errata_dabc": (0.03, 0.001)}
+PLANTED = {
+    ("K", "true"): {(0, 0): 0.30, (1, 0): 0.25, (0, 1): 0.20, (1, 1): 0.05},  # {(dst_head, src_head): excess}
+    ("V", "true"): {(2, 2): 0.35},
+    ("K", "errata_bcda"): {(0, 0): 0.50, (1, 0): 0.40},
+    ("K", "errata_dabc"): {(0, 0): 0.50, (1, 0): 0.40},
+}
+SPEARMAN = {k: {"true": 0.6, "errata_bcda": 0.2, "errata_dabc": 0.3} for k in KINDS}
+
+
+def scale_of(seed: int) -> float:
+    return 1.0 + 0.1 * seed
+
+
+def scores(scale: float = 1.0) -> pd.DataFrame:
+    rows = []
+    for kind in KINDS:
+        for variant in VARIANTS:
+            mean, std = BASELINE[variant]
+            background = 0.02 if variant == "true" else 0.01
+            for src in range(3):
+                for dst in range(3):
+                    excess = scale * PLANTED.get((kind, variant), {}).get((dst, src), background)
+                    rows.append(
+                        {"kind": kind, "variant": variant, "src_layer": 0, "src_head": src, "dst_layer": 1, "dst_head": dst,
+                         "score": mean + excess, "baseline_mean": mean, "baseline_std": std, "z": excess / std}
+                    )
+    return pd.DataFrame(rows)
+
+
+def heads() -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"layer": l, "head": h, "role": r, "prev_token": 0.9 if r == "previous_token" else 0.1, "induction": 0.8 if r == "induction" else 0.0}
+         for (l, h), r in ROLES.items()]
+    )
+
+
+def curve(seed: int) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"step": [0, 10, 20], "tokens": [0, 640, 1280], "train_loss": [float("nan"), 3.0, 2.5 - 0.1 * seed],
+         "eval_loss": [4.0, 3.0, 2.0 - 0.1 * seed], "induction": [0.0, 0.3, 0.6 + 0.05 * seed],
+         "prev_token": [0.1, 0.5, 0.9], "icl": [0.0, -0.2, -0.5]}
+    )
+
+
+def seed_inputs(seed: int) -> SeedInputs:
+    c = curve(seed)
+    metrics = {k: float(c.iloc[-1][k]) for k in ("train_loss", "eval_loss", "induction", "prev_token", "icl")}
+    return SeedInputs(seed=seed, scores=scores(scale_of(seed)), heads=heads(), spearman=SPEARMAN, metrics=metrics, curve=c)
+
+
+def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:
+    """The files the train, composition, heads and figures stages would write under `root`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dirs = {name: root / name for name in ("train", "composition", "heads", "figures")}
+    for seed in seeds:
+        inp = seed_inputs(seed)
+        sub = {name: d / f"seed{seed}" for name, d in dirs.items()}
+        for d in sub.values():
+            d.mkdir(parents=True, exist_ok=True)
+        inp.curve.to_csv(sub["train"] / "curve.tsv", sep="\t", index=False)
+        (sub["train"] / "metrics.json").write_text(json.dumps(inp.metrics))
+        inp.scores.to_csv(sub["composition"] / "scores.csv", index=False)
+        inp.heads.to_csv(sub["heads"] / "heads.csv", index=False)
+        (sub["heads"] / "summary.json").write_text(json.dumps({"roles": {}, "spearman": inp.spearman}))
+        fig, ax = plt.subplots(figsize=(2, 1.5))
+        ax.plot([0, 1], [0, seed])
+        fig.savefig(sub["figures"] / "errata_diagram.png", dpi=40)
+        fig.savefig(sub["figures"] / "errata_diagram.svg")
+        plt.close(fig)
+    return dirs

@@ -1,0 +1,269 @@
+"""The compare stage: role-group composition, the errata's claims per seed, bootstrap
+intervals across seeds, and the stage's files (exact seeds, byte-stable, one-line errors).
+
+Inputs are the hand-made tables of `synthetic_seeds` (planted values, see its docstring).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import synthetic_seeds as syn
+from pipeline import compare, params
+from pipeline.config import CompareConfig
+from pipeline.errors import UserError
+from stages import compare as compare_stage
+
+CFG = CompareConfig(bootstrap_samples=2000)
+
+
+def scored(seed: int = 0) -> pd.DataFrame:
+    inp = syn.seed_inputs(seed)
+    return compare.with_roles(inp.scores, inp.heads)
+
+
+# --- one seed ------------------------------------------------------------------------
+
+
+def test_group_composition_known_values():
+    k = syn.scale_of(1)
+    g = compare.group_composition(scored(1)).set_index(compare.GROUP_KEYS)
+    cell = g.loc[("K", "true", "induction", "previous_token")]
+    assert cell["n_pairs"] == 2
+    assert cell["max_excess"] == pytest.approx(0.30 * k)
+    assert cell["mean_excess"] == pytest.approx((0.30 + 0.25) / 2 * k)
+    assert cell["max_z"] == pytest.approx(0.30 * k / 0.01)
+    assert g.loc[("K", "errata_bcda", "induction", "recent_window"), "max_excess"] == pytest.approx(0.01 * k)
+    assert g.loc[("V", "true", "other", "other"), "n_pairs"] == 1
+    # every head pair lands in exactly one cell of each (kind, variant)
+    assert g["n_pairs"].sum() == len(syn.scores())
+    # rows come in the fixed order: kinds, then variants, then roles
+    assert list(g.index.get_level_values("kind").unique()) == ["Q", "K", "V"]
+    assert list(g.index.get_level_values("variant").unique()) == ["true", "errata_bcda", "errata_dabc"]
+
+
+def test_group_composition_skips_undefined_errata_scores():
+    s = scored()
+    errata_prev = (s["variant"] == "errata_bcda") & (s["kind"] == "K") & (s["dst_head"] == 0) & (s["src_head"] == 0)
+    s.loc[errata_prev, ["score", "excess", "z"]] = math.nan  # a rotated strand that is exactly zero
+    g = compare.group_composition(s).set_index(compare.GROUP_KEYS)
+    cell = g.loc[("K", "errata_bcda", "induction", "previous_token")]
+    assert cell["n_pairs"] == 2 and cell["max_excess"] == pytest.approx(0.40)
+
+
+def test_selectivity_known_values():
+    s = scored()
+    assert compare.selectivity(s, "true") == pytest.approx((0.30 - 0.35) / (0.30 + 0.35))  # V other<-other wins
+    assert compare.selectivity(s, "errata_bcda") == pytest.approx((0.50 - 0.01) / (0.50 + 0.01))
+    assert math.isnan(compare.selectivity(s, "true", dst="induction", src="duplicate_token"))  # no such heads
+
+
+def test_seed_row_claims():
+    inp = syn.seed_inputs(2)
+    s = compare.with_roles(inp.scores, inp.heads)
+    row = compare.seed_row(inp, s, compare.group_composition(s))
+    k = syn.scale_of(2)
+    assert row["seed"] == 2
+    assert (row["n_previous_token"], row["n_recent_window"], row["n_induction"], row["n_other"], row["n_first_token"]) == (1, 1, 2, 2, 0)
+    assert row["train_eval_loss"] == pytest.approx(1.8)
+    assert row["K_true_ind_prev"] == pytest.approx(0.30 * k)
+    assert row["K_true_ind_recent"] == pytest.approx(0.20 * k)
+    assert row["a_selectivity_true"] == pytest.approx(-1 / 13)
+    assert row["a"] == pytest.approx(49 / 51)
+    assert row["b"] == pytest.approx(20 * k)
+    assert row["b_rel_true"] == pytest.approx(2 / 3)
+    assert row["b_rel_errata_dabc"] == pytest.approx(0.01 / 0.50)
+    assert row["c_rho_K_errata_dabc"] == pytest.approx(0.3)
+    assert row["c"] == pytest.approx(0.6 - 0.3)
+
+
+def test_seed_without_recent_window_heads_leaves_claim_b_out():
+    inp = syn.seed_inputs(0)
+    inp.heads.loc[inp.heads["role"] == "recent_window", "role"] = "other"
+    inp.spearman = {"K": {"true": None, "errata_bcda": 0.2, "errata_dabc": 0.3}}  # undefined rho, absent kinds
+    s = compare.with_roles(inp.scores, inp.heads)
+    row = compare.seed_row(inp, s, compare.group_composition(s))
+    assert math.isnan(row["b"]) and math.isnan(row["b_rel_true"]) and math.isnan(row["K_true_ind_recent"])
+    assert math.isnan(row["c"]) and math.isnan(row["c_rho_Q_true"])
+    assert row["a"] == pytest.approx(49 / 51)  # unaffected
+
+
+def test_a_head_without_a_role_is_named():
+    inp = syn.seed_inputs(0)
+    with pytest.raises(UserError, match=r"heads.csv.*\(1, 2\)"):
+        compare.with_roles(inp.scores, inp.heads[~((inp.heads["layer"] == 1) & (inp.heads["head"] == 2))])
+
+
+# --- across seeds --------------------------------------------------------------------
+
+
+def test_bootstrap_known_answers():
+    assert compare.bootstrap_ci([1.0], CFG) == (None, None)
+    assert compare.bootstrap_ci([2.0, math.nan], CFG) == (None, None)
+    assert compare.bootstrap_ci([0.5, 0.5, 0.5], CFG) == (0.5, 0.5)
+    # two seeds: resampled means are x1 (1/4), the midpoint (1/2), x2 (1/4): the 95% interval is [x1, x2]
+    assert compare.bootstrap_ci([1.0, 3.0], CFG) == (1.0, 3.0)
+    lo, hi = compare.bootstrap_ci([0.0, 1.0, 2.0], CFG)
+    assert 0.0 <= lo < 1.0 < hi <= 2.0 and lo == pytest.approx(2.0 - hi, abs=0.05)  # symmetric data
+    # a narrower level gives a narrower interval
+    lo80, hi80 = compare.bootstrap_ci([0.0, 1.0, 2.0, 5.0, 3.0], CompareConfig(ci=0.8, bootstrap_samples=2000))
+    lo95, hi95 = compare.bootstrap_ci([0.0, 1.0, 2.0, 5.0, 3.0], CFG)
+    assert lo95 <= lo80 < hi80 <= hi95
+
+
+def test_bootstrap_is_seeded():
+    x = [0.1, 0.7, 0.3, 0.9, 0.4]
+    assert compare.bootstrap_ci(x, CFG) == compare.bootstrap_ci(x, CFG)
+    other = compare.bootstrap_ci(x, CompareConfig(bootstrap_samples=2000, bootstrap_seed=1))
+    assert other != compare.bootstrap_ci(x, CFG)
+
+
+@pytest.mark.parametrize(
+    "stat, expected",
+    [
+        ({"n": 0, "lo": None, "hi": None}, "untestable"),
+        ({"n": 1, "lo": None, "hi": None}, "inconclusive"),
+        ({"n": 3, "lo": 0.1, "hi": 0.5}, "holds"),
+        ({"n": 3, "lo": -0.5, "hi": -0.1}, "fails"),
+        ({"n": 3, "lo": -0.1, "hi": 0.5}, "inconclusive"),
+    ],
+)
+def test_verdict(stat, expected):
+    assert compare.verdict(stat, 0.0) == expected
+
+
+def test_compare_across_seeds():
+    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG)
+    assert list(result.seeds["seed"]) == [0, 1, 2]
+    assert list(result.groups["seed"].unique()) == [0, 1, 2] and list(result.roles["seed"].unique()) == [0, 1, 2]
+    summary = result.summary
+    assert summary["n_seeds"] == 3
+    assert summary["b"]["mean"] == pytest.approx(22.0)
+    assert 20.0 <= summary["b"]["lo"] < 22.0 < summary["b"]["hi"] <= 24.0
+    assert summary["a"]["verdict"] == summary["b"]["verdict"] == summary["c"]["verdict"] == "holds"
+    assert summary["a"]["seeds_holding"] == 3 and summary["a"]["seeds_tested"] == 3
+    assert summary["mean"]["eval_loss"] == pytest.approx(1.9)
+    assert list(summary) == ["n_seeds", "a", "b", "c", "mean"]
+    assert list(summary["a"]) == ["verdict", "seeds_holding", "seeds_tested", "mean", "lo", "hi"]
+    stats = result.stats.set_index("column")
+    assert set(stats.index) == set(result.seeds.columns) - {"seed"}
+    assert stats.loc["n_induction", "mean"] == 2 and stats.loc["c", "lo"] == pytest.approx(0.3)
+    # the mean training curve, step by step
+    assert list(result.mean_curve["eval_loss"]) == pytest.approx([4.0, 3.0, 1.9])
+    assert result.mean_curve["tokens"].dtype.kind == "i"
+
+
+def test_one_seed_has_no_interval_and_no_verdict():
+    result = compare.compare([syn.seed_inputs(0)], CFG)
+    assert result.summary["b"] == {"verdict": "inconclusive", "seeds_holding": 1, "seeds_tested": 1, "mean": 20.0, "lo": None, "hi": None}
+    json.loads(compare.summary_json(result.summary))
+
+
+def test_seeds_evaluated_at_different_steps_are_refused():
+    a, b = syn.seed_inputs(0), syn.seed_inputs(1)
+    b.curve = b.curve.assign(step=[0, 5, 20])
+    with pytest.raises(UserError, match="different steps"):
+        compare.compare([a, b], CFG)
+
+
+def test_stale_seed_dirs(tmp_path):
+    for name in ("seed0", "seed1", "seed10", "seedX"):
+        (tmp_path / "train" / name).mkdir(parents=True)
+    (tmp_path / "train" / "seed3").write_text("a file, not a seed directory")
+    stale = compare.stale_seed_dirs([tmp_path / "train", tmp_path / "missing"], [0])
+    assert [p.name for p in stale] == ["seed1", "seed10"]
+
+
+def test_describe_names_every_column():
+    result = compare.compare([syn.seed_inputs(0)], CFG)
+    assert all(compare.describe(c) for c in result.seeds.columns if c != "seed")
+
+
+# --- the stage -----------------------------------------------------------------------
+
+
+def write_params(path: Path, overrides: list[str]) -> Path:
+    path.write_text(params.dump(params.compose(overrides)))  # real Hydra compose of conf/
+    return path
+
+
+def run_stage(tmp_path: Path, dirs: dict, out: Path, seeds: str) -> int:
+    p = write_params(tmp_path / f"params-{out.name}.yaml", [f"seeds={seeds}", "analysis.compare.bootstrap_samples=500", "analysis.compare.dpi=40"])
+    return compare_stage.main(
+        ["--params", str(p), "--train", str(dirs["train"]), "--composition", str(dirs["composition"]),
+         "--heads", str(dirs["heads"]), "--out", str(out)]
+    )
+
+
+EXPECTED_FILES = {
+    "seeds.csv", "stats.csv", "groups.csv", "roles.csv", "curves.tsv", "summary.json",
+    "figures/claims.png", "figures/claims.svg", "figures/roles.png", "figures/roles.svg",
+    "figures/curves.png", "figures/curves.svg",
+}
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_stage_reads_exactly_the_listed_seeds_and_is_byte_stable(tmp_path, capsys):
+    dirs = syn.write_stage_outputs(tmp_path / "outputs", [0, 1, 2])
+    assert run_stage(tmp_path, dirs, tmp_path / "a", "[2,0]") == 0
+    assert "seed1 is not in seeds" in capsys.readouterr().err  # a shrunk list: named, left out
+    first = files(tmp_path / "a")
+    assert set(first) == EXPECTED_FILES
+    seeds = pd.read_csv(tmp_path / "a" / "seeds.csv")
+    assert list(seeds["seed"]) == [2, 0]  # the order of params.yaml
+    assert set(pd.read_csv(tmp_path / "a" / "groups.csv")["seed"]) == {0, 2}
+    assert set(pd.read_csv(tmp_path / "a" / "roles.csv")["seed"]) == {0, 2}
+    json.loads(first["summary.json"], parse_constant=lambda c: pytest.fail(f"summary.json holds {c}"))
+    curves = pd.read_csv(tmp_path / "a" / "curves.tsv", sep="\t")
+    assert list(curves.columns) == list(compare.CURVE_COLUMNS)
+    assert curves["eval_loss"].iloc[-1] == pytest.approx((2.0 + 1.8) / 2)
+    # same inputs and config: the same bytes, figures included
+    assert run_stage(tmp_path, dirs, tmp_path / "b", "[2,0]") == 0
+    assert files(tmp_path / "b") == first
+
+
+def test_stage_missing_input_is_one_line_naming_the_file(tmp_path, capsys):
+    dirs = syn.write_stage_outputs(tmp_path / "outputs", [0])
+    assert run_stage(tmp_path, dirs, tmp_path / "out", "[0,1]") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "seed1" in err and "file not found" in err
+    assert not (tmp_path / "out" / "seeds.csv").exists()  # nothing half-written
+
+
+def test_stage_heads_without_roles_is_named(tmp_path, capsys):
+    dirs = syn.write_stage_outputs(tmp_path / "outputs", [0])
+    heads_csv = dirs["heads"] / "seed0" / "heads.csv"
+    pd.read_csv(heads_csv).drop(columns="role").to_csv(heads_csv, index=False)
+    assert run_stage(tmp_path, dirs, tmp_path / "out", "[0]") == 2
+    err = capsys.readouterr().err
+    assert "heads.csv" in err and "'role'" in err
+
+
+def test_stage_summary_without_spearman_is_named(tmp_path, capsys):
+    dirs = syn.write_stage_outputs(tmp_path / "outputs", [0])
+    (dirs["heads"] / "seed0" / "summary.json").write_text(json.dumps({"roles": {}}))
+    assert run_stage(tmp_path, dirs, tmp_path / "out", "[0]") == 2
+    assert "spearman" in capsys.readouterr().err
+
+
+def test_figures_show_every_seed():
+    from pipeline.figures import compare as compare_figures
+
+    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG)
+    fig = compare_figures.claims_figure(result.seeds, result.stats, 3.0, 0.95)
+    b_axis = fig.axes[1]
+    dots = np.concatenate([c.get_offsets() for c in b_axis.collections if hasattr(c, "get_offsets") and len(c.get_offsets()) == 3])
+    assert sorted(dots[:, 1]) == pytest.approx([20.0, 22.0, 24.0])
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
