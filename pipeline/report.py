@@ -1,0 +1,225 @@
+"""One self-contained HTML page: the claims with their intervals, the cross-seed table,
+every figure of every seed, the roles and composition tables, the config and the
+environment. Images are embedded as data: URIs and the style is inline; the page has no
+script and no link, so it reads the same offline, from a mail attachment or a USB stick.
+
+`render` is pure (tables and bytes in, text out). `environment` describes the machine
+and commit building the page; it is the only part that is not a function of the
+pipeline's outputs and config (see ENVIRONMENT_NOTE).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import importlib.metadata
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from pipeline.compare import CLAIMS, GROUP_KEYS, KINDS, VARIANTS, describe
+from pipeline.errors import UserError
+
+MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
+PACKAGES = ("torch", "numpy", "pandas", "scipy", "matplotlib", "hydra-core", "omegaconf", "dvc", "safetensors", "transformer-lens")
+ENVIRONMENT_NOTE = (
+    "This table describes the machine and the git commit that built this page, not necessarily those "
+    "that trained the models (DVC rebuilds the page only when its inputs change, and may restore it "
+    "from its cache). It is the only part of the page that depends on the machine; nothing on the page "
+    "records the time, so the same outputs, config, commit and machine give the same bytes."
+)
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+table { border-collapse: collapse; font-size: .85em; margin: .5em 0 1em; }
+th, td { border: 1px solid #ddd; padding: .2em .5em; text-align: left; font-variant-numeric: tabular-nums; }
+th { background: #f4f4f4; }
+figure { margin: .5em 0 1.2em; } figcaption { font-size: .85em; color: #555; }
+img { max-width: 100%; height: auto; border: 1px solid #eee; }
+pre { background: #f7f7f7; padding: .8em; overflow-x: auto; font-size: .85em; }
+.holds { color: #1a7f37; font-weight: bold; } .fails { color: #cf222e; font-weight: bold; }
+.inconclusive, .untestable { color: #9a6700; font-weight: bold; }
+.note { font-size: .9em; color: #555; }
+"""
+
+
+@dataclass
+class Image:
+    name: str  # shown as the caption and the alt text
+    data: bytes
+    mime: str
+
+    def uri(self) -> str:
+        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+
+def read_images(directory: Path) -> list[Image]:
+    """Every image in `directory`, sorted by name; an SVG only where no PNG of the same name exists."""
+    if not directory.is_dir():
+        raise UserError(str(directory), "figure directory not found")
+    files = sorted(p for p in directory.iterdir() if p.suffix.lower() in MIME)
+    pngs = {p.stem for p in files if p.suffix.lower() == ".png"}
+    return [
+        Image(p.name, p.read_bytes(), MIME[p.suffix.lower()])
+        for p in files
+        if not (p.suffix.lower() == ".svg" and p.stem in pngs)
+    ]
+
+
+def environment(cwd: str | Path = ".") -> dict[str, str]:
+    """Versions, threads and git revision of the process building the report."""
+    import torch  # for its thread count: what training used when train.threads is null
+
+    env = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            env[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            env[name] = "not installed"
+    env["platform"] = f"{platform.system()} {platform.machine()}"
+    env["cpus (visible / total)"] = f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'} / {os.cpu_count()}"
+    env["torch threads (default)"] = str(torch.get_num_threads())
+    env["torch interop threads"] = str(torch.get_num_interop_threads())
+    env["cuda available"] = str(torch.cuda.is_available())
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = os.environ.get(var, "unset")
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=30)
+        env["git revision"] = rev.stdout.strip() if rev.returncode == 0 else "unknown (not a git checkout)"
+    except (OSError, subprocess.TimeoutExpired):
+        env["git revision"] = "unknown (git not available)"
+    return env
+
+
+# --- rendering -----------------------------------------------------------------------
+
+
+def _number(value) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def table(frame: pd.DataFrame) -> str:
+    """An HTML table; numbers to four significant digits, missing values as a dash."""
+    return frame.to_html(index=False, border=0, na_rep="–", float_format=lambda v: f"{v:.4g}", escape=True)
+
+
+def figure(image: Image) -> str:
+    name = html.escape(image.name)
+    return f'<figure><img src="{image.uri()}" alt="{name}"><figcaption>{name}</figcaption></figure>'
+
+
+def _interval(stat: Mapping) -> str:
+    if not stat.get("seeds_tested"):
+        return "–"
+    if stat.get("lo") is None:
+        return f"{_number(stat.get('mean'))} (no interval: fewer than two seeds)"
+    return f"{_number(stat['mean'])} [{_number(stat['lo'])}, {_number(stat['hi'])}]"
+
+
+def claims_table(summary: Mapping, thresholds: Mapping[str, float], ci: float) -> str:
+    rows = []
+    for name, claim in CLAIMS.items():
+        s = summary[name]
+        v = html.escape(s["verdict"])
+        rows.append(
+            f"<tr><td>({name})</td><td>{html.escape(claim['statement'])}</td><td>{html.escape(claim['meaning'])}</td>"
+            f"<td>&gt; {_number(thresholds[name])}</td><td>{s['seeds_holding']} / {s['seeds_tested']}</td>"
+            f"<td>{html.escape(_interval(s))}</td><td class=\"{v}\">{v}</td></tr>"
+        )
+    head = (
+        "<tr><th>claim</th><th>statement</th><th>statistic (per seed)</th><th>holds when</th>"
+        f"<th>seeds where it holds</th><th>mean [{ci:.0%} CI]</th><th>verdict</th></tr>"
+    )
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def composition_table(groups: pd.DataFrame) -> str:
+    """Max excess per role-group pair (rows) and kind x variant (columns), with the pair count."""
+    if groups.empty:
+        return "<p>No head pairs.</p>"
+    wide = groups.pivot_table(index=["dst_role", "src_role"], columns=["kind", "variant"], values="max_excess", sort=False)
+    wide = wide.reindex(columns=[(k, v) for k in KINDS for v in VARIANTS if (k, v) in wide.columns])
+    wide.columns = [f"{k} {v}" for k, v in wide.columns]
+    n_pairs = groups.drop_duplicates(["dst_role", "src_role"]).set_index(["dst_role", "src_role"])["n_pairs"]
+    wide.insert(0, "pairs", n_pairs.reindex(wide.index).astype(int))
+    wide.index = [f"{dst} <- {src}" for dst, src in wide.index]
+    return table(wide.rename_axis("later <- earlier").reset_index())
+
+
+def cross_seed_table(seeds: pd.DataFrame, stats: pd.DataFrame) -> str:
+    """A row per statistic: what it is, its value in each seed, n, mean, lo, hi."""
+    per_seed = seeds.set_index("seed").T
+    per_seed.columns = [f"seed {s}" for s in per_seed.columns]
+    by_column = stats.set_index("column").reindex(per_seed.index)[["n", "mean", "lo", "hi"]]
+    wide = pd.concat([per_seed, by_column], axis=1).rename_axis("statistic").reset_index()
+    wide.insert(1, "meaning", [describe(c) for c in wide["statistic"]])
+    return table(wide)
+
+
+def render(
+    title: str,
+    config_text: str,
+    env: Mapping[str, str],
+    summary: Mapping,
+    thresholds: Mapping[str, float],
+    ci: float,
+    stats: pd.DataFrame,
+    seeds: pd.DataFrame,
+    roles: pd.DataFrame,
+    groups: pd.DataFrame,
+    compare_images: Sequence[Image],
+    seed_images: Mapping[int, Sequence[Image]],
+) -> str:
+    """The whole page. Seeds appear in the order of `seed_images`."""
+    missing = [c for c in GROUP_KEYS if c not in groups.columns]
+    if missing:
+        raise UserError("groups.csv", f"missing column {missing[0]!r}")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>{len(seed_images)} seed(s): {', '.join(map(str, seed_images))}. Composition is measured as "
+        "score minus the random-matrix baseline of its variant (<em>excess</em>); heads are compared across "
+        "seeds through their roles, not their indices. <em>true</em> is the corrected score; "
+        "<em>errata_bcda</em> and <em>errata_dabc</em> are the two rotated strands the errata says the "
+        "original library computed.</p>",
+        '<h2 id="claims">The errata\'s claims</h2>',
+        claims_table(summary, thresholds, ci),
+        f'<p class="note">Intervals: {ci:.0%} percentile bootstrap of the mean over seeds. Verdict: '
+        "<em>holds</em> when the interval lies above the threshold, <em>fails</em> when below, "
+        "<em>inconclusive</em> when it straddles it or fewer than two seeds have the heads the claim needs.</p>",
+    ]
+    parts += [figure(img) for img in compare_images]
+    parts += [
+        '<h2 id="across-seeds">Across seeds</h2>',
+        f"<p>Every per-seed statistic (seeds.csv), then its mean and {ci:.0%} interval over seeds "
+        "(n: seeds where it is defined).</p>",
+        cross_seed_table(seeds, stats),
+    ]
+    for seed, images in seed_images.items():
+        parts.append(f'<h2 id="seed{seed}">Seed {seed}</h2>')
+        parts += [figure(img) for img in images]
+        parts.append("<h3>Head roles</h3>")
+        parts.append(table(roles[roles["seed"] == seed].drop(columns="seed")))
+        parts.append("<h3>Composition between role groups (max excess over the group's head pairs)</h3>")
+        parts.append(composition_table(groups[groups["seed"] == seed]))
+    parts += [
+        '<h2 id="config">Config (params.yaml)</h2>',
+        f"<pre>{html.escape(config_text)}</pre>",
+        '<h2 id="environment">Environment</h2>',
+        table(pd.DataFrame(list(env.items()), columns=["", "value"])),
+        f'<p class="note">{html.escape(ENVIRONMENT_NOTE)}</p>',
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"

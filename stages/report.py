@@ -1,0 +1,49 @@
+"""The offline report: one self-contained HTML page (images embedded, no network).
+
+    python -m stages.report --compare outputs/compare --figures outputs/figures \
+        --out outputs/report/index.html
+
+Shows the seeds listed in params.yaml: the compare stage's tables, claims and figures,
+every image under `<figures>/seed<N>/`, the config and the environment.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pipeline import compare, io, params, report
+from pipeline.cli import run_cli, stage_parser
+from pipeline.tables import read_csv
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser("python -m stages.report", __doc__)
+    parser.add_argument("--compare", required=True, help="compare stage directory (tables, summary.json, figures/)")
+    parser.add_argument("--figures", required=True, help="figures stage directory (seed<N>/*.png|svg)")
+    parser.add_argument("--out", required=True, help="the HTML file to write")
+
+    def body(args) -> None:
+        cfg = params.load(args.params)
+        c = Path(args.compare)
+        page = report.render(
+            title=cfg.analysis.report.title,
+            config_text=Path(args.params).read_text(),
+            env=report.environment(),
+            summary=io.read_json(c / "summary.json"),
+            thresholds={name: compare.claim_threshold(name, cfg.analysis.compare) for name in compare.CLAIMS},
+            ci=cfg.analysis.compare.ci,
+            stats=read_csv(c / "stats.csv"),
+            seeds=read_csv(c / "seeds.csv", ["seed"]),
+            roles=read_csv(c / "roles.csv", ["seed", "layer", "head", "role"]),
+            groups=read_csv(c / "groups.csv", ["seed", "n_pairs", "max_excess"]),
+            compare_images=report.read_images(c / "figures"),
+            seed_images={seed: report.read_images(Path(args.figures) / f"seed{seed}") for seed in cfg.seeds},
+        )
+        io.write_text(args.out, page)
+
+    return run_cli(parser, body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

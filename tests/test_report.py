@@ -1,0 +1,190 @@
+"""The report: one self-contained HTML page that opens offline and shows every figure.
+
+The page is built by the real compare and report stages from the hand-made outputs of
+`synthetic_seeds`; headless Chromium (Debian package `chromium`) opens it with every
+network request sent to a dead proxy and reports any image that did not load.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import synthetic_seeds as syn
+from pipeline import params
+from stages import compare as compare_stage
+from stages import report as report_stage
+
+SEEDS = [0, 1]
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+
+
+class Page(HTMLParser):
+    """Tags and attributes of a page, and the text of its <style>."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.style = ""
+        self._in_style = False
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.style += data
+
+
+def build(root: Path, seeds=SEEDS) -> Path:
+    dirs = syn.write_stage_outputs(root / "outputs", seeds)
+    p = root / "params.yaml"
+    p.write_text(params.dump(params.compose([f"seeds={seeds}", "analysis.compare.bootstrap_samples=500", "analysis.compare.dpi=40"])))
+    compare_out = root / "outputs" / "compare"
+    assert compare_stage.main(
+        ["--params", str(p), "--train", str(dirs["train"]), "--composition", str(dirs["composition"]),
+         "--heads", str(dirs["heads"]), "--out", str(compare_out)]
+    ) == 0
+    page = root / "outputs" / "report" / "index.html"
+    assert report_stage.main(["--params", str(p), "--compare", str(compare_out), "--figures", str(dirs["figures"]), "--out", str(page)]) == 0
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("report"))
+
+
+def expected_images(root: Path) -> dict[str, bytes]:
+    """What the page must embed: every PNG of the compare stage and of each seed's figures (SVGs have a PNG twin)."""
+    out = {p.name: p.read_bytes() for p in sorted((root / "compare" / "figures").glob("*.png"))}
+    for seed in SEEDS:
+        out.update({f"seed{seed}/{p.name}": p.read_bytes() for p in sorted((root / "figures" / f"seed{seed}").glob("*.png"))})
+    return out
+
+
+def test_page_is_self_contained(page):
+    html = Page(page.read_text())
+    tags = [t for t, _ in html.tags]
+    assert not {"script", "link", "iframe", "object", "embed", "base"} & set(tags)
+    for tag, attrs in html.tags:
+        for name in ("src", "href", "srcset", "poster", "data"):
+            if name in attrs:
+                assert tag == "img" and name == "src" and attrs[name].startswith("data:"), (tag, name, attrs[name][:60])
+    assert "url(" not in html.style and "@import" not in html.style
+    assert not re.search(r"https?://", page.read_text().split("<body", 1)[1].split("<pre>", 1)[0])
+
+
+def test_page_embeds_every_figure_byte_for_byte(page):
+    root = page.parents[1]
+    images = [a for t, a in Page(page.read_text()).tags if t == "img"]
+    embedded = sorted(base64.b64decode(a["src"].split(",", 1)[1]) for a in images)
+    expected = expected_images(root)
+    assert len(expected) == 3 + len(SEEDS)  # claims, curves, roles; each seed's errata diagram
+    assert embedded == sorted(expected.values())
+    assert all(a["alt"] for a in images)
+
+
+def test_page_shows_claims_tables_config_and_environment(page):
+    text = page.read_text()
+    summary = json.loads((page.parents[1] / "compare" / "summary.json").read_text())
+    assert summary["a"]["verdict"] == "holds"
+    assert text.count('class="holds">holds<') == 3  # the three claims, planted to hold
+    for seed in SEEDS:
+        assert f'<h2 id="seed{seed}">Seed {seed}</h2>' in text
+    assert "induction &lt;- previous_token" in text and "recent_window" in text  # composition and roles tables
+    assert "bootstrap_samples: 500" in text  # the config
+    assert f"<td>{importlib.metadata.version('torch')}</td>" in text and "git revision" in text
+
+
+def test_page_is_byte_stable(page, tmp_path):
+    again = build(tmp_path)
+    assert again.read_bytes() == page.read_bytes()
+
+
+def test_missing_figures_are_named(page, tmp_path, capsys):
+    root = page.parents[1]
+    code = report_stage.main(
+        ["--params", str(root.parent / "params.yaml"), "--compare", str(root / "compare"),
+         "--figures", str(tmp_path / "nowhere"), "--out", str(tmp_path / "index.html")]
+    )
+    assert code == 2
+    assert "nowhere/seed0" in capsys.readouterr().err
+    assert not (tmp_path / "index.html").exists()
+
+
+# --- in a browser --------------------------------------------------------------------
+
+CHECK = """<script>
+addEventListener('load', () => {
+  const imgs = Array.from(document.images);
+  const bad = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt);
+  document.title = 'CHECK ' + JSON.stringify({n: imgs.length, bad: bad});
+});
+</script>"""
+
+
+def chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium, offline: every network request goes to a proxy that is not there."""
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (CI must install the Debian package chromium)")
+        pytest.skip("chromium is not installed: apt-get install -y chromium (the Debian package) to run this test")
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+        f"--user-data-dir={tmp_path / 'profile'}", "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+        *args, url,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def images_loaded(tmp_path: Path, page_text: str) -> dict:
+    """{n: images on the page, bad: alt text of each that did not load}, as Chromium saw them."""
+    probe = tmp_path / "probe.html"
+    probe.write_text(page_text.replace("</body>", CHECK + "</body>"))
+    proc = chromium(tmp_path, probe.as_uri(), "--virtual-time-budget=10000", "--dump-dom")
+    found = re.search(r"<title>CHECK (.*?)</title>", proc.stdout)
+    assert found, f"the check did not run (exit {proc.returncode}):\n{proc.stderr[-2000:]}"
+    return json.loads(found.group(1))
+
+
+@pytest.mark.slow
+def test_chromium_detects_images_that_do_not_load(tmp_path):
+    """The check can fail: a network image (offline) and a corrupt one are reported."""
+    svg = base64.b64encode(b'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>').decode()
+    text = (
+        '<html><body><img alt="net" src="https://example.com/x.png">'
+        '<img alt="corrupt" src="data:image/png;base64,AAAA">'
+        f'<img alt="ok" src="data:image/svg+xml;base64,{svg}"></body></html>'
+    )
+    assert images_loaded(tmp_path, text) == {"n": 3, "bad": ["net", "corrupt"]}
+
+
+@pytest.mark.slow
+def test_report_opens_offline_in_chromium_with_every_image(page, tmp_path):
+    n = len(expected_images(page.parents[1]))
+    assert images_loaded(tmp_path, page.read_text()) == {"n": n, "bad": []}
+    shot = tmp_path / "report.png"
+    proc = chromium(tmp_path, page.as_uri(), "--window-size=1280,2400", "--hide-scrollbars", f"--screenshot={shot}")
+    assert shot.is_file(), proc.stderr[-2000:]
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(shot)
+    assert pixels.shape[:2] == (2400, 1280)
+    assert pixels.std() > 0.05  # not a blank page
+    print(f"screenshot: {shot}")
