@@ -10,12 +10,13 @@ only the one edge a -> b(kind) is cut. On repeated random tokens `[first, span, 
     attn_effect = induction(b) clean - induction(b) ablated    (how much b's prefix matching drops)
     loss_effect = loss ablated - loss clean                    (next-token loss, all positions)
 
-V-ablation cannot change b's pattern, so its attn_effect is exactly 0.
+V-ablation cannot change b's pattern, so its attn_effect is 0 (written as exactly 0).
 
 Fast path (`path_ablation`): head b's pattern and output depend only on b's own query,
 key and value inputs, so feeding the ablated input to *every* head of layer j at once
-(at one kind) gives each head b exactly its single-edge result. The loss then needs one
-forward pass per b (b's new output, every other head's clean one): all b are batched.
+(at one kind) gives each head b exactly its single-edge result. Several source heads a
+are stacked along the batch of one attention call. The loss then needs one forward pass
+per b (b's new output, every other head's clean one): all b are batched.
 `ablate_path` is the single-edge reference, through per-head inputs.
 """
 
@@ -30,6 +31,7 @@ from pipeline.model import AttnOnlyTransformer, Cache, next_token_loss
 
 KINDS = ("Q", "K", "V")
 COLUMNS = ["kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect"]
+_CHUNK = 2**24  # elements of one stacked attention result (128 MB in float64)
 
 
 def _finish(model: AttnOnlyTransformer, resid: Tensor, layer: int, pos: Tensor | None) -> Tensor:
@@ -46,35 +48,54 @@ def _mean_ablated(cache: Cache, src_layer: int, src_head: int, dst_layer: int) -
     return cache.resid_pre[dst_layer] - write + write.mean(0, keepdim=True)
 
 
+def _sources_per_chunk(batch: int, pos: int, n_heads: int, d_model: int) -> int:
+    """Source heads stacked into one attention call: its per-head result [n * batch, pos, head,
+    d_model] stays under _CHUNK elements (memory), at least one."""
+    return max(1, _CHUNK // (batch * pos * n_heads * d_model))
+
+
 @torch.no_grad()
 def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd.DataFrame:
     """One row per (kind, a, b), b in a later layer than a: COLUMNS. `tokens` [batch, 1 + 2 length]."""
     logits, cache = model.run_with_cache(tokens)
     clean_loss = next_token_loss(logits, tokens)
     B, T = tokens.shape
+    H = model.cfg.n_heads
     rows = []
     for j in range(1, model.cfg.n_layers):
         block = model.blocks[j]
-        clean_in = block.attn_inputs(cache.resid_pre[j], cache.pos)  # (q_in, k_in, v_in)
+        clean_in = block.attn_inputs(cache.resid_pre[j], cache.pos)  # (q_in, k_in, v_in), each [batch, pos, d_model]
         clean_induction = patterns.induction(cache.pattern[j], length)  # [head]
         clean_result = cache.result[j]  # [batch, pos, head, d_model]
         resid_post = cache.resid_pre[j] + clean_result.sum(dim=2) + block.attn.b_O  # [batch, pos, d_model]
-        H = clean_result.shape[2]
+        step = _sources_per_chunk(B, T, H, clean_result.shape[-1])
         for i in range(j):
-            for a in range(model.cfg.n_heads):
-                ablated_in = block.attn_inputs(_mean_ablated(cache, i, a, j), cache.pos)
+            write = cache.result[i]  # [batch, pos, head, d_model]
+            for first in range(0, H, step):
+                sources = range(first, min(first + step, H))
+                n = len(sources)
+                # layer j's input with each source head's write replaced by its per-position mean,
+                # the sources stacked along the batch: [n * batch, pos, d_model]
+                w = write[:, :, first : first + n]
+                ablated = (cache.resid_pre[j][:, :, None] - w + w.mean(0, keepdim=True)).permute(2, 0, 1, 3).reshape(n * B, T, -1)
+                ablated_in = block.attn_inputs(ablated, cache.pos)
                 for k, kind in enumerate(KINDS):
-                    inputs = list(clean_in)
-                    inputs[k] = ablated_in[k]  # every head of layer j reads the ablated input at this kind
+                    # every head of layer j reads the ablated input at this kind (module doc)
+                    inputs = [x.repeat(n, 1, 1) for x in clean_in]
+                    inputs[k] = ablated_in[k]
                     out = block.attn(*inputs)
-                    attn_effect = clean_induction - patterns.induction(out.pattern, length)  # [head]
-                    # one sequence of the batch per b: b's new write, the other heads' clean ones
-                    delta = (out.result - clean_result).permute(2, 0, 1, 3)  # [head, batch, pos, d_model]
-                    resid = (resid_post[None] + delta).reshape(H * B, T, -1)  # [head * batch, pos, d_model]
-                    loss = next_token_loss(_finish(model, resid, j, cache.pos), tokens.repeat(H, 1), reduce=False)
-                    loss_effect = loss.view(H, -1).mean(-1) - clean_loss  # [head]
-                    for b in range(H):
-                        rows.append((kind, i, a, j, b, float(attn_effect[b]), float(loss_effect[b])))
+                    pattern = out.pattern.view(n, B, H, T, T)
+                    delta = (out.result.view(n, B, T, H, -1) - clean_result).permute(0, 3, 1, 2, 4)  # [n, head, batch, pos, d_model]
+                    for s, a in enumerate(sources):
+                        attn_effect = clean_induction - patterns.induction(pattern[s], length)  # [head]
+                        if kind == "V":  # values cannot move a pattern: 0, not rounding noise
+                            attn_effect = torch.zeros_like(attn_effect)
+                        # one copy of the batch per b: b's new write, the other heads' clean ones
+                        resid = (resid_post + delta[s]).reshape(H * B, T, -1)  # [head * batch, pos, d_model]
+                        loss = next_token_loss(_finish(model, resid, j, cache.pos), tokens.repeat(H, 1), reduce=False)
+                        loss_effect = loss.view(H, -1).mean(-1) - clean_loss  # [head]
+                        for b in range(H):
+                            rows.append((kind, i, a, j, b, float(attn_effect[b]), float(loss_effect[b])))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     order = {kind: n for n, kind in enumerate(KINDS)}
     frame = frame.sort_values(["kind", "src_layer", "src_head", "dst_layer", "dst_head"], key=lambda c: c.map(order) if c.name == "kind" else c)

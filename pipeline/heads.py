@@ -120,8 +120,11 @@ def qk_positivity(hw: HeadWeights) -> tuple[Tensor, Tensor]:
     return out, source
 
 
-def pattern_scores(model: AttnOnlyTransformer, repeated: Tensor, heldout: Tensor, length: int, k: int) -> dict[str, Tensor]:
-    """Each attention score, [layer, head]: induction on `repeated`, the rest on `heldout`."""
+def pattern_scores(
+    model: AttnOnlyTransformer, repeated: Tensor, heldout: Tensor, length: int, k: int
+) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Each attention score [layer, head] (induction on `repeated`, the rest on `heldout`),
+    and the first repeated sequence with its patterns (tokens [pos], pattern [layer, head, q, k])."""
     _, rep = model.run_with_cache(repeated)
     _, held = model.run_with_cache(heldout)
     scores: dict[str, list[Tensor]] = {name: [] for name in SCORES[:6]}
@@ -132,7 +135,8 @@ def pattern_scores(model: AttnOnlyTransformer, repeated: Tensor, heldout: Tensor
         scores["recent_window"].append(patterns.recent_window(p_held, k))
         scores["duplicate_token"].append(patterns.duplicate_token(p_held, heldout))
         scores["induction"].append(patterns.induction(p_rep, length))
-    return {name: torch.stack(v) for name, v in scores.items()}
+    example = {"tokens": repeated[0].clone(), "pattern": torch.stack([p[0] for p in rep.pattern]).contiguous()}
+    return {name: torch.stack(v) for name, v in scores.items()}, example
 
 
 def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
@@ -161,7 +165,7 @@ def analyse_batches(model: AttnOnlyTransformer, hw: HeadWeights, repeated: Tenso
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if (L, H) != (hw.n_layers, hw.n_heads):
         raise ValueError(f"model has {L} x {H} heads but the weights {hw.n_layers} x {hw.n_heads}")
-    scores = pattern_scores(model, repeated, heldout, cfg.repeat_length, cfg.recent_window)
+    scores, example = pattern_scores(model, repeated, heldout, cfg.repeat_length, cfg.recent_window)
     scores["copying"] = copying(hw)
     scores["qk_positivity"], _ = qk_positivity(hw)
     layer, head = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
@@ -171,8 +175,6 @@ def analyse_batches(model: AttnOnlyTransformer, hw: HeadWeights, repeated: Tenso
     table["role"] = "other"
     table = classify(table, cfg.thresholds)
     effects = ablation.path_ablation(model, repeated, cfg.repeat_length)
-    _, cache = model.run_with_cache(repeated[:1])
-    example = {"tokens": repeated[0].clone(), "pattern": torch.stack([p[0] for p in cache.pattern]).contiguous()}
     return HeadsResult(table, effects, example)
 
 
@@ -186,9 +188,8 @@ def _finite(x: float) -> float | None:
 def spearman(effects: pd.DataFrame, scores: pd.DataFrame, effect: str) -> dict[str, dict[str, float | None]]:
     """{kind: {variant: rho}}: Spearman rank correlation between |effect| and the composition
     score, over the pairs where both are defined; None where it is undefined (fewer than
-    3 pairs, or a constant effect or score). |effect|: dependence in either direction."""
-    from scipy.stats import spearmanr
-
+    3 pairs, or a constant effect or score). |effect|: dependence in either direction.
+    Ties get average ranks (as scipy.stats.spearmanr; pandas computes it without scipy)."""
     keys = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
     merged = effects.merge(scores, on=keys, how="inner")
     out: dict[str, dict[str, float | None]] = {}
@@ -200,7 +201,7 @@ def spearman(effects: pd.DataFrame, scores: pd.DataFrame, effect: str) -> dict[s
             x, y = x[ok], y[ok]
             rho = float("nan")
             if len(x) >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
-                rho = float(spearmanr(x, y).statistic)
+                rho = pd.Series(x).corr(pd.Series(y), method="spearman")
             out.setdefault(kind, {})[variant] = _finite(rho)
     return out
 
