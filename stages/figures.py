@@ -1,8 +1,12 @@
 """Figures of one seed (PNG and SVG): the errata diagram, original and corrected side by
-side, and a heatmap of score minus baseline per composition kind.
+side, and a heatmap of score minus baseline per composition kind; with the heads stage's
+outputs, every head's attention pattern titled with its role, copying vs QK positivity,
+and the path-ablation effects against each composition variant.
 
     python -m stages.figures --scores outputs/composition/seed0/scores.csv \
-        --heads outputs/heads/seed0/heads.csv --out outputs/figures/seed0
+        --heads outputs/heads/seed0/heads.csv --ablation outputs/heads/seed0/ablation.csv \
+        --heads-summary outputs/heads/seed0/summary.json --patterns outputs/heads/seed0/patterns.safetensors \
+        --out outputs/figures/seed0
 """
 
 from __future__ import annotations
@@ -12,12 +16,16 @@ import sys
 from pipeline import figures, io, params, tables
 from pipeline.cli import run_cli, stage_parser
 from pipeline.figures import composition as composition_figures
+from pipeline.figures import heads as heads_figures
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.figures", __doc__)
     parser.add_argument("--scores", required=True, help="scores.csv of the composition stage")
     parser.add_argument("--heads", help="heads.csv of the heads stage (labels heads by role)")
+    parser.add_argument("--ablation", help="ablation.csv of the heads stage")
+    parser.add_argument("--heads-summary", help="summary.json of the heads stage (Spearman correlations)")
+    parser.add_argument("--patterns", help="patterns.safetensors of the heads stage")
     parser.add_argument("--out", required=True, help="output directory")
 
     def body(args) -> None:
@@ -30,6 +38,20 @@ def main(argv: list[str] | None = None) -> int:
         figures.save(diagram, out / "errata_diagram", dpi=cfg.dpi)
         for kind in composition_figures.KINDS:
             figures.save(composition_figures.composition_heatmap(scores, kind), out / f"composition_{kind}", dpi=cfg.dpi)
+        if args.heads:
+            heads = tables.read_csv(args.heads, ("layer", "head", "role", "copying", "qk_positivity"))
+            figures.save(heads_figures.copying_vs_qk(heads), out / "copying_vs_qk", dpi=cfg.dpi)
+            if args.patterns:
+                pattern = heads_figures.read_example(args.patterns)  # [layer, head, pos, pos], pos = 1 + 2 x span
+                fig = heads_figures.attention_patterns(pattern, heads, (pattern.shape[-1] - 1) // 2)
+                figures.save(fig, out / "attention_patterns", dpi=cfg.dpi)
+        if args.ablation:
+            effects = tables.read_csv(args.ablation, ("kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect"))
+            summary = io.read_json(args.heads_summary) if args.heads_summary else {}
+            for effect, kinds in (("loss_effect", ("Q", "K", "V")), ("attn_effect", ("Q", "K"))):  # V cannot move a pattern
+                rho = summary.get("spearman" if effect == "loss_effect" else "spearman_attn")
+                fig = heads_figures.ablation_vs_composition(effects, scores, effect, rho, kinds)
+                figures.save(fig, out / f"ablation_{effect.removesuffix('_effect')}", dpi=cfg.dpi)
 
     return run_cli(parser, body, argv)
 

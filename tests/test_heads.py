@@ -4,6 +4,7 @@ against dense float64, reproducibility, and the heads stage end to end."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,7 @@ from pipeline import checkpoint, composition, heads, params, weights
 from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, ModelConfig, RoleThresholds
 from pipeline.model import AttnOnlyTransformer
 
+ROOT = Path(__file__).resolve().parents[1]
 LENGTH = 7
 CFG = HeadsConfig(eval_sequences=32, repeat_length=LENGTH, recent_window=planted.WINDOW)
 PLANTED_ROLES = {
@@ -200,7 +202,7 @@ def stage_inputs(tmp_path):
         "train.probe_length=7", "analysis.heads.repeat_length=7", "analysis.heads.eval_sequences=16",
         "data.n_train_sequences=200",
     ]  # fmt: skip
-    (tmp_path / "params.yaml").write_text(params.dump(params.compose(overrides)))
+    (tmp_path / "params.yaml").write_text(params.dump(params.compose(overrides, conf_dir=ROOT / "conf")))
     return [
         "--params", str(tmp_path / "params.yaml"), "--model", str(tmp_path / "model.safetensors"),
         "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "heads.safetensors"),
@@ -208,6 +210,7 @@ def stage_inputs(tmp_path):
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_stage_writes_the_interface_and_is_byte_identical_on_rerun(tmp_path):
     from stages import heads as stage
 
@@ -240,3 +243,60 @@ def test_stage_names_a_missing_input_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "scores.csv" in err
     assert not (tmp_path / "out" / "heads.csv").exists()
+
+
+# --- figures -----------------------------------------------------------------------------
+
+
+def test_attention_pattern_panels_are_titled_with_roles(planted_result):
+    from pipeline.figures import heads as heads_figures
+
+    pattern = planted_result.example["pattern"].numpy()
+    fig = heads_figures.attention_patterns(pattern, planted_result.table, LENGTH)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [f"{l}.{h} {role.replace('_', ' ')}" for (l, h), role in PLANTED_ROLES.items()]
+    first = fig.axes[0].images[0].get_array()
+    np.testing.assert_array_equal(first, pattern[0, 0])  # the pattern itself, not a copy of another head's
+
+
+def test_copying_vs_qk_places_the_induction_head_top_right_and_names_undefined_heads(planted_result):
+    from pipeline.figures import heads as heads_figures
+
+    fig = heads_figures.copying_vs_qk(planted_result.table)
+    (ax,) = fig.axes
+    points = np.concatenate([c.get_offsets() for c in ax.collections])
+    np.testing.assert_allclose(points, [[1.0, 1.0]])  # only 1.0 has both scores defined
+    assert "undefined (not shown): 1.1, 1.2" in [t.get_text() for t in ax.texts]
+
+
+def test_ablation_figure_shows_each_variants_rho(planted_result):
+    from pipeline.figures import heads as heads_figures
+
+    scores = composition.composition_scores(
+        weights.from_state_dict(planted.state_dict()), CompositionConfig(baseline_samples=8, null_samples=4), seed=0
+    )
+    rho = {"K": {"true": 0.5, "errata_bcda": None}}
+    fig = heads_figures.ablation_vs_composition(planted_result.ablation, scores, "attn_effect", rho, ("K",))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["K true: Spearman ρ = 0.50", "K errata_bcda: Spearman ρ = undefined", "K errata_dabc: Spearman ρ = undefined"]
+    k_true = fig.axes[0].collections[0].get_offsets()
+    assert len(k_true) == 9 and k_true[:, 1].max() > 0.8  # 3 x 3 pairs; the planted edge's induction drop
+
+
+@pytest.mark.slow
+def test_figures_stage_draws_the_head_figures(tmp_path):
+    from stages import figures as figures_stage
+    from stages import heads as heads_stage
+
+    args = stage_inputs(tmp_path)
+    out = tmp_path / "heads"
+    assert heads_stage.main([*args, "--out", str(out)]) == 0
+    figure_args = [
+        "--params", str(tmp_path / "params.yaml"), "--scores", str(tmp_path / "scores.csv"),
+        "--heads", str(out / "heads.csv"), "--ablation", str(out / "ablation.csv"),
+        "--heads-summary", str(out / "summary.json"), "--patterns", str(out / "patterns.safetensors"),
+    ]  # fmt: skip
+    assert figures_stage.main([*figure_args, "--out", str(tmp_path / "figures")]) == 0
+    names = {p.name for p in (tmp_path / "figures").iterdir()}
+    for base in ("attention_patterns", "copying_vs_qk", "ablation_loss", "ablation_attn"):
+        assert {f"{base}.png", f"{base}.svg"} <= names
