@@ -71,10 +71,11 @@ def read_images(directory: Path) -> list[Image]:
     ]
 
 
-def environment(cwd: str | Path = ".") -> dict[str, str]:
-    """Versions, threads and git revision of the process building the report."""
-    import torch  # for its thread count: what training used when train.threads is null
+def environment(train_threads: int | None, cwd: str | Path = ".") -> dict[str, str]:
+    """Versions, threads and git revision of the process building the report.
 
+    Versions come from package metadata: nothing is imported (torch alone takes seconds).
+    """
     env = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
@@ -82,11 +83,10 @@ def environment(cwd: str | Path = ".") -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             env[name] = "not installed"
     env["platform"] = f"{platform.system()} {platform.machine()}"
-    env["cpus (visible / total)"] = f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'} / {os.cpu_count()}"
-    env["torch threads (default)"] = str(torch.get_num_threads())
-    env["torch interop threads"] = str(torch.get_num_interop_threads())
-    env["cuda available"] = str(torch.cuda.is_available())
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    visible = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    env["cpus (visible / total)"] = f"{visible} / {os.cpu_count()}"
+    env["torch threads (train.threads)"] = str(train_threads) if train_threads else "torch's default (one per physical core)"
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # they change torch's default
         env[var] = os.environ.get(var, "unset")
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=30)
