@@ -1,0 +1,88 @@
+"""The foundation, end to end with the real DVC, Hydra and torch on the tiny config:
+`dvc repro` produces every artifact; a second run does nothing; a figures parameter
+reruns only what draws; `dvc exp run -S` runs an experiment that `dvc exp show` lists;
+a bad override fails in one line naming the key, leaving params.yaml as it was."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from dvc_repo import BIN, dvc, git, make_repo, run, stages_run
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = {
+    "train": ("model.safetensors", "config.json", "metrics.json", "curve.tsv"),
+    "weights": ("heads.safetensors", "summary.json"),
+    "composition": ("scores.csv", "summary.json"),
+    "heads": ("heads.csv", "summary.json", "ablation.csv"),
+    "figures": ("errata_diagram.png", "errata_diagram.svg", "composition_Q.png", "composition_K.png", "composition_V.png"),
+}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    path = make_repo(tmp_path_factory.mktemp("foundation") / "repo", ["seeds=[0,1]"])
+    first = dvc(path, "repro")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "dvc repro")
+    return path, first
+
+
+def test_repro_produces_every_artifact_for_every_seed(repo):
+    path, first = repo
+    for seed in (0, 1):
+        for stage, names in ARTIFACTS.items():
+            for name in names:
+                artifact = path / "outputs" / stage / f"seed{seed}" / name
+                assert artifact.is_file() and artifact.stat().st_size > 0, artifact
+    assert (path / "outputs" / "report" / "index.html").is_file()
+    metrics = json.loads((path / "outputs/train/seed0/metrics.json").read_text())
+    assert {"train_loss", "eval_loss", "induction", "prev_token"} <= set(metrics)
+    assert set(stages_run(first)) >= {f"{s}@{n}" for s in ARTIFACTS for n in (0, 1)}
+
+
+def test_second_repro_runs_nothing(repo):
+    path, _ = repo
+    again = dvc(path, "repro")
+    assert stages_run(again) == []
+    assert "Data and pipelines are up to date" in dvc(path, "status").stdout
+
+
+def test_a_figures_parameter_reruns_only_what_draws(repo):
+    path, _ = repo
+    run(path, str(BIN / "python"), "-m", "pipeline.params", "analysis.figures.dpi=31")
+    try:
+        ran = stages_run(dvc(path, "repro"))
+        assert {"figures@0", "figures@1"} <= set(ran)
+        assert set(ran) <= {"figures@0", "figures@1", "report"}, ran  # the report embeds the figures
+    finally:
+        git(path, "checkout", "--", "params.yaml", "conf")
+        dvc(path, "checkout", "-q")
+
+
+def test_experiment_runs_and_is_listed_with_metrics(repo):
+    path, _ = repo
+    done = dvc(path, "exp", "run", "-n", "faster-lr", "-S", "train.lr=0.002")
+    assert {"train@0", "train@1"} <= set(stages_run(done))
+    table = list(csv.DictReader(io.StringIO(dvc(path, "exp", "show", "--csv").stdout)))
+    row = next(r for r in table if r["Experiment"] == "faster-lr")
+    assert float(row["train.lr"]) == 0.002
+    metric_columns = [c for c in row if c.endswith("induction") or c.endswith("eval_loss")]
+    assert metric_columns and all(row[c] not in ("", "-") for c in metric_columns), row
+
+
+@pytest.mark.parametrize("override,key", [("model.n_head=4", "model.n_head"), ("model.n_heads=four", "model.n_heads")])
+def test_bad_experiment_override_fails_in_one_line_naming_the_key(repo, override, key):
+    path, _ = repo
+    before = (path / "params.yaml").read_text()
+    done = dvc(path, "exp", "run", "-S", override, check=False)
+    assert done.returncode != 0
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and key in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert (path / "params.yaml").read_text() == before
