@@ -39,6 +39,8 @@ def dots_with_ci(
             ax.vlines(i + 0.3, s["lo"], s["hi"], color="#d62728", lw=2, zorder=3, label="95% CI" if i == 0 else None)
     if threshold is not None:
         ax.axhline(threshold, color="0.6", lw=1, ls="--", zorder=1)
+    if seeds[columns].isna().all().all():  # say why the panel is empty
+        ax.text(0.5, 0.5, "no seed has the heads\nthis needs", transform=ax.transAxes, ha="center", va="center", color="0.4")
     ax.set_xticks(range(len(columns)), labels)
     ax.set_xlim(-0.6, len(columns) - 0.4)
 

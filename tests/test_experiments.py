@@ -1,0 +1,142 @@
+"""The README's recipes with the real DVC on the tiny config (tests/dvc_repo.py):
+growing and shrinking `seeds`, a queued sweep run by two workers, `dvc exp show --csv`,
+`dvc metrics diff`, `dvc plots diff`, `dvc exp apply`, and sharing results through a
+DVC remote so that a fresh clone reproduces nothing.
+
+The pipeline is reproduced once (`base`); each test works in a git clone of it that
+shares its DVC cache, so it starts from checked-out outputs without recomputing them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dvc_repo import BIN, dvc, git, make_repo, run, stages_run
+
+pytestmark = pytest.mark.slow
+
+PER_SEED = ("train", "weights", "composition", "heads", "figures")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """The tiny project (seeds [0]) reproduced and committed, dvc.lock included."""
+    repo = make_repo(tmp_path_factory.mktemp("experiments") / "base")
+    dvc(repo, "repro")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "dvc repro")
+    return repo
+
+
+def clone(base: Path, dest: Path, share_cache: bool = True) -> Path:
+    run(dest.parent, "git", "clone", "-q", str(base), str(dest))
+    if share_cache:
+        dvc(dest, "cache", "dir", "--local", str(base / ".dvc" / "cache"))
+        dvc(dest, "checkout")
+    return dest
+
+
+def set_params(repo: Path, *overrides: str) -> None:
+    """`python -m pipeline.params`: the README's way to change params.yaml without an experiment."""
+    run(repo, str(BIN / "python"), "-m", "pipeline.params", *overrides)
+
+
+def seeds_in_table(repo: Path) -> list[int]:
+    return list(pd.read_csv(repo / "outputs" / "compare" / "seeds.csv")["seed"])
+
+
+def up_to_date(repo: Path) -> bool:
+    return "Data and pipelines are up to date" in dvc(repo, "status").stdout
+
+
+def test_growing_seeds_runs_only_the_new_seed_and_shrinking_leaves_no_stale_seed(base, tmp_path):
+    repo = clone(base, tmp_path / "repo")
+    set_params(repo, "seeds=[0,1]")
+    ran = stages_run(dvc(repo, "repro"))
+    assert sorted(ran) == sorted([f"{s}@1" for s in PER_SEED] + ["compare", "report"])
+    assert seeds_in_table(repo) == [0, 1]
+    assert '<h2 id="seed1">' in (repo / "outputs" / "report" / "index.html").read_text()
+
+    set_params(repo, "seeds=[1]")
+    proc = dvc(repo, "repro")
+    assert sorted(stages_run(proc)) == ["compare", "report"]
+    assert "seed0 is not in seeds [1]" in proc.stdout + proc.stderr  # named, left out
+    assert seeds_in_table(repo) == [1]
+    assert set(pd.read_csv(repo / "outputs" / "compare" / "roles.csv")["seed"]) == {1}
+    page = (repo / "outputs" / "report" / "index.html").read_text()
+    assert '<h2 id="seed1">' in page and '<h2 id="seed0">' not in page
+    assert up_to_date(repo)
+
+
+def wait_for_queue(repo: Path, timeout: float = 480) -> str:
+    """Poll `dvc queue status` until nothing is queued or running; its last output."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = dvc(repo, "queue", "status").stdout
+        if "Queued" not in status and "Running" not in status:
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"queue still busy after {timeout} s:\n{status}")
+        time.sleep(5)
+
+
+def test_queued_sweep_two_workers_show_diff_apply(base, tmp_path):
+    repo = clone(base, tmp_path / "repo")
+    try:
+        dvc(repo, "exp", "run", "--queue", "-S", "model.n_heads=1,4")  # a sweep: two experiments
+        assert dvc(repo, "queue", "status").stdout.count("Queued") == 2
+        dvc(repo, "queue", "start", "-j", "2", capture=False)  # two workers, in the background
+        status = wait_for_queue(repo)
+    finally:
+        dvc(repo, "queue", "stop", "--kill", check=False)  # leave no worker behind, whatever happened
+    assert status.count("Success") == 2, status
+
+    rows = list(csv.DictReader(io.StringIO(dvc(repo, "exp", "show", "--csv").stdout)))
+    exps = {r["model.n_heads"]: r for r in rows if r["Experiment"]}
+    assert set(exps) == {"1", "4"}, rows
+    for row in exps.values():
+        assert row["State"] == "Success"
+        assert row["a.verdict"] in {"holds", "fails", "inconclusive", "untestable"}
+        assert float(row["mean.eval_loss"]) > 0 and row["n_seeds"] == "1"
+    name = exps["4"]["Experiment"]
+    assert exps["4"]["mean.eval_loss"] != exps["1"]["mean.eval_loss"]
+
+    diff = json.loads(dvc(repo, "metrics", "diff", "main", name, "--json").stdout)
+    assert "mean.eval_loss" in diff["outputs/compare/summary.json"]
+
+    plots = json.loads(dvc(repo, "plots", "diff", "main", name, "--json").stdout)["data"]
+    values = plots["loss"][0]["content"]["data"]["values"]  # the mean training curves, overlaid
+    assert {v["rev"] for v in values} == {"main", name}
+    assert {v["field"] for v in values} == {"train_loss", "eval_loss"}
+    assert "outputs/train/seed0/curve.tsv" in plots
+
+    dvc(repo, "exp", "apply", name)
+    assert "n_heads: 4" in (repo / "params.yaml").read_text()
+    summary = json.loads((repo / "outputs" / "compare" / "summary.json").read_text())
+    assert summary["mean"]["eval_loss"] == pytest.approx(float(exps["4"]["mean.eval_loss"]))
+    assert up_to_date(repo)
+    assert stages_run(dvc(repo, "repro")) == []
+
+
+def test_pushed_results_reproduce_nothing_in_a_fresh_clone(base, tmp_path):
+    repo = clone(base, tmp_path / "repo")
+    remote = tmp_path / "remote"
+    dvc(repo, "remote", "add", "-d", "shared", str(remote))
+    git(repo, "commit", "-q", "-m", "a DVC remote", ".dvc/config")
+    dvc(repo, "push", "--run-cache")
+    assert any(remote.rglob("*"))
+
+    fresh = clone(repo, tmp_path / "fresh", share_cache=False)  # its own, empty cache
+    assert not (fresh / "outputs").exists()
+    dvc(fresh, "pull")
+    assert stages_run(dvc(fresh, "repro")) == []
+    assert up_to_date(fresh)
+    for rel in ("outputs/compare/summary.json", "outputs/compare/seeds.csv", "outputs/report/index.html"):
+        assert (fresh / rel).read_bytes() == (repo / rel).read_bytes(), rel
