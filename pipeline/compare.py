@@ -55,6 +55,8 @@ from pipeline.config import CompareConfig
 from pipeline.errors import UserError
 from pipeline.tables import SCORES_COLUMNS, read_csv
 
+# The names of pipeline.composition and pipeline.heads, restated rather than imported: those
+# modules import torch, and importing them would make this stage depend on their code.
 KINDS = ("Q", "K", "V")
 VARIANTS = ("true", "errata_bcda", "errata_dabc")
 ERRATA = ("errata_bcda", "errata_dabc")

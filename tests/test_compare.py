@@ -267,3 +267,11 @@ def test_figures_show_every_seed():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_names_match_the_modules_that_write_the_tables():
+    """compare restates these names (importing their modules would pull in torch): keep them equal."""
+    from pipeline import composition, heads
+
+    assert (compare.KINDS, compare.VARIANTS) == (tuple(composition.KINDS), tuple(composition.VARIANTS))
+    assert compare.ROLES == tuple(heads.ROLES)
