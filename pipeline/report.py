@@ -146,7 +146,7 @@ def composition_table(groups: pd.DataFrame) -> str:
     """Max excess per role-group pair (rows) and kind x variant (columns), with the pair count."""
     if groups.empty:
         return "<p>No head pairs.</p>"
-    wide = groups.pivot_table(index=["dst_role", "src_role"], columns=["kind", "variant"], values="max_excess", sort=False)
+    wide = groups.pivot_table(index=["dst_role", "src_role"], columns=["kind", "variant"], values="max_excess", sort=False, dropna=False)
     wide = wide.reindex(columns=[(k, v) for k in KINDS for v in VARIANTS if (k, v) in wide.columns])
     wide.columns = [f"{k} {v}" for k, v in wide.columns]
     n_pairs = groups.drop_duplicates(["dst_role", "src_role"]).set_index(["dst_role", "src_role"])["n_pairs"]
