@@ -162,7 +162,40 @@ class AttnOnlyTransformer(nn.Module):
         return logits, cache
 
     def forward(self, tokens: Tensor) -> Tensor:
-        return self.run_with_cache(tokens)[0]
+        """Logits `[batch, pos, d_vocab]`: the same function as `run_with_cache`, computed
+        for training speed (one fused QKV matmul per layer, no per-head results kept)."""
+        B, T = tokens.shape
+        if T > self.cfg.n_ctx:
+            raise ValueError(f"sequence length {T} exceeds n_ctx = {self.cfg.n_ctx}")
+        H, d = self.cfg.n_heads, self.cfg.d_head
+        W_pos = self.pos_embed.W_pos[:T]  # [pos, d_model]
+        resid = self.embed.W_E[tokens]  # [batch, pos, d_model]
+        shortformer = self.cfg.positional_embedding_type == "shortformer"
+        if not shortformer:
+            resid = resid + W_pos
+        causal = torch.full((T, T), float("-inf"), device=tokens.device, dtype=resid.dtype).triu(1)
+        for block in self.blocks:
+            a = block.attn
+            x = block.ln1(resid).reshape(B * T, -1)  # [batch * pos, d_model]
+            W_QKV = torch.cat([a.W_Q, a.W_K, a.W_V]).transpose(0, 1).reshape(x.shape[1], 3 * H * d)  # [d_model, 3 * head * d_head]
+            b_QKV = torch.cat([a.b_Q, a.b_K, a.b_V]).reshape(3 * H * d)
+            qkv = torch.addmm(b_QKV, x, W_QKV).view(B, T, 3, H, d)
+            qkv = qkv.permute(2, 0, 3, 1, 4)  # [3, batch, head, pos, d_head]
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            if shortformer:  # (x + pos) W = x W + pos W: positions only in queries and keys
+                pos_qk = (W_pos @ W_QKV[:, : 2 * H * d]).view(T, 2, H, d).permute(1, 2, 0, 3)  # [2, head, pos, d_head]
+                q, k = q + pos_qk[0], k + pos_qk[1]
+            scores = torch.baddbmm(  # [batch * head, query_pos, key_pos]
+                causal.expand(B * H, T, T),
+                q.reshape(B * H, T, d),
+                k.reshape(B * H, T, d).transpose(1, 2),
+                alpha=1 / math.sqrt(d),
+            )
+            z = torch.bmm(scores.softmax(-1), v.reshape(B * H, T, d))  # [batch * head, pos, d_head]
+            z = z.view(B, H, T, d).transpose(1, 2).reshape(B * T, H * d)  # [batch * pos, head * d_head]
+            out = torch.addmm(a.b_O, z, a.W_O.reshape(H * d, -1))  # [batch * pos, d_model]
+            resid = resid + out.view(B, T, -1)
+        return self.ln_final(resid) @ self.unembed.W_U + self.unembed.b_U
 
 
 def next_token_loss(logits: Tensor, tokens: Tensor, reduce: bool = True) -> Tensor:

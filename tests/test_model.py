@@ -1,0 +1,103 @@
+"""The model: the fast training forward equals the cached (analysis) forward; positions,
+causality and per-head inputs behave as documented. TransformerLens checks: test_interop.py."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from pipeline.config import ModelConfig
+from pipeline.model import AttnOnlyTransformer, next_token_loss
+
+VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"], [True, False]))
+
+
+def random_model(pos: str, norm: str | None, bias: bool = True, seed: int = 0, **shape) -> AttnOnlyTransformer:
+    """A small model with every parameter random (LN weights and biases too), in float64."""
+    shape = {"n_layers": 2, "n_heads": 4, "d_head": 4, "d_model": 16, "n_ctx": 12, "d_vocab": 20, **shape}
+    cfg = ModelConfig(positional_embedding_type=pos, normalization_type=norm, use_bias=bias, **shape)
+    torch.manual_seed(seed)
+    model = AttnOnlyTransformer(cfg).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    return model
+
+
+@pytest.mark.parametrize("pos,norm,bias", VARIANTS)
+def test_fast_forward_equals_cached_forward(pos, norm, bias):
+    model = random_model(pos, norm, bias)
+    tokens = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(1))
+    logits, cache = model.run_with_cache(tokens)
+    assert torch.allclose(model(tokens), logits, atol=1e-10, rtol=0)
+    # the cache adds up: the final residual is the first plus every head's result and b_O
+    resid = cache.resid_pre[0] + sum(r.sum(2) + b.attn.b_O for r, b in zip(cache.result, model.blocks))
+    assert torch.allclose(model.ln_final(resid) @ model.unembed.W_U + model.unembed.b_U, logits, atol=1e-10)
+    for pattern in cache.pattern:  # [batch, head, query, key]: rows sum to 1, nothing from the future
+        assert torch.allclose(pattern.sum(-1), torch.ones_like(pattern[..., 0]))
+        assert pattern.triu(1).abs().max() == 0
+
+
+def test_shortformer_keeps_positions_out_of_the_residual_stream():
+    model = random_model("shortformer", None)
+    tokens = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(2))
+    _, cache = model.run_with_cache(tokens)
+    assert torch.equal(cache.resid_pre[0], model.embed.W_E[tokens])
+    assert torch.equal(cache.pos, model.pos_embed.W_pos[:12])
+    standard = random_model("standard", None)
+    _, cache = standard.run_with_cache(tokens)
+    assert torch.allclose(cache.resid_pre[0], standard.embed.W_E[tokens] + standard.pos_embed.W_pos[:12])
+
+
+@pytest.mark.parametrize("pos", ["standard", "shortformer"])
+def test_causal_future_tokens_do_not_change_earlier_logits(pos):
+    model = random_model(pos, "LN")
+    tokens = torch.randint(0, 20, (1, 12), generator=torch.Generator().manual_seed(3))
+    changed = tokens.clone()
+    changed[0, 7:] = (changed[0, 7:] + 1) % 20
+    a, b = model(tokens), model(changed)
+    assert torch.allclose(a[0, :7], b[0, :7], atol=1e-12)
+    assert not torch.allclose(a[0, 7:], b[0, 7:])
+
+
+def test_per_head_inputs_equal_shared_inputs_when_identical():
+    model = random_model("shortformer", "LN")
+    block = model.blocks[1]
+    x = torch.randn(2, 12, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    q, k, v = block.attn_inputs(x, model.pos_embed.W_pos[:12])
+    shared = block.attn(q, k, v)
+    per_head = block.attn(*(t[:, :, None, :].expand(-1, -1, 4, -1) for t in (q, k, v)))  # [batch, pos, head, d_model]
+    assert torch.allclose(shared.result, per_head.result, atol=1e-12)
+    assert torch.allclose(shared.pattern, per_head.pattern, atol=1e-12)
+    # changing head 2's key input changes only head 2's pattern
+    k2 = k[:, :, None, :].repeat(1, 1, 4, 1)
+    k2[:, :, 2] = torch.randn_like(k2[:, :, 2])
+    ablated = block.attn(q, k2, v)
+    same = [h for h in range(4) if torch.allclose(ablated.pattern[:, h], shared.pattern[:, h])]
+    assert same == [0, 1, 3]
+
+
+def test_no_bias_model_keeps_zero_biases_in_its_state_dict():
+    model = AttnOnlyTransformer(ModelConfig(use_bias=False, n_heads=2, d_head=4, d_model=8, n_ctx=8, d_vocab=10))
+    state = model.state_dict()
+    for name in ("blocks.0.attn.b_Q", "blocks.1.attn.b_O", "unembed.b_U"):
+        assert name in state and state[name].abs().max() == 0
+    assert not any(n.endswith(("b_Q", "b_O", "b_U")) for n, _ in model.named_parameters())
+
+
+def test_sequence_longer_than_context_is_refused():
+    model = random_model("standard", None)
+    with pytest.raises(ValueError, match="n_ctx"):
+        model(torch.zeros(1, 13, dtype=torch.long))
+
+
+def test_next_token_loss_is_the_cross_entropy_of_the_following_token():
+    logits = torch.zeros(1, 3, 4, dtype=torch.float64)
+    logits[0, 0, 2] = 10.0  # predicts token 2 at position 1
+    tokens = torch.tensor([[0, 2, 1]])
+    loss = next_token_loss(logits, tokens, reduce=False)
+    assert loss.shape == (1, 2)
+    assert loss[0, 0] < 1e-3 and abs(loss[0, 1].item() - math.log(4)) < 1e-12
