@@ -2,12 +2,19 @@
 
 Never unpickles: `.safetensors` is read by safetensors; `.pt`/`.pth` only through
 `torch.load(weights_only=True)`, which refuses anything but tensors and containers.
+
+`read_tl_config` accepts the config.json of a TransformerLens `HookedTransformer`
+(`cfg.to_dict()`, or the raw config.json of TransformerLens's own attn-only models,
+which spell two fields `normalization` and `shortformer_pos`) and refuses, naming the
+field, any setting our model does not compute the same way (MLPs, RMS norm, rotary
+positions, a custom attention scale, ...).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 from safetensors import SafetensorError
@@ -19,6 +26,10 @@ from pipeline.errors import UserError
 
 if TYPE_CHECKING:
     from pipeline.model import AttnOnlyTransformer
+
+TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+# Buffers a HookedTransformer keeps in its state dict: the causal mask and a constant.
+TL_BUFFERS = (".mask", ".IGNORE")
 
 
 def save_state(path: str | Path, state: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> Path:
@@ -33,7 +44,7 @@ def load_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str
     path = Path(path)
     if not path.is_file():
         raise UserError(str(path), "checkpoint not found")
-    if path.suffix in (".pt", ".pth", ".bin"):
+    if path.suffix in TORCH_SUFFIXES:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # pickle refused by weights_only, or a damaged file
@@ -44,6 +55,8 @@ def load_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str
         if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise UserError(str(path), "refused: expected a mapping of names to tensors")
         return dict(state), {}
+    if path.suffix != ".safetensors":
+        raise UserError(str(path), f"unknown checkpoint format {path.suffix!r}: use .safetensors, .pt or .pth")
     try:
         from safetensors import safe_open
 
@@ -56,31 +69,114 @@ def load_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str
 
 # HookedTransformerConfig fields we write beside a checkpoint (and read back).
 TL_FIELDS = ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab", "positional_embedding_type", "normalization_type")
+LN_EPS = 1e-5  # pipeline.model.LN_EPS; repeated here so this module does not import torch-heavy model code
 
 
 def tl_config(model: ModelConfig) -> dict:
     """config.json for a checkpoint: HookedTransformerConfig field names and values."""
-    out = {name: getattr(model, name) for name in TL_FIELDS}
-    out.update(attn_only=True, act_fn=None, d_vocab_out=model.d_vocab, use_attn_scale=True)
+    out: dict[str, Any] = {name: getattr(model, name) for name in TL_FIELDS}
+    out.update(attn_only=True, act_fn=None, d_vocab_out=model.d_vocab, use_attn_scale=True, eps=LN_EPS)
     return out
 
 
+def _unsupported(raw: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+    """The first HookedTransformerConfig setting our model would compute differently."""
+    d_head = raw.get("d_head")
+    checks: list[tuple[str, Any, bool, str]] = [
+        ("attn_only", raw.get("attn_only", True), raw.get("attn_only", True) is True, "not an attention-only model (it has MLPs)"),
+        ("use_attn_scale", raw.get("use_attn_scale", True), raw.get("use_attn_scale", True) is True, "attention scores must be divided by sqrt(d_head)"),
+        ("attention_dir", raw.get("attention_dir", "causal"), raw.get("attention_dir", "causal") == "causal", "only causal attention is supported"),
+        ("final_rms", raw.get("final_rms", False), not raw.get("final_rms", False), "RMS norm is not supported"),
+        ("use_local_attn", raw.get("use_local_attn", False), not raw.get("use_local_attn", False), "local attention is not supported"),
+        ("use_qk_norm", raw.get("use_qk_norm", False), not raw.get("use_qk_norm", False), "query/key norms are not supported"),
+        ("post_embedding_ln", raw.get("post_embedding_ln", False), not raw.get("post_embedding_ln", False), "a LayerNorm after the embedding is not supported"),
+        ("use_normalization_before_and_after", raw.get("use_normalization_before_and_after", False),
+         not raw.get("use_normalization_before_and_after", False), "post-attention norms are not supported"),
+        ("scale_attn_by_inverse_layer_idx", raw.get("scale_attn_by_inverse_layer_idx", False),
+         not raw.get("scale_attn_by_inverse_layer_idx", False), "per-layer attention scaling is not supported"),
+        ("n_key_value_heads", raw.get("n_key_value_heads"), raw.get("n_key_value_heads") in (None, raw.get("n_heads")), "grouped-query attention is not supported"),
+        ("attn_scores_soft_cap", raw.get("attn_scores_soft_cap", -1.0), (raw.get("attn_scores_soft_cap") or -1.0) <= 0, "soft-capped scores are not supported"),
+        ("output_logits_soft_cap", raw.get("output_logits_soft_cap", -1.0), (raw.get("output_logits_soft_cap") or -1.0) <= 0, "soft-capped logits are not supported"),
+        ("d_vocab_out", raw.get("d_vocab_out"), raw.get("d_vocab_out") in (None, -1, raw.get("d_vocab")), "must equal d_vocab"),
+        ("eps", raw.get("eps", LN_EPS), raw.get("eps", LN_EPS) == LN_EPS, f"LayerNorm eps must be {LN_EPS}"),
+    ]
+    if raw.get("attn_scale") is not None and isinstance(d_head, int) and d_head > 0:
+        scale = raw["attn_scale"]
+        checks.append(("attn_scale", scale, abs(float(scale) - math.sqrt(d_head)) < 1e-6, f"must be sqrt(d_head) = {math.sqrt(d_head):g}"))
+    for key, value, ok, problem in checks:
+        if not ok:
+            return key, value, problem
+    return None
+
+
 def read_tl_config(path: str | Path) -> ModelConfig:
-    """A ModelConfig from a HookedTransformerConfig-style config.json."""
-    raw = io.read_json(path)
+    """A ModelConfig from a HookedTransformerConfig-style config.json (refuses what we cannot run)."""
+    return from_tl_config(io.read_json(path), str(path))
+
+
+def from_tl_config(raw: Any, source: str = "config.json") -> ModelConfig:
+    """A ModelConfig from a dict of HookedTransformerConfig fields; `source` names it in errors."""
     if not isinstance(raw, dict):
-        raise UserError(str(path), "must be a JSON object of HookedTransformerConfig fields")
-    if raw.get("attn_only") is False:
-        raise UserError(f"{path}: attn_only", "not an attention-only model (has MLPs)", False)
-    missing = [name for name in TL_FIELDS if name not in raw and name != "normalization_type"]
+        raise UserError(source, "must be a JSON object of HookedTransformerConfig fields")
+    raw = dict(raw)
+    # TransformerLens's own attn-only checkpoints spell two fields differently.
+    if "normalization_type" not in raw and "normalization" in raw:
+        raw["normalization_type"] = raw["normalization"]
+    if "positional_embedding_type" not in raw and "shortformer_pos" in raw:
+        raw["positional_embedding_type"] = "shortformer" if raw["shortformer_pos"] else "standard"
+    problem = _unsupported(raw)
+    if problem:
+        key, value, why = problem
+        raise UserError(f"{source}: {key}", why, value)
+    missing = [name for name in TL_FIELDS if name not in raw and name not in ("normalization_type", "positional_embedding_type")]
     if missing:
-        raise UserError(f"{path}: {missing[0]}", "missing from config.json")
-    cfg = ModelConfig(**{name: raw.get(name) for name in TL_FIELDS})
+        raise UserError(f"{source}: {missing[0]}", "missing from config.json")
+    fields = {name: raw.get(name) for name in TL_FIELDS}
+    fields["positional_embedding_type"] = raw.get("positional_embedding_type", "standard")  # TL's default
+    if fields["normalization_type"] == "LNPre":  # LN without weights: LN with w = 1, b = 0
+        fields["normalization_type"] = "LN"
+    for name in ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab"):
+        if not isinstance(fields[name], int) or isinstance(fields[name], bool):
+            raise UserError(f"{source}: {name}", "must be an integer", fields[name])
+    cfg = ModelConfig(**fields)
     try:
         cfg.validate("")
     except UserError as e:
-        raise UserError(f"{path}: {e.where.lstrip('.')}", e.problem, e.value) from None
+        raise UserError(f"{source}: {e.where.lstrip('.')}", e.problem, e.value) from None
     return cfg
+
+
+def check_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], source: str, config_source: str) -> dict[str, torch.Tensor]:
+    """Names and shapes of a checkpoint against our model's: the state dict to load, or a one-line refusal.
+
+    TransformerLens's buffers (`*.mask`, `*.IGNORE`) are dropped; a checkpoint with no
+    LayerNorm weights at all (TransformerLens's LNPre) gets the identity (w = 1, b = 0).
+    """
+    mlp = sorted(k for k in state if ".mlp." in k)
+    if mlp:
+        raise UserError(f"{source}: {mlp[0]}", "not an attention-only model (it has MLP weights)")
+    is_norm = lambda name: name.startswith("ln_final.") or ".ln1." in name  # noqa: E731
+    lnpre = not any(is_norm(k) for k in state)  # LayerNorm without weights (TransformerLens's LNPre)
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in expected.items():
+        if name not in state:
+            if lnpre and is_norm(name):
+                out[name] = torch.ones_like(tensor) if name.endswith(".w") else torch.zeros_like(tensor)
+                continue
+            raise UserError(f"{source}: {name}", "missing from the checkpoint")
+        got = state[name]
+        if tuple(got.shape) != tuple(tensor.shape):
+            raise UserError(
+                f"{source}: {name}",
+                f"shape {list(got.shape)} disagrees with {list(tensor.shape)} from {config_source}",
+            )
+        if not got.is_floating_point():
+            raise UserError(f"{source}: {name}", f"must be floating point, got {got.dtype}")
+        out[name] = got.to(tensor.dtype)
+    extra = sorted(set(state) - set(expected) - {k for k in state if k.endswith(TL_BUFFERS)})
+    if extra:
+        raise UserError(f"{source}: {extra[0]}", f"unexpected key: not an attention-only model with the shape in {config_source}")
+    return out
 
 
 def load_model(model_path: str | Path, config_path: str | Path) -> "AttnOnlyTransformer":
@@ -90,17 +186,5 @@ def load_model(model_path: str | Path, config_path: str | Path) -> "AttnOnlyTran
     cfg = read_tl_config(config_path)
     state, _ = load_state(model_path)
     model = AttnOnlyTransformer(cfg)
-    expected = model.state_dict()
-    for name, tensor in expected.items():
-        if name not in state:
-            raise UserError(f"{model_path}: {name}", "missing from the checkpoint")
-        if tuple(state[name].shape) != tuple(tensor.shape):
-            raise UserError(
-                f"{model_path}: {name}",
-                f"shape {list(state[name].shape)} disagrees with {list(tensor.shape)} from {config_path}",
-            )
-    extra = sorted(set(state) - set(expected) - {k for k in state if k.endswith((".mask", ".IGNORE"))})
-    if extra:
-        raise UserError(f"{model_path}: {extra[0]}", "unexpected key: not an attention-only model with this config")
-    model.load_state_dict({name: state[name].to(tensor.dtype) for name, tensor in expected.items()})
+    model.load_state_dict(check_state(state, model.state_dict(), str(model_path), str(config_path)))
     return model

@@ -109,8 +109,9 @@ def from_state_dict(state: Mapping[str, Tensor], source: str = "weights", dtype:
     return hw
 
 
-def save(path: str | Path, hw: HeadWeights, metadata: Mapping[str, str] | None = None) -> Path:
-    return save_state(path, hw.state_dict(), metadata)
+def save(path: str | Path, hw: HeadWeights, metadata: Mapping[str, str] | None = None, extra: Mapping[str, Tensor] | None = None) -> Path:
+    """Write `heads.safetensors`: the stacked weights under TransformerLens names, plus `extra` tensors."""
+    return save_state(path, {**hw.state_dict(), **(extra or {})}, metadata)
 
 
 def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeights, dict[str, str]]:
@@ -119,8 +120,91 @@ def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeig
     return from_state_dict(state, source=str(path), dtype=dtype), metadata
 
 
+# --- analysis-ready weights ----------------------------------------------------------
+#
+# With LayerNorm, x -> ((x - mean x) / rms) * w + b feeds every head's W_Q, W_K, W_V and
+# the unembedding. As TransformerLens's `fold_ln` does, w and b move into the weights
+# that read the normalised stream (W' = diag(w) W, b' = b W + b_old), which then read a
+# centred input, so their component along the all-ones direction of d_model does
+# nothing and is removed ("centre reading weights"). Everything written into the
+# residual stream (W_E, standard W_pos, W_O, b_O) is then centred too, since LayerNorm
+# subtracts the mean anyway. Without LayerNorm none of this is valid (nothing removes
+# the mean) and none of it is done.
+#
+# Two steps are valid for every model: value biases fold into the output bias
+# (attention rows sum to 1, so b_V W_O is a constant per head), and W_U, b_U are
+# centred over the vocabulary (softmax ignores a constant added to every logit).
+#
+# Shortformer with LayerNorm: positions are added after ln1 and are not scaled by its
+# w, so q = x_hat (diag(w) W_Q) + (b W_Q + b_Q) + W_pos W_Q. Folding w into W_Q is
+# exact for the residual-stream path (what composition reads) but W_pos W_Q_folded is
+# not the model's positional term. The exact positional query and key terms,
+# W_pos W_Q^h and W_pos W_K^h, are stored per layer as `blocks.{l}.attn.pos_Q` and
+# `pos_K` [n_heads, n_ctx, d_head]; W_pos itself is kept as trained (not centred: it
+# never passes through a LayerNorm).
+
+
+def _mean_out(t: Tensor, dim: int) -> Tensor:
+    return t - t.mean(dim, keepdim=True)
+
+
 def prepare(state: Mapping[str, Tensor], model: ModelConfig, source: str = "checkpoint") -> tuple[HeadWeights, list[str]]:
-    """Analysis-ready weights from a checkpoint, and the list of processing steps applied."""
+    """Analysis-ready weights from a checkpoint, and the list of processing steps applied.
+
+    Use `positional_terms` for the extra tensors a shortformer + LayerNorm model needs.
+    """
     steps: list[str] = ["stacked heads per layer in float64"]
-    hw = from_state_dict(state, source=source)
-    return hw, steps
+    sd = {k: v.detach().to(torch.float64) for k, v in state.items() if not k.endswith((".mask", ".IGNORE"))}
+    L = model.n_layers
+    ln = model.normalization_type == "LN"
+    shortformer = model.positional_embedding_type == "shortformer"
+    if ln:
+        for l in range(L):
+            w, b = sd.pop(f"blocks.{l}.ln1.w"), sd.pop(f"blocks.{l}.ln1.b")
+            for X in ("Q", "K", "V"):
+                W = sd[f"blocks.{l}.attn.W_{X}"]  # [head, d_model, d_head]
+                sd[f"blocks.{l}.attn.b_{X}"] = sd[f"blocks.{l}.attn.b_{X}"] + torch.einsum("m,hmd->hd", b, W)
+                sd[f"blocks.{l}.attn.W_{X}"] = _mean_out(W * w[None, :, None], dim=1)
+        w, b = sd.pop("ln_final.w"), sd.pop("ln_final.b")
+        sd["unembed.b_U"] = sd["unembed.b_U"] + b @ sd["unembed.W_U"]
+        sd["unembed.W_U"] = _mean_out(sd["unembed.W_U"] * w[:, None], dim=0)
+        steps.append("folded LayerNorm: ln1.w into W_Q, W_K, W_V and ln1.b into b_Q, b_K, b_V per layer; "
+                     "ln_final.w into W_U and ln_final.b into b_U; reading weights centred over d_model")
+        sd["embed.W_E"] = _mean_out(sd["embed.W_E"], dim=-1)
+        written = "W_E, W_O, b_O"
+        if not shortformer:
+            sd["pos_embed.W_pos"] = _mean_out(sd["pos_embed.W_pos"], dim=-1)
+            written = "W_E, W_pos, W_O, b_O"
+        for l in range(L):
+            sd[f"blocks.{l}.attn.W_O"] = _mean_out(sd[f"blocks.{l}.attn.W_O"], dim=-1)
+            sd[f"blocks.{l}.attn.b_O"] = _mean_out(sd[f"blocks.{l}.attn.b_O"], dim=-1)
+        steps.append(f"centred writing weights over d_model ({written})")
+        if shortformer:
+            steps.append("shortformer + LayerNorm: positions enter after ln1, unscaled by ln1.w, so W_pos W_Q (folded) "
+                         "is not the model's positional term; exact terms W_pos W_Q^h, W_pos W_K^h stored as "
+                         "blocks.{l}.attn.pos_Q, pos_K; W_pos kept as trained (never normalised, not centred)")
+    else:
+        steps.append("no LayerNorm: nothing to fold; writing weights not centred (nothing removes the mean)")
+    sd["unembed.W_U"] = _mean_out(sd["unembed.W_U"], dim=-1)
+    sd["unembed.b_U"] = _mean_out(sd["unembed.b_U"], dim=-1)
+    steps.append("centred W_U and b_U over the vocabulary (softmax is unchanged)")
+    for l in range(L):
+        b_V, W_O = sd[f"blocks.{l}.attn.b_V"], sd[f"blocks.{l}.attn.W_O"]
+        sd[f"blocks.{l}.attn.b_O"] = sd[f"blocks.{l}.attn.b_O"] + torch.einsum("hd,hdm->m", b_V, W_O)
+        sd[f"blocks.{l}.attn.b_V"] = torch.zeros_like(b_V)
+    steps.append("folded value biases into b_O (b_O += sum_h b_V^h W_O^h; b_V = 0)")
+    return from_state_dict(sd, source=source), steps
+
+
+def positional_terms(state: Mapping[str, Tensor], model: ModelConfig) -> dict[str, Tensor]:
+    """Shortformer + LayerNorm only: the exact positional query and key terms per layer,
+    `blocks.{l}.attn.pos_Q` = W_pos W_Q^h `[n_heads, n_ctx, d_head]` (unfolded W_Q), and `pos_K`."""
+    if not (model.normalization_type == "LN" and model.positional_embedding_type == "shortformer"):
+        return {}
+    W_pos = state["pos_embed.W_pos"].detach().to(torch.float64)  # [n_ctx, d_model]
+    out = {}
+    for l in range(model.n_layers):
+        for X in ("Q", "K"):
+            W = state[f"blocks.{l}.attn.W_{X}"].detach().to(torch.float64)  # [head, d_model, d_head]
+            out[f"blocks.{l}.attn.pos_{X}"] = torch.einsum("pm,hmd->hpd", W_pos, W)
+    return out

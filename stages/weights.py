@@ -24,10 +24,12 @@ def main(argv: list[str] | None = None) -> int:
         model_cfg = checkpoint.read_tl_config(args.config)
         state, _ = checkpoint.load_state(args.model)
         hw, steps = weights.prepare(state, model_cfg, source=args.model)
+        extra = weights.positional_terms(state, model_cfg)
+        config = checkpoint.tl_config(model_cfg)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
-        weights.save(out / "heads.safetensors", hw, {"steps": json.dumps(steps), "config": json.dumps(checkpoint.tl_config(model_cfg))})
-        io.write_json(out / "summary.json", {"steps": steps, "config": checkpoint.tl_config(model_cfg)})
+        weights.save(out / "heads.safetensors", hw, {"steps": json.dumps(steps), "config": json.dumps(config, sort_keys=True)}, extra)
+        io.write_json(out / "summary.json", {"steps": steps, "config": config, "extra_tensors": sorted(extra)})
 
     return run_cli(parser, body, argv)
 

@@ -1,0 +1,128 @@
+"""Analysis-ready weights: folding LayerNorm, centring and folding value biases keep the
+model's function (log-probabilities) exactly, for all four position/norm variants;
+each step is recorded. (Equality with TransformerLens's processing: test_interop.py.)"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+import torch
+from pathlib import Path
+
+from pipeline import checkpoint, weights
+from pipeline.config import ModelConfig
+from pipeline.model import AttnOnlyTransformer, LayerNorm
+
+VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"]))
+
+
+def random_model(pos: str, norm: str | None, seed: int = 0) -> AttnOnlyTransformer:
+    cfg = ModelConfig(n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=10, d_vocab=20,
+                      positional_embedding_type=pos, normalization_type=norm)
+    torch.manual_seed(seed)
+    model = AttnOnlyTransformer(cfg).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.4)
+    return model
+
+
+def normalise(x: torch.Tensor) -> torch.Tensor:
+    """LayerNorm with no weights (what is left of ln1 / ln_final after folding)."""
+    ln = LayerNorm(x.shape[-1]).double()
+    return ln(x).detach()
+
+
+def forward_from_heads(hw: weights.HeadWeights, extra: dict, cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities computed from prepared weights only, in float64."""
+    T = tokens.shape[1]
+    ln = cfg.normalization_type == "LN"
+    shortformer = cfg.positional_embedding_type == "shortformer"
+    resid = hw.W_E[tokens] + (0 if shortformer else hw.W_pos[:T])
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    for l in range(hw.n_layers):
+        x = normalise(resid) if ln else resid
+        q = torch.einsum("bpm,hmd->bhpd", x, hw.W_Q[l]) + hw.b_Q[l][None, :, None]
+        k = torch.einsum("bpm,hmd->bhpd", x, hw.W_K[l]) + hw.b_K[l][None, :, None]
+        if shortformer and ln:  # exact positional terms stored beside the folded weights
+            q, k = q + extra[f"blocks.{l}.attn.pos_Q"][:, :T], k + extra[f"blocks.{l}.attn.pos_K"][:, :T]
+        elif shortformer:
+            q = q + torch.einsum("pm,hmd->hpd", hw.W_pos[:T], hw.W_Q[l])
+            k = k + torch.einsum("pm,hmd->hpd", hw.W_pos[:T], hw.W_K[l])
+        v = torch.einsum("bpm,hmd->bhpd", x, hw.W_V[l]) + hw.b_V[l][None, :, None]
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(hw.d_head)).masked_fill(mask, float("-inf"))
+        z = scores.softmax(-1) @ v  # [batch, head, pos, d_head]
+        resid = resid + torch.einsum("bhpd,hdm->bpm", z, hw.W_O[l]) + hw.b_O[l]
+    x = normalise(resid) if ln else resid
+    return (x @ hw.W_U + hw.b_U).log_softmax(-1)
+
+
+@pytest.mark.parametrize("pos,norm", VARIANTS)
+def test_prepared_weights_compute_the_same_log_probabilities(pos, norm):
+    model = random_model(pos, norm)
+    state = model.state_dict()
+    hw, steps = weights.prepare(state, model.cfg)
+    extra = weights.positional_terms(state, model.cfg)
+    tokens = torch.randint(0, 20, (4, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(tokens).log_softmax(-1)
+    assert torch.allclose(forward_from_heads(hw, extra, model.cfg, tokens), expected, atol=1e-10)
+    assert hw.b_V.abs().max() == 0  # folded into b_O
+    assert torch.allclose(hw.W_U.mean(-1), torch.zeros(16, dtype=torch.float64), atol=1e-12)
+    assert any("value biases" in s for s in steps) and any("W_U" in s for s in steps)
+
+
+def test_layernorm_steps_fold_and_centre():
+    model = random_model("standard", "LN")
+    hw, steps = weights.prepare(model.state_dict(), model.cfg)
+    zero = lambda t, dim: torch.allclose(t.mean(dim), torch.zeros(()).double(), atol=1e-12)  # noqa: E731
+    assert zero(hw.W_Q, 2) and zero(hw.W_K, 2) and zero(hw.W_V, 2)  # reading weights centred over d_model
+    assert zero(hw.W_E, -1) and zero(hw.W_pos, -1) and zero(hw.W_O, -1) and zero(hw.b_O, -1)  # writing
+    w = model.blocks[0].ln1.w.detach()
+    expected = model.blocks[0].attn.W_Q.detach() * w[None, :, None]
+    assert torch.allclose(hw.W_Q[0], expected - expected.mean(1, keepdim=True))
+    assert any(s.startswith("folded LayerNorm") for s in steps)
+    assert any("W_E, W_pos, W_O, b_O" in s for s in steps)
+
+
+def test_shortformer_layernorm_keeps_positions_exact_and_says_so():
+    model = random_model("shortformer", "LN")
+    state = model.state_dict()
+    hw, steps = weights.prepare(state, model.cfg)
+    extra = weights.positional_terms(state, model.cfg)
+    assert sorted(extra) == [f"blocks.{l}.attn.pos_{x}" for l in (0, 1) for x in ("K", "Q")]
+    assert extra["blocks.1.attn.pos_Q"].shape == (3, 10, 4)  # [head, n_ctx, d_head]
+    assert torch.equal(hw.W_pos, state["pos_embed.W_pos"])  # never normalised: kept as trained
+    assert any("shortformer + LayerNorm" in s for s in steps)
+
+
+def test_without_layernorm_nothing_is_folded_or_centred():
+    model = random_model("shortformer", None)
+    state = model.state_dict()
+    hw, steps = weights.prepare(state, model.cfg)
+    assert torch.equal(hw.W_Q[1], state["blocks.1.attn.W_Q"]) and torch.equal(hw.W_E, state["embed.W_E"])
+    assert weights.positional_terms(state, model.cfg) == {}
+    assert any(s.startswith("no LayerNorm") for s in steps)
+
+
+def test_weights_stage_records_every_step(tmp_path):
+    from stages import weights as stage
+
+    model = random_model("shortformer", "LN")
+    checkpoint.save_state(tmp_path / "model.safetensors", model.float().state_dict())
+    (tmp_path / "config.json").write_text(json.dumps(checkpoint.tl_config(model.cfg)))
+    params = tmp_path / "params.yaml"
+    from pipeline import params as params_mod
+
+    params.write_text(params_mod.dump(params_mod.compose(conf_dir=Path(__file__).resolve().parents[1] / "conf")))
+    code = stage.main(["--model", str(tmp_path / "model.safetensors"), "--config", str(tmp_path / "config.json"),
+                       "--out", str(tmp_path / "out"), "--params", str(params)])
+    assert code == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    hw, meta = weights.load(tmp_path / "out" / "heads.safetensors")
+    assert json.loads(meta["steps"]) == summary["steps"] and len(summary["steps"]) >= 4
+    state, _ = checkpoint.load_state(tmp_path / "out" / "heads.safetensors")
+    assert "blocks.0.attn.pos_Q" in state and hw.n_heads == 3
