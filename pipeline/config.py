@@ -102,22 +102,23 @@ class ModelConfig(Section):
 
 @dataclass
 class SyntheticDataConfig(Section):
-    """Seeded sequences: a sparse Markov chain (local structure) with repeated spans."""
+    """Seeded sequences, written left to right: background "topic" segments (local
+    structure) interrupted by copies of earlier spans (pipeline.data explains why)."""
 
-    branching: int = 3  # successors of each token in the Markov chain
-    repeat_fraction: float = 0.75  # fraction of sequences that contain a repeated span
-    min_span: int = 8  # length range of the span that is repeated
-    max_span: int = 24
+    topics: int = 8  # the vocabulary is split at random into this many topics
+    min_segment: int = 4  # background segments (one topic each) are this many positions long
+    max_segment: int = 16
+    topic_fraction: float = 0.7  # a background token is from the segment's topic with this probability
+    copy_rate: float = 0.15  # probability that a copy starts at a position not already copying
+    min_span: int = 4  # copied spans are this many tokens long
+    max_span: int = 10
+    min_distance: int = 2  # a copy's source is at least this far back (and at most the whole context)
 
     def check(self) -> None:
-        _positive(self, "branching", "min_span", "max_span")
-        _fraction(self, "repeat_fraction")
-        require(
-            self.min_span <= self.max_span,
-            "min_span",
-            self.min_span,
-            f"must be <= max_span = {self.max_span}",
-        )
+        _positive(self, "topics", "min_segment", "max_segment", "min_span", "max_span", "min_distance")
+        _fraction(self, "topic_fraction", "copy_rate")
+        for low, high in (("min_segment", "max_segment"), ("min_span", "max_span")):
+            require(getattr(self, low) <= getattr(self, high), low, getattr(self, low), f"must be <= {high} = {getattr(self, high)}")
 
 
 @dataclass
@@ -165,7 +166,10 @@ class DataConfig(Section):
 @dataclass
 class TrainConfig(Section):
     source: str = "train"  # "train" a new model, or "load" a checkpoint
-    checkpoint: Optional[str] = None  # load: path; "{seed}" maps each seed to its own file
+    # load: path under checkpoint_dir (.safetensors, .pt, .pth) with config.json beside it;
+    # "{seed}" in it maps each seed to its own file
+    checkpoint: Optional[str] = None
+    checkpoint_dir: str = "checkpoints"  # a DVC dependency of train, like data.dir
     device: str = "auto"  # "auto": CUDA when present
     threads: Optional[int] = None  # torch CPU threads; None: torch's default
     steps: int = 1500
@@ -195,6 +199,14 @@ class TrainConfig(Section):
             _positive(self, "threads")
         if self.source == "load":
             require(self.checkpoint is not None, "checkpoint", None, "is required when train.source = 'load'")
+        if self.checkpoint is not None:
+            suffix = self.checkpoint.rsplit(".", 1)[-1] if "." in self.checkpoint else ""
+            require(
+                suffix in ("safetensors", "pt", "pth"),
+                "checkpoint",
+                self.checkpoint,
+                "must end in .safetensors, .pt or .pth",
+            )
 
 
 # --- analysis ----------------------------------------------------------------------

@@ -1,32 +1,39 @@
-"""Train a model from a seed: AdamW, linear warmup then cosine decay, gradient clipping.
+"""Train a model from a seed (AdamW, linear warmup then cosine decay, gradient
+clipping), or load a checkpoint trained elsewhere; both end in a `TrainResult`.
 
 Deterministic on one machine: data, initialisation and batch order all come from
-the seed, and torch runs with deterministic algorithms.
+the seed, torch runs with deterministic algorithms, and `train.threads` fixes the
+number of CPU threads (a different count may change float rounding).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline import data, patterns
-from pipeline.config import Config
+from pipeline import checkpoint, data, patterns
+from pipeline.config import Config, ModelConfig, TrainConfig
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer, next_token_loss
 
 CURVE_COLUMNS = ["step", "tokens", "train_loss", "eval_loss", "induction", "prev_token", "icl"]
+INDUCTION_THRESHOLD = 0.5  # metrics.json: first step at which the best layer >= 1 head reaches this
 
 
 @dataclass
 class TrainResult:
     model: AttnOnlyTransformer
     curve: pd.DataFrame  # one row per evaluation, CURVE_COLUMNS
-    metrics: dict  # the last row's values, and the device
+    metrics: dict  # the last row's values, and when induction first reached the threshold
+    manifest: dict = field(default_factory=dict)  # data inputs (sha256) or generator, checkpoint read
+    seconds: float = 0.0  # wall time of the training loop (not written: it is not reproducible)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -37,76 +44,158 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def lr_at(step: int, cfg: Config) -> float:
-    """Linear warmup to `lr`, then cosine decay to 10% of it."""
-    t = cfg.train
+def lr_at(step: int, t: TrainConfig) -> float:
+    """Linear warmup to `lr`, then cosine decay to 10% of it at the last step."""
     if step < t.warmup_steps:
         return t.lr * (step + 1) / t.warmup_steps
     progress = (step - t.warmup_steps) / max(1, t.steps - t.warmup_steps)
     return t.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def _chunked_loss(model: AttnOnlyTransformer, tokens: torch.Tensor) -> torch.Tensor:
+    """Per-position loss `[batch, pos - 1]`, a few sequences at a time so that a large
+    vocabulary's logits stay small (~64 MB per chunk)."""
+    B, T = tokens.shape
+    chunk = max(1, (1 << 24) // max(1, T * model.cfg.d_vocab))
+    return torch.cat([next_token_loss(model(tokens[i : i + chunk]), tokens[i : i + chunk], reduce=False) for i in range(0, B, chunk)])
+
+
 @torch.no_grad()
 def evaluate(model: AttnOnlyTransformer, eval_tokens: torch.Tensor, probe: torch.Tensor, probe_length: int) -> dict:
-    """Held-out loss, in-context learning score, and the best induction / previous-token head."""
+    """Held-out loss; in-context learning (mean loss over the last fifth of positions minus
+    the first fifth: negative when later tokens are predicted better); the best induction
+    head of layers >= 1 and the best previous-token head of the layers before the last,
+    both on the repeated-random-token probe."""
+    was_training = model.training
     model.eval()
-    loss = next_token_loss(model(eval_tokens), eval_tokens, reduce=False)  # [batch, pos - 1]
+    loss = _chunked_loss(model, eval_tokens)  # [batch, pos - 1]
     T = loss.shape[1]
-    icl = loss[:, int(0.8 * T) :].mean() - loss[:, : max(1, int(0.2 * T))].mean()
+    fifth = max(1, T // 5)
+    icl = loss[:, T - fifth :].mean() - loss[:, :fifth].mean()
     _, cache = model.run_with_cache(probe)
-    induction = max(patterns.induction(p, probe_length).max().item() for p in cache.pattern[1:])
-    prev = max(patterns.prev_token(p).max().item() for p in cache.pattern[:-1])
-    model.train()
+    late, early = cache.pattern[1:] or cache.pattern, cache.pattern[:-1] or cache.pattern
+    induction = max(patterns.induction(p, probe_length).max().item() for p in late)
+    prev = max(patterns.prev_token(p).max().item() for p in early)
+    model.train(was_training)
     return {"eval_loss": loss.mean().item(), "icl": icl.item(), "induction": induction, "prev_token": prev}
 
 
-def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
-    """Train one model on seeded synthetic data; evaluate every `train.eval_every` steps."""
-    t = cfg.train
+def probe_tokens(n: int, length: int, d_vocab: int, seed: int) -> torch.Tensor:
+    """The induction probe: as `pipeline.heads` draws it for the same seed and sizes."""
+    return data.repeated_random_tokens(n, length, d_vocab, torch.Generator().manual_seed(seed))
+
+
+def _summary(curve: pd.DataFrame) -> dict:
+    last = curve.iloc[-1]
+    metrics = {k: float(last[k]) for k in CURVE_COLUMNS[2:]}
+    metrics.update(step=int(last["step"]), tokens=int(last["tokens"]))
+    reached = curve.loc[curve["induction"] >= INDUCTION_THRESHOLD]
+    metrics["induction_step"] = int(reached.iloc[0]["step"]) if len(reached) else None
+    metrics["induction_tokens"] = int(reached.iloc[0]["tokens"]) if len(reached) else None
+    return metrics
+
+
+def _setup(t: TrainConfig) -> torch.device:
     if t.threads is not None:
         torch.set_num_threads(t.threads)
     torch.use_deterministic_algorithms(True)
-    device = resolve_device(t.device)
-    rng = np.random.default_rng(seed)
-    seqs = torch.from_numpy(data.synthetic_sequences(cfg.data.n_train_sequences, cfg.model, cfg.data, rng))
-    n_eval = max(1, int(len(seqs) * cfg.data.eval_fraction))
-    train_seqs, eval_seqs = seqs[n_eval:].to(device), seqs[: min(n_eval, t.eval_batch_size)].to(device)
-    gen = torch.Generator().manual_seed(seed)
-    length = t.probe_length
-    probe = data.repeated_random_tokens(t.eval_batch_size, length, cfg.model.d_vocab, gen).to(device)
+    return resolve_device(t.device)
+
+
+def _check_probe_fits(t: TrainConfig, model: ModelConfig, where: str) -> None:
+    need = 1 + 2 * t.probe_length
+    if need > model.n_ctx:
+        raise UserError("train.probe_length", f"the probe ({need} tokens) does not fit in n_ctx = {model.n_ctx} of {where}", t.probe_length)
+
+
+def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
+    """Train one model on the configured data; evaluate every `train.eval_every` steps."""
+    t = cfg.train
+    device = _setup(t)
+    dataset = data.load(cfg.data, cfg.model, seed, n_eval=t.eval_batch_size)
+    assert dataset.train is not None
+    eval_seqs = dataset.eval.to(device)
+    probe = probe_tokens(t.eval_batch_size, t.probe_length, cfg.model.d_vocab, seed).to(device)
 
     torch.manual_seed(seed)
     model = AttnOnlyTransformer(cfg.model).to(device)
-    decay = [p for n, p in model.named_parameters() if n.rsplit(".", 1)[-1].startswith("W_")]
-    rest = [p for n, p in model.named_parameters() if not n.rsplit(".", 1)[-1].startswith("W_")]
+    named = list(model.named_parameters())
+    decay = [p for n, p in named if n.rsplit(".", 1)[-1].startswith("W_")]  # matrices; not biases, LN
+    rest = [p for n, p in named if not n.rsplit(".", 1)[-1].startswith("W_")]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}],
         lr=t.lr,
-        betas=tuple(t.betas),
+        betas=(t.betas[0], t.betas[1]),
     )
-    rows, recent = [], []  # recent: training losses since the last evaluation
-    batch_order = torch.Generator().manual_seed(seed + 1)
-    for step in tqdm(range(t.steps + 1), desc=f"train seed {seed}", disable=not progress, mininterval=1.0):
+    batches = torch.Generator().manual_seed(seed + 1)
+    rows: list[dict] = []
+    recent = torch.zeros((), device=device)  # sum of training losses since the last evaluation
+    n_recent = 0
+    start = time.perf_counter()
+    bar = tqdm(range(t.steps + 1), desc=f"train seed {seed}", disable=not progress, mininterval=1.0, unit="step")
+    for step in bar:
         if step % t.eval_every == 0 or step == t.steps:
-            train_loss = float(np.mean(recent)) if recent else float("nan")
-            tokens = step * t.batch_size * cfg.model.n_ctx
-            rows.append({"step": step, "tokens": tokens, "train_loss": train_loss, **evaluate(model, eval_seqs, probe, length)})
-            recent = []
+            train_loss = (recent / n_recent).item() if n_recent else float("nan")
+            row = {"step": step, "tokens": step * t.batch_size * cfg.model.n_ctx, "train_loss": train_loss}
+            row.update(evaluate(model, eval_seqs, probe, t.probe_length))
+            rows.append(row)
+            bar.set_postfix(loss=f"{row['eval_loss']:.3f}", induction=f"{row['induction']:.2f}", prev=f"{row['prev_token']:.2f}", refresh=False)
+            if not math.isfinite(row["eval_loss"]):
+                raise UserError("train.lr", f"the loss became {row['eval_loss']} by step {step}: lower it or raise train.warmup_steps", t.lr)
+            recent, n_recent = torch.zeros((), device=device), 0
         if step == t.steps:
             break
-        idx = torch.randint(0, len(train_seqs), (t.batch_size,), generator=batch_order).to(device)
-        batch = train_seqs[idx]  # [batch, pos]
-        loss = next_token_loss(model(batch), batch)
-        if not torch.isfinite(loss):
-            raise UserError("train", f"loss became {loss.item()} at step {step}: lower train.lr or raise train.warmup_steps")
+        batch = dataset.train.batch(t.batch_size, batches).to(device)  # [batch, n_ctx]
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
+            group["lr"] = lr_at(step, t)
+        loss = next_token_loss(model(batch), batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         opt.step()
-        recent.append(loss.item())
+        recent, n_recent = recent + loss.detach(), n_recent + 1  # no .item(): no sync per step
+    seconds = time.perf_counter() - start
     curve = pd.DataFrame(rows, columns=CURVE_COLUMNS)
-    metrics = {k: float(curve.iloc[-1][k]) for k in CURVE_COLUMNS[2:]}
-    metrics.update(step=int(curve.iloc[-1]["step"]), tokens=int(curve.iloc[-1]["tokens"]))
-    return TrainResult(model.cpu(), curve, metrics)
+    return TrainResult(model.cpu(), curve, _summary(curve), dataset.manifest, seconds)
+
+
+def checkpoint_path(t: TrainConfig, seed: int) -> Path:
+    """`train.checkpoint` under `train.checkpoint_dir`, with "{seed}" replaced by the seed."""
+    assert t.checkpoint is not None  # TrainConfig.check requires it for source = load
+    relative = t.checkpoint.replace("{seed}", str(seed))
+    root = Path(t.checkpoint_dir)
+    path = root / relative
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise UserError("train.checkpoint", f"must stay inside train.checkpoint_dir = {t.checkpoint_dir!r} (a DVC dependency)", t.checkpoint)
+    if not path.is_file():
+        raise UserError("train.checkpoint", f"{path} not found (relative to train.checkpoint_dir = {t.checkpoint_dir!r})", t.checkpoint)
+    return path
+
+
+def load(cfg: Config, seed: int) -> TrainResult:
+    """A checkpoint trained elsewhere and its config.json (beside it), evaluated like a trained model.
+
+    `cfg.model` is not used: the shape comes from config.json. The curve has one row (step 0).
+    """
+    t = cfg.train
+    device = _setup(t)
+    path = checkpoint_path(t, seed)
+    config_path = path.parent / "config.json"
+    model = checkpoint.load_model(path, config_path).to(device)
+    _check_probe_fits(t, model.cfg, str(config_path))
+    dataset = data.load(cfg.data, model.cfg, seed, n_eval=t.eval_batch_size, need_train=False)
+    probe = probe_tokens(t.eval_batch_size, t.probe_length, model.cfg.d_vocab, seed).to(device)
+    row = {"step": 0, "tokens": 0, "train_loss": float("nan")}
+    row.update(evaluate(model, dataset.eval.to(device), probe, t.probe_length))
+    curve = pd.DataFrame([row], columns=CURVE_COLUMNS)
+    manifest = {
+        "checkpoint": {"path": path.as_posix(), "sha256": data.sha256_file(path)},
+        "config": {"path": config_path.as_posix(), "sha256": data.sha256_file(config_path)},
+        "eval_data": dataset.manifest,
+    }
+    return TrainResult(model.cpu(), curve, _summary(curve), manifest)
+
+
+def run(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
+    """`train.source`: train a new model, or load a checkpoint."""
+    return load(cfg, seed) if cfg.train.source == "load" else train(cfg, seed, progress)

@@ -1,6 +1,11 @@
-"""Train one seed's model: model.safetensors, config.json, metrics.json, curve.tsv.
+"""Train one seed's model, or load a checkpoint (train.source = load): model.safetensors,
+config.json, metrics.json, curve.tsv, manifest.json.
 
     python -m stages.train --seed 0 --out outputs/train/seed0
+
+With train.source = load, train.checkpoint (under train.checkpoint_dir, "{seed}" replaced
+by the seed) and the config.json beside it are converted into the same files; model.*
+params are then not used (the shape comes from config.json).
 """
 
 from __future__ import annotations
@@ -19,13 +24,18 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
+        result = train.run(cfg, args.seed, progress=not args.no_progress)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
-        result = train.train(cfg, args.seed, progress=not args.no_progress)
-        checkpoint.save_state(out / "model.safetensors", result.model.state_dict(), {"seed": args.seed})
-        io.write_json(out / "config.json", checkpoint.tl_config(cfg.model))
+        meta = {"seed": args.seed, "source": cfg.train.source}
+        checkpoint.save_state(out / "model.safetensors", result.model.state_dict(), meta)
+        io.write_json(out / "config.json", checkpoint.tl_config(result.model.cfg))
         io.write_csv(out / "curve.tsv", result.curve, sep="\t")
         io.write_json(out / "metrics.json", result.metrics)
+        io.write_json(out / "manifest.json", result.manifest)
+        m = result.metrics
+        print(f"seed {args.seed}: induction {m['induction']:.2f} (>= 0.5 from step {m['induction_step']}), "
+              f"prev_token {m['prev_token']:.2f}, eval_loss {m['eval_loss']:.3f}, {result.seconds:.0f} s", file=sys.stderr)
 
     return run_cli(parser, body, argv)
 

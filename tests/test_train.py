@@ -1,0 +1,142 @@
+"""Training and loading, through the real train stage: byte-identical models for one seed,
+the curve and metrics, the schedule, `train.source: load` with "{seed}" paths and its
+refusals; and (slow) the default config growing induction heads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from pipeline import checkpoint, params, train
+from pipeline.config import Config, TrainConfig
+from pipeline.errors import UserError
+from pipeline.model import AttnOnlyTransformer
+from stages import train as stage
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "model.n_heads=2", "model.d_head=4", "model.d_model=16", "model.n_ctx=20", "model.d_vocab=16",
+    "data.n_train_sequences=64", "train.steps=12", "train.warmup_steps=2", "train.eval_every=5",
+    "train.batch_size=4", "train.eval_batch_size=4", "train.probe_length=6", "train.threads=1",
+    "analysis.heads.repeat_length=6",
+]
+
+
+def write_params(tmp_path: Path, overrides: list[str] = ()) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(params.dump(params.compose([*TINY, *overrides], conf_dir=ROOT / "conf")))
+    return path
+
+
+def run_stage(tmp_path: Path, seed: int, out: str, overrides: list[str] = ()) -> Path:
+    code = stage.main(["--seed", str(seed), "--out", str(tmp_path / out), "--params", str(write_params(tmp_path, overrides)), "--no-progress"])
+    assert code == 0
+    return tmp_path / out
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_same_seed_gives_byte_identical_artifacts(tmp_path):
+    a, b, c = run_stage(tmp_path, 0, "a"), run_stage(tmp_path, 0, "b"), run_stage(tmp_path, 1, "c")
+    for name in ("model.safetensors", "config.json", "curve.tsv", "metrics.json", "manifest.json"):
+        assert sha256(a / name) == sha256(b / name), name
+    assert sha256(a / "model.safetensors") != sha256(c / "model.safetensors")
+
+
+def test_curve_and_metrics(tmp_path):
+    out = run_stage(tmp_path, 0, "out")
+    curve = pd.read_csv(out / "curve.tsv", sep="\t")
+    assert list(curve.columns) == train.CURVE_COLUMNS
+    assert curve["step"].tolist() == [0, 5, 10, 12]  # every eval_every steps, and the last
+    assert curve["tokens"].tolist() == [s * 4 * 20 for s in (0, 5, 10, 12)]
+    assert curve["train_loss"].isna().tolist() == [True, False, False, False]
+    assert curve[["induction", "prev_token"]].stack().between(0, 1).all()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["step"] == 12 and metrics["eval_loss"] == pytest.approx(curve["eval_loss"].iloc[-1])
+    assert {"induction_step", "induction_tokens", "icl", "train_loss", "prev_token"} <= set(metrics)
+    assert json.loads((out / "config.json").read_text())["n_heads"] == 2
+    assert json.loads((out / "manifest.json").read_text())["source"] == "synthetic"
+
+
+def test_schedule_warms_up_linearly_then_decays_to_a_tenth():
+    t = TrainConfig(steps=110, warmup_steps=10, lr=1.0)
+    assert [train.lr_at(s, t) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    assert train.lr_at(10, t) == pytest.approx(1.0)
+    assert train.lr_at(60, t) == pytest.approx(0.55)  # half way down the cosine
+    assert train.lr_at(110, t) == pytest.approx(0.1)
+    lrs = [train.lr_at(s, t) for s in range(10, 111)]
+    assert all(x >= y for x, y in zip(lrs, lrs[1:]))
+
+
+def save_checkpoint(directory: Path, seed: int, suffix: str = ".safetensors") -> AttnOnlyTransformer:
+    cfg = params.from_dict(params.compose(TINY, conf_dir=ROOT / "conf")).model
+    torch.manual_seed(100 + seed)
+    model = AttnOnlyTransformer(replace(cfg, normalization_type="LN", positional_embedding_type="standard"))
+    directory.mkdir(parents=True, exist_ok=True)
+    if suffix == ".safetensors":
+        checkpoint.save_state(directory / f"model{suffix}", model.state_dict())
+    else:
+        torch.save(model.state_dict(), directory / f"model{suffix}")
+    (directory / "config.json").write_text(json.dumps(checkpoint.tl_config(model.cfg)))
+    return model
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
+def test_load_converts_each_seeds_checkpoint_into_the_same_files(tmp_path, monkeypatch, suffix):
+    monkeypatch.chdir(tmp_path)
+    models = {seed: save_checkpoint(tmp_path / "checkpoints" / f"run{seed}", seed, suffix) for seed in (0, 1)}
+    overrides = ["train=load", f"train.checkpoint='run{{seed}}/model{suffix}'"]
+    for seed in (0, 1):
+        out = run_stage(tmp_path, seed, f"out{seed}", overrides)
+        loaded = checkpoint.load_model(out / "model.safetensors", out / "config.json")
+        assert torch.equal(loaded.embed.W_E, models[seed].embed.W_E)
+        assert json.loads((out / "config.json").read_text())["normalization_type"] == "LN"
+        curve = pd.read_csv(out / "curve.tsv", sep="\t")
+        assert list(curve.columns) == train.CURVE_COLUMNS and curve["step"].tolist() == [0]
+        manifest = json.loads((out / "manifest.json").read_text())
+        expected = hashlib.sha256((tmp_path / "checkpoints" / f"run{seed}" / f"model{suffix}").read_bytes()).hexdigest()
+        assert manifest["checkpoint"]["sha256"] == expected
+
+
+def test_load_refuses_missing_and_outside_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    cfg = params.from_dict(params.compose([*TINY, "train=load", "train.checkpoint='seed{seed}/model.safetensors'"], conf_dir=ROOT / "conf"))
+    with pytest.raises(UserError, match=r"train.checkpoint.*checkpoints/seed3/model.safetensors not found"):
+        train.run(cfg, 3)
+    outside = replace(cfg, train=replace(cfg.train, checkpoint="../elsewhere.safetensors"))
+    with pytest.raises(UserError, match="must stay inside train.checkpoint_dir"):
+        train.run(outside, 0)
+
+
+def test_checkpoint_suffix_is_validated():
+    with pytest.raises(UserError, match="train.checkpoint"):
+        params.from_dict(params.compose(["train=load", "train.checkpoint=model.ckpt"], conf_dir=ROOT / "conf"))
+
+
+@pytest.mark.slow
+def test_default_config_grows_previous_token_and_induction_heads():
+    """The acceptance check on one default seed (all seeds: benchmarks/training.py)."""
+    cfg: Config = params.from_dict(params.compose(conf_dir=ROOT / "conf"))
+    result = train.train(cfg, seed=0, progress=False)
+    from pipeline import heads  # as the heads stage measures them
+
+    table = heads.analyse(result.model.double(), heads_weights(result), cfg.data, cfg.analysis.heads, seed=0).table
+    layer0, layer1 = table[table.layer == 0], table[table.layer == 1]
+    assert layer1["induction"].max() >= 0.5
+    assert layer0["prev_token"].max() >= 0.5
+
+
+def heads_weights(result):
+    from pipeline import weights
+
+    hw, _ = weights.prepare(result.model.state_dict(), result.model.cfg)
+    return hw
