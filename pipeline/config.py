@@ -227,7 +227,7 @@ class CompositionConfig(Section):
 class RoleThresholds(Section):
     """A head takes a role when its score (in [0, 1]) reaches the role's threshold.
 
-    Its primary role is the first it takes in this order (pipeline/heads.py `ROLES`);
+    Its primary role is the first it takes in pipeline/heads.py `PRIORITY` order;
     heads.csv flags every role it takes (`is_<role>`).
     """
 

@@ -24,7 +24,7 @@ Two scores read from the analysis-ready weights (`pipeline.weights.HeadWeights`)
 
 Roles: a head takes each role whose score reaches its threshold
 (`analysis.heads.thresholds`; flags `is_<role>`), and its primary `role` is the first it
-takes in `ROLES` order, else "other".
+takes in `PRIORITY` order, else "other".
 """
 
 from __future__ import annotations
@@ -42,9 +42,13 @@ from pipeline.config import DataConfig, HeadsConfig, RoleThresholds
 from pipeline.model import AttnOnlyTransformer
 from pipeline.weights import HeadWeights
 
-# Primary-role priority: a previous-token head also fills the recent window, and an
-# induction head attends to the first token when there is no match, so those come first.
 ROLES = ("previous_token", "recent_window", "induction", "duplicate_token", "current_token", "first_token", "other")
+# The primary role is the first a head takes in this order. Some scores nest: a
+# previous-token head also fills the recent window; an induction head attends to the
+# first token where nothing matches; any head that attends to one fixed key (i-1, or 0)
+# scores on duplicate_token wherever that key holds a copy of the query's token (often,
+# with a small vocabulary). So the more specific role comes first, duplicate_token last.
+PRIORITY = ("previous_token", "recent_window", "induction", "current_token", "first_token", "duplicate_token")
 ROLE_SCORE = {
     "previous_token": "prev_token",
     "recent_window": "recent_window",
@@ -75,11 +79,8 @@ def repeated_tokens(cfg: HeadsConfig, d_vocab: int, seed: int) -> Tensor:
 
 
 def heldout_tokens(model: AttnOnlyTransformer, data_cfg: DataConfig, n: int, seed: int) -> Tensor:
-    """Up to `n` sequences of the held-out split of the training data of this seed."""
-    rng = np.random.default_rng(seed)  # as the train stage: the same sequences, the same split
-    seqs = data.synthetic_sequences(data_cfg.n_train_sequences, model.cfg, data_cfg, rng)
-    n_eval = max(1, int(len(seqs) * data_cfg.eval_fraction))
-    return torch.from_numpy(seqs[: min(n, n_eval)])
+    """Up to `n` held-out sequences [batch, n_ctx] of the training data of this seed (any source)."""
+    return data.eval_sequences(data_cfg, model.cfg, seed, n)
 
 
 # --- scores ------------------------------------------------------------------------
@@ -103,7 +104,7 @@ def qk_positivity(hw: HeadWeights) -> tuple[Tensor, Tensor]:
     K-composing earlier head (module doc), and that head's (layer, head) [layer, head, 2].
     NaN (and -1) for layer 0, or where every earlier head's score is undefined."""
     L, H = hw.n_layers, hw.n_heads
-    K = composition.true_scores(hw, "K")  # [src_layer, src_head, dst_layer, dst_head]
+    K = composition.true_scores(hw, "K")["K"]  # [src_layer, src_head, dst_layer, dst_head]
     out = torch.full((L, H), torch.nan, dtype=hw.W_Q.dtype)
     source = torch.full((L, H, 2), -1, dtype=torch.long)
     for j in range(1, L):
@@ -143,7 +144,7 @@ def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
     """`table` with `role` and the `is_<role>` flags set from its scores (NaN takes no role)."""
     table = table.copy()
     role = pd.Series("other", index=table.index)
-    for name in reversed(ROLES[:-1]):  # the earliest role in ROLES order wins
+    for name in reversed(PRIORITY):  # the earliest role in PRIORITY order wins
         flag = table[ROLE_SCORE[name]].ge(getattr(thresholds, name)).fillna(False).astype(bool)
         table[f"is_{name}"] = flag
         role = role.mask(flag, name)

@@ -90,7 +90,7 @@ def test_copying_and_qk_positivity_equal_dense_float64():
     model = random_model(seed=3, n_layers=3)
     hw = weights.from_state_dict(model.state_dict())
     copying, (qk, source) = heads.copying(hw), heads.qk_positivity(hw)
-    K = composition.true_scores(hw, "K")
+    K = composition.true_scores(hw, "K")["K"]
     for layer in range(3):
         for h in range(3):
             OV = hw.W_V[layer, h] @ hw.W_O[layer, h]  # [d_model, d_model]
@@ -115,14 +115,17 @@ def test_primary_role_follows_the_priority_order_and_nan_takes_none():
             (0.2, 0.0, 0.0, 0.8, 0.0, 0.0),  # smeared over the window
             (0.0, 0.0, 0.0, 0.0, 0.0, 0.29),  # below every threshold
             (np.nan, np.nan, np.nan, np.nan, np.nan, np.nan),
+            (0.0, 0.0, 0.95, 0.0, 0.5, 0.0),  # first-token beats duplicate (token 0 recurs)
+            (0.0, 0.0, 0.1, 0.0, 0.9, 0.0),  # a duplicate-token head
         ],
         columns=heads.SCORES[:6],
     )
-    table = scores.assign(layer=0, head=range(5), role="", copying=np.nan, qk_positivity=np.nan)
+    table = scores.assign(layer=0, head=range(7), role="", copying=np.nan, qk_positivity=np.nan)
     out = heads.classify(table, RoleThresholds())
-    assert out["role"].tolist() == ["previous_token", "induction", "recent_window", "other", "other"]
-    assert out["is_recent_window"].tolist() == [True, False, True, False, False]
-    assert out["is_first_token"].tolist() == [False, True, False, False, False]
+    assert out["role"].tolist() == ["previous_token", "induction", "recent_window", "other", "other", "first_token", "duplicate_token"]
+    assert out["is_recent_window"].tolist() == [True, False, True, False, False, False, False]
+    assert out["is_first_token"].tolist() == [False, True, False, False, False, True, False]
+    assert out["is_duplicate_token"].tolist() == [False] * 5 + [True, True]
     assert out[list(heads.FLAGS)].dtypes.eq(bool).all()
 
 
