@@ -227,12 +227,13 @@ class CompositionConfig(Section):
 class RoleThresholds(Section):
     """A head takes a role when its score (in [0, 1]) reaches the role's threshold.
 
-    Its primary role is the first it takes in pipeline/heads.py `PRIORITY` order;
-    heads.csv flags every role it takes (`is_<role>`).
+    Its primary role: previous_token or induction if it takes one, else the role it takes
+    with the highest score (pipeline/heads.py `classify`); heads.csv flags every role it
+    takes (`is_<role>`).
     """
 
     previous_token: float = 0.5  # prev_token: attention i -> i-1
-    recent_window: float = 0.7  # recent_window: mass on i-k..i-1 (k = heads.recent_window)
+    recent_window: float = 0.5  # recent_window: mass on i-k..i-1 (k = heads.recent_window)
     induction: float = 0.3  # induction: prefix matching on repeated random tokens
     duplicate_token: float = 0.3  # duplicate_token: mass on earlier copies of the current token
     current_token: float = 0.5  # current_token: attention i -> i

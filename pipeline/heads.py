@@ -23,8 +23,9 @@ Two scores read from the analysis-ready weights (`pipeline.weights.HeadWeights`)
   (query token t seeks keys whose previous token is t). NaN for layer 0.
 
 Roles: a head takes each role whose score reaches its threshold
-(`analysis.heads.thresholds`; flags `is_<role>`), and its primary `role` is the first it
-takes in `PRIORITY` order, else "other".
+(`analysis.heads.thresholds`; flags `is_<role>`). Its primary `role` is previous_token or
+induction if it takes one (in that order: `FIRST`), else the role it takes with the
+highest score, else "other".
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ from pipeline.model import AttnOnlyTransformer
 from pipeline.weights import HeadWeights
 
 ROLES = ("previous_token", "recent_window", "induction", "duplicate_token", "current_token", "first_token", "other")
-# The primary role is the first a head takes in this order. Some scores nest: a
-# previous-token head also fills the recent window; an induction head attends to the
-# first token where nothing matches; any head that attends to one fixed key (i-1, or 0)
-# scores on duplicate_token wherever that key holds a copy of the query's token (often,
-# with a small vocabulary). So the more specific role comes first, duplicate_token last.
-PRIORITY = ("previous_token", "recent_window", "induction", "current_token", "first_token", "duplicate_token")
+# The primary role. Some scores nest: a previous-token head also fills the recent window,
+# and an induction head attends to the first token where nothing matches (measured on the
+# other batch, so the two scores do not compete). Those two roles come first, in this
+# order; among the other roles a head takes, the one with the highest score wins (all are
+# fractions of attention mass), so a duplicate-token head in repetitive text, which also
+# puts mass in the recent window, stays a duplicate-token head.
+FIRST = ("previous_token", "induction")
 ROLE_SCORE = {
     "previous_token": "prev_token",
     "recent_window": "recent_window",
@@ -143,11 +145,15 @@ def pattern_scores(
 def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
     """`table` with `role` and the `is_<role>` flags set from its scores (NaN takes no role)."""
     table = table.copy()
-    role = pd.Series("other", index=table.index)
-    for name in reversed(PRIORITY):  # the earliest role in PRIORITY order wins
-        flag = table[ROLE_SCORE[name]].ge(getattr(thresholds, name)).fillna(False).astype(bool)
+    taken = pd.DataFrame(index=table.index)  # [head, role]: the role's score where the head takes it, else NaN
+    for name, score in ROLE_SCORE.items():
+        flag = table[score].ge(getattr(thresholds, name)).fillna(False).astype(bool)
         table[f"is_{name}"] = flag
-        role = role.mask(flag, name)
+        taken[name] = table[score].where(flag)
+    rest = taken.drop(columns=list(FIRST))
+    role = rest.fillna(-1.0).idxmax(axis=1).where(rest.notna().any(axis=1), "other")  # ties: ROLES order
+    for name in reversed(FIRST):
+        role = role.mask(taken[name].notna(), name)
     table["role"] = role
     return table[COLUMNS]
 

@@ -107,7 +107,7 @@ def test_copying_and_qk_positivity_equal_dense_float64():
 # --- roles ---------------------------------------------------------------------------
 
 
-def test_primary_role_follows_the_priority_order_and_nan_takes_none():
+def test_primary_role_nesting_roles_first_then_highest_score_and_nan_takes_none():
     scores = pd.DataFrame(
         [  # prev, current, first, window, duplicate, induction
             (0.9, 0.0, 0.0, 0.95, 0.0, 0.0),  # previous-token beats recent-window
@@ -116,16 +116,19 @@ def test_primary_role_follows_the_priority_order_and_nan_takes_none():
             (0.0, 0.0, 0.0, 0.0, 0.0, 0.29),  # below every threshold
             (np.nan, np.nan, np.nan, np.nan, np.nan, np.nan),
             (0.0, 0.0, 0.95, 0.0, 0.5, 0.0),  # first-token beats duplicate (token 0 recurs)
-            (0.0, 0.0, 0.1, 0.0, 0.9, 0.0),  # a duplicate-token head
+            (0.0, 0.0, 0.1, 0.55, 0.9, 0.0),  # a duplicate-token head in repetitive text
+            (0.0, 0.6, 0.0, 0.0, 0.6, 0.0),  # a tie goes to the earlier role in ROLES
         ],
         columns=heads.SCORES[:6],
     )
-    table = scores.assign(layer=0, head=range(7), role="", copying=np.nan, qk_positivity=np.nan)
-    out = heads.classify(table, RoleThresholds())
-    assert out["role"].tolist() == ["previous_token", "induction", "recent_window", "other", "other", "first_token", "duplicate_token"]
-    assert out["is_recent_window"].tolist() == [True, False, True, False, False, False, False]
-    assert out["is_first_token"].tolist() == [False, True, False, False, False, True, False]
-    assert out["is_duplicate_token"].tolist() == [False] * 5 + [True, True]
+    table = scores.assign(layer=0, head=range(len(scores)), role="", copying=np.nan, qk_positivity=np.nan)
+    out = heads.classify(table, RoleThresholds(recent_window=0.5))
+    assert out["role"].tolist() == [
+        "previous_token", "induction", "recent_window", "other", "other", "first_token", "duplicate_token", "duplicate_token",
+    ]  # fmt: skip
+    assert out["is_recent_window"].tolist() == [True, False, True, False, False, False, True, False]
+    assert out["is_first_token"].tolist() == [False, True, False, False, False, True, False, False]
+    assert out["is_duplicate_token"].tolist() == [False] * 5 + [True, True, True]
     assert out[list(heads.FLAGS)].dtypes.eq(bool).all()
 
 
