@@ -179,23 +179,63 @@ class AttnOnlyTransformer(nn.Module):
             x = block.ln1(resid).reshape(B * T, -1)  # [batch * pos, d_model]
             W_QKV = torch.cat([a.W_Q, a.W_K, a.W_V]).transpose(0, 1).reshape(x.shape[1], 3 * H * d)  # [d_model, 3 * head * d_head]
             b_QKV = torch.cat([a.b_Q, a.b_K, a.b_V]).reshape(3 * H * d)
-            qkv = torch.addmm(b_QKV, x, W_QKV).view(B, T, 3, H, d)
-            qkv = qkv.permute(2, 0, 3, 1, 4)  # [3, batch, head, pos, d_head]
-            q, k, v = qkv[0], qkv[1], qkv[2]
+            qkv = torch.addmm(b_QKV, x, W_QKV).view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)  # [3, batch, head, pos, d_head]
             if shortformer:  # (x + pos) W = x W + pos W: positions only in queries and keys
                 pos_qk = (W_pos @ W_QKV[:, : 2 * H * d]).view(T, 2, H, d).permute(1, 2, 0, 3)  # [2, head, pos, d_head]
-                q, k = q + pos_qk[0], k + pos_qk[1]
-            scores = torch.baddbmm(  # [batch * head, query_pos, key_pos]
-                causal.expand(B * H, T, T),
-                q.reshape(B * H, T, d),
-                k.reshape(B * H, T, d).transpose(1, 2),
-                alpha=1 / math.sqrt(d),
-            )
-            z = torch.bmm(scores.softmax(-1), v.reshape(B * H, T, d))  # [batch * head, pos, d_head]
+                qkv = qkv + torch.cat([pos_qk, torch.zeros_like(pos_qk[:1])])[:, None]
+            q, k, v = qkv.reshape(3, B * H, T, d).unbind(0)  # each [batch * head, pos, d_head]
+            z = _CausalAttention.apply(q, k, v, causal, 1 / math.sqrt(d))  # [batch * head, pos, d_head]
             z = z.view(B, H, T, d).transpose(1, 2).reshape(B * T, H * d)  # [batch * pos, head * d_head]
             out = torch.addmm(a.b_O, z, a.W_O.reshape(H * d, -1))  # [batch * pos, d_model]
             resid = resid + out.view(B, T, -1)
         return self.ln_final(resid) @ self.unembed.W_U + self.unembed.b_U
+
+
+class _CausalAttention(torch.autograd.Function):
+    """softmax(q k^T * scale + mask) v for training, laid out for CPU speed (~25% faster
+    than autograd's own, measured):
+
+    - every batched matmul's output is [pos, pos] or [d_head, pos]: with d_head much
+      smaller than pos, BLAS runs a matmul whose output is [pos, d_head] ~3x slower;
+    - the [n, pos, pos] scores are made, normalised and used a chunk of heads at a time,
+      each chunk's ~1 MB staying in cache between the steps;
+    - the scale goes on q (small), not on the scores.
+    """
+
+    CHUNK_BYTES = 1 << 20
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:  # q, k, v: [n, pos, d_head]
+        N, T, d = q.shape
+        q_scaled = q * scale
+        pattern = q.new_empty(N, T, T)  # [n, query, key]
+        z_T = q.new_empty(N, d, T)  # [n, d_head, query] = (pattern v)^T
+        step = max(1, _CausalAttention.CHUNK_BYTES // (T * T * q.element_size()))
+        for i in range(0, N, step):
+            c = slice(i, i + step)
+            p = pattern[c]
+            torch.baddbmm(mask.expand(p.shape[0], T, T), q_scaled[c], k[c].transpose(1, 2), out=p)
+            torch._softmax(p, -1, False, out=p)
+            torch.bmm(v[c].transpose(1, 2), p.transpose(1, 2), out=z_T[c])
+        ctx.save_for_backward(q_scaled, k, v, pattern)
+        ctx.scale, ctx.step = scale, step
+        return z_T.transpose(1, 2)  # [n, query, d_head]
+
+    @staticmethod
+    def backward(ctx, grad_z: Tensor):  # [n, query, d_head]
+        q_scaled, k, v, pattern = ctx.saved_tensors
+        N, T, d = q_scaled.shape
+        grad_q_T, grad_k_T, grad_v_T = (q_scaled.new_empty(N, d, T) for _ in range(3))  # [n, d_head, pos]
+        for i in range(0, N, ctx.step):
+            c = slice(i, i + ctx.step)
+            p = pattern[c]
+            grad_scores = torch.bmm(grad_z[c], v[c].transpose(1, 2))  # [n, query, key]: first d pattern
+            torch.bmm(grad_z[c].transpose(1, 2), p, out=grad_v_T[c])
+            torch.ops.aten._softmax_backward_data.out(grad_scores, p, -1, p.dtype, grad_input=grad_scores)
+            torch.bmm(k[c].transpose(1, 2), grad_scores.transpose(1, 2), out=grad_q_T[c])
+            torch.bmm(q_scaled[c].transpose(1, 2), grad_scores, out=grad_k_T[c])
+        grad_q_T.mul_(ctx.scale)
+        return grad_q_T.transpose(1, 2), grad_k_T.transpose(1, 2), grad_v_T.transpose(1, 2), None, None
 
 
 def next_token_loss(logits: Tensor, tokens: Tensor, reduce: bool = True) -> Tensor:

@@ -34,6 +34,7 @@ class TrainResult:
     metrics: dict  # the last row's values, and when induction first reached the threshold
     manifest: dict = field(default_factory=dict)  # data inputs (sha256) or generator, checkpoint read
     seconds: float = 0.0  # wall time of the training loop (not written: it is not reproducible)
+    eval_seconds: list[float] = field(default_factory=list)  # wall time at each curve row, likewise
 
 
 def resolve_device(name: str) -> torch.device:
@@ -129,6 +130,7 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
     )
     batches = torch.Generator().manual_seed(seed + 1)
     rows: list[dict] = []
+    eval_seconds: list[float] = []
     recent = torch.zeros((), device=device)  # sum of training losses since the last evaluation
     n_recent = 0
     start = time.perf_counter()
@@ -139,6 +141,7 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
             row = {"step": step, "tokens": step * t.batch_size * cfg.model.n_ctx, "train_loss": train_loss}
             row.update(evaluate(model, eval_seqs, probe, t.probe_length))
             rows.append(row)
+            eval_seconds.append(time.perf_counter() - start)
             bar.set_postfix(loss=f"{row['eval_loss']:.3f}", induction=f"{row['induction']:.2f}", prev=f"{row['prev_token']:.2f}", refresh=False)
             if not math.isfinite(row["eval_loss"]):
                 raise UserError("train.lr", f"the loss became {row['eval_loss']} by step {step}: lower it or raise train.warmup_steps", t.lr)
@@ -156,7 +159,7 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
         recent, n_recent = recent + loss.detach(), n_recent + 1  # no .item(): no sync per step
     seconds = time.perf_counter() - start
     curve = pd.DataFrame(rows, columns=CURVE_COLUMNS)
-    return TrainResult(model.cpu(), curve, _summary(curve), dataset.manifest, seconds)
+    return TrainResult(model.cpu(), curve, _summary(curve), dataset.manifest, seconds, eval_seconds)
 
 
 def checkpoint_path(t: TrainConfig, seed: int) -> Path:

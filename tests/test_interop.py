@@ -102,3 +102,36 @@ def test_our_folding_equals_transformer_lens_processing(pos, norm):
     processed = theirs.state_dict()
     for name, ours in hw.state_dict().items():
         assert torch.allclose(ours, processed[name].double(), atol=1e-5), name
+
+
+@pytest.mark.slow
+def test_transformer_lens_checkpoint_runs_the_whole_pipeline_to_figures(tmp_path):
+    """A random HookedTransformer in TransformerLens's attn-only-2l layout (LayerNorm,
+    standard positions, a vocabulary of its own), shrunk, saved as TransformerLens saves
+    it (torch.save of its state dict, config.json from its cfg): the real `dvc repro`
+    with train.source=load produces every figure and the report."""
+    from dvc_repo import dvc, git, make_repo
+
+    repo = make_repo(tmp_path / "repo", ["train.source=load", "train.checkpoint=attn-only-2l/model.pth"], commit=False)
+    config = {"n_layers": 2, "n_heads": 4, "d_head": 8, "d_model": 32, "n_ctx": 32, "d_vocab": 300,
+              "positional_embedding_type": "standard", "normalization_type": "LN", "attn_only": True, "act_fn": None}
+    theirs = hooked(config, seed=11)
+    (repo / "checkpoints" / "attn-only-2l").mkdir(parents=True)
+    torch.save(theirs.state_dict(), repo / "checkpoints" / "attn-only-2l" / "model.pth")
+    (repo / "checkpoints" / "attn-only-2l" / "config.json").write_text(json.dumps(tl_config_json(theirs)))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "TransformerLens checkpoint")
+    dvc(repo, "repro")
+
+    out = repo / "outputs"
+    loaded = checkpoint.load_model(out / "train/seed0/model.safetensors", out / "train/seed0/config.json")
+    tokens = torch.randint(0, 300, (2, 32), generator=torch.Generator().manual_seed(12))
+    with torch.no_grad():
+        assert torch.allclose(loaded(tokens), theirs(tokens), atol=1e-5)
+    manifest = json.loads((out / "train/seed0/manifest.json").read_text())
+    assert manifest["checkpoint"]["path"].endswith("attn-only-2l/model.pth")
+    steps = json.loads((out / "weights/seed0/summary.json").read_text())["steps"]
+    assert any(s.startswith("folded LayerNorm") for s in steps)
+    for name in ("errata_diagram.png", "composition_K.png"):
+        assert (out / "figures/seed0" / name).stat().st_size > 0
+    assert (out / "report/index.html").is_file()

@@ -101,3 +101,26 @@ def test_next_token_loss_is_the_cross_entropy_of_the_following_token():
     loss = next_token_loss(logits, tokens, reduce=False)
     assert loss.shape == (1, 2)
     assert loss[0, 0] < 1e-3 and abs(loss[0, 1].item() - math.log(4)) < 1e-12
+
+
+def test_fast_forward_gradients_equal_autograd_through_the_cached_forward(monkeypatch):
+    """The hand-written attention backward, over several chunks of heads (and a remainder)."""
+    from pipeline.model import _CausalAttention
+
+    monkeypatch.setattr(_CausalAttention, "CHUNK_BYTES", 5 * 12 * 12 * 8)  # 5 heads' scores per chunk
+    model = random_model("shortformer", "LN")
+    tokens = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(5))  # 12 (batch, head) pairs
+    grads = []
+    for forward in (model.forward, lambda t: model.run_with_cache(t)[0]):
+        model.zero_grad()
+        next_token_loss(forward(tokens), tokens).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-10), name
+
+
+def test_fast_forward_in_float32_at_the_default_size():
+    torch.manual_seed(0)
+    model = AttnOnlyTransformer(ModelConfig())  # float32; 20 x 8 (batch, head) pairs: several chunks
+    tokens = torch.randint(0, 64, (20, 64), generator=torch.Generator().manual_seed(6))
+    assert torch.allclose(model(tokens), model.run_with_cache(tokens)[0], atol=1e-5)

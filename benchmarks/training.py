@@ -1,0 +1,155 @@
+"""Training speed, measured side by side in one run on the default config (not a test).
+
+1. Throughput: tokens per second of one training step (forward, backward, AdamW step,
+   gradient clipping) of our model and of TransformerLens 3.9's HookedTransformer with
+   the same shapes and the same batches, alternating in rounds; the median of each.
+   Target: ours >= 1.5x TransformerLens.
+2. Induction: the real training (`pipeline.train.train`) of each seed; the step and the
+   wall seconds at which the best layer-1 head's induction score first reaches 0.5
+   (curve.tsv's probe, as the heads stage measures it), and the final scores.
+   Target: within 60 s of wall time per seed on 2 cores.
+
+    python benchmarks/training.py                      # seeds of params.yaml
+    python benchmarks/training.py --seeds 0 1 2 3 4 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline import params, train  # noqa: E402
+from pipeline.checkpoint import tl_config  # noqa: E402
+from pipeline.model import AttnOnlyTransformer, next_token_loss  # noqa: E402
+
+TARGET_RATIO = 1.5
+TARGET_SECONDS = 60.0
+
+
+def hooked_transformer(cfg):
+    """TransformerLens's model with our model's shape (None when it is not installed)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from transformer_lens import HookedTransformer, HookedTransformerConfig
+    except ImportError:
+        return None
+    config = {k: v for k, v in tl_config(cfg).items() if k != "eps"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return HookedTransformer(HookedTransformerConfig(**config, seed=0))
+
+
+def step_seconds(model, batches: list[torch.Tensor], lr: float) -> float:
+    """Seconds per training step over `batches` (after two warm-up steps)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def step(batch):
+        loss = next_token_loss(model(batch), batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    for batch in batches[:2]:
+        step(batch)
+    start = time.perf_counter()
+    for batch in batches:
+        step(batch)
+    return (time.perf_counter() - start) / len(batches)
+
+
+def throughput(cfg, rounds: int, steps: int) -> list[tuple[str, float]]:
+    t, m = cfg.train, cfg.model
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, m.d_vocab, (t.batch_size, m.n_ctx), generator=gen) for _ in range(steps)]
+    torch.manual_seed(0)
+    models = {"ours": AttnOnlyTransformer(m)}
+    theirs = hooked_transformer(m)
+    if theirs is not None:
+        models["TransformerLens 3.9"] = theirs
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(rounds):  # alternate, so that load on the machine hits both alike
+        for name, model in models.items():
+            times[name].append(step_seconds(model, batches, t.lr))
+    tokens = t.batch_size * m.n_ctx
+    return [(name, tokens / statistics.median(ts)) for name, ts in times.items()]
+
+
+def induction(cfg, seeds: list[int]) -> list[dict]:
+    rows = []
+    for seed in seeds:
+        cpu = time.process_time()
+        result = train.train(cfg, seed, progress=False)
+        curve = result.curve
+        reached = [i for i, v in enumerate(curve["induction"]) if v >= train.INDUCTION_THRESHOLD]
+        first = reached[0] if reached else None
+        rows.append({
+            "seed": seed,
+            "step": int(curve["step"].iloc[first]) if first is not None else None,
+            "wall_s": result.eval_seconds[first] if first is not None else None,
+            "total_s": result.seconds,
+            "cpu_s": time.process_time() - cpu,
+            "induction": float(curve["induction"].iloc[-1]),
+            "prev_token": float(curve["prev_token"].iloc[-1]),
+        })
+        print(f"  seed {seed}: done in {result.seconds:.0f} s", file=sys.stderr)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default=str(ROOT / "params.yaml"))
+    parser.add_argument("--seeds", type=int, nargs="*", help="default: the seeds of params.yaml")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: train.threads, else torch's)")
+    parser.add_argument("--rounds", type=int, default=5, help="throughput: alternating rounds per model")
+    parser.add_argument("--steps", type=int, default=20, help="throughput: timed steps per round")
+    parser.add_argument("--skip-induction", action="store_true")
+    args = parser.parse_args()
+
+    cfg = params.load(args.params)
+    if args.threads is not None:
+        cfg.train.threads = args.threads
+    if cfg.train.threads is not None:
+        torch.set_num_threads(cfg.train.threads)
+    torch.use_deterministic_algorithms(True)  # as training runs, for both models
+    m, t = cfg.model, cfg.train
+    print(f"model: {m.n_layers} layers x {m.n_heads} heads x {m.d_head}, d_model {m.d_model}, n_ctx {m.n_ctx}, "
+          f"d_vocab {m.d_vocab}, {m.positional_embedding_type}, norm {m.normalization_type}; batch {t.batch_size}; "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+    speeds = throughput(cfg, args.rounds, args.steps)
+    ours = speeds[0][1]
+    print("\n| model | tokens/s | ours / model |\n|---|---:|---:|")
+    for name, speed in speeds:
+        print(f"| {name} | {speed:,.0f} | {ours / speed:.2f}x |")
+    if len(speeds) > 1:
+        ratio = ours / speeds[1][1]
+        print(f"\nthroughput vs TransformerLens: {ratio:.2f}x (target >= {TARGET_RATIO}x): {'met' if ratio >= TARGET_RATIO else 'NOT met'}")
+
+    if not args.skip_induction:
+        seeds = args.seeds if args.seeds is not None else list(cfg.seeds)
+        rows = induction(cfg, seeds)
+        print(f"\n| seed | step at induction >= 0.5 | wall s at 0.5 | wall s (all {t.steps} steps) | CPU s | "
+              f"final induction | final prev-token | wall s at 0.5 / {TARGET_SECONDS:.0f} s |\n|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            at = f"{r['wall_s']:.1f}" if r["wall_s"] is not None else "never"
+            ratio = f"{r['wall_s'] / TARGET_SECONDS:.2f}" if r["wall_s"] is not None else "-"
+            print(f"| {r['seed']} | {r['step'] if r['step'] is not None else 'never'} | {at} | {r['total_s']:.1f} | "
+                  f"{r['cpu_s']:.1f} | {r['induction']:.2f} | {r['prev_token']:.2f} | {ratio} |")
+        ok = all(r["wall_s"] is not None and r["wall_s"] <= TARGET_SECONDS for r in rows)
+        print(f"\ninduction within {TARGET_SECONDS:.0f} s in every seed: {'met' if ok else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
