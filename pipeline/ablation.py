@@ -74,10 +74,10 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
             for first in range(0, H, step):
                 sources = range(first, min(first + step, H))
                 n = len(sources)
-                # layer j's input with each source head's write replaced by its per-position mean,
-                # the sources stacked along the batch: [n * batch, pos, d_model]
-                w = write[:, :, first : first + n]
-                ablated = (cache.resid_pre[j][:, :, None] - w + w.mean(0, keepdim=True)).permute(2, 0, 1, 3).reshape(n * B, T, -1)
+                # layer j's input with each source head's write replaced by its per-position mean
+                w = write[:, :, first : first + n]  # [batch, pos, n, d_model]
+                ablated = cache.resid_pre[j][:, :, None] - w + w.mean(0, keepdim=True)  # [batch, pos, n, d_model]
+                ablated = ablated.permute(2, 0, 1, 3).reshape(n * B, T, -1)  # sources stacked along the batch
                 ablated_in = block.attn_inputs(ablated, cache.pos)
                 for k, kind in enumerate(KINDS):
                     # every head of layer j reads the ablated input at this kind (module doc)
@@ -85,7 +85,8 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
                     inputs[k] = ablated_in[k]
                     out = block.attn(*inputs)
                     pattern = out.pattern.view(n, B, H, T, T)
-                    delta = (out.result.view(n, B, T, H, -1) - clean_result).permute(0, 3, 1, 2, 4)  # [n, head, batch, pos, d_model]
+                    delta = out.result.view(n, B, T, H, -1) - clean_result  # [n, batch, pos, head, d_model]
+                    delta = delta.permute(0, 3, 1, 2, 4)  # [n, head, batch, pos, d_model]
                     for s, a in enumerate(sources):
                         attn_effect = clean_induction - patterns.induction(pattern[s], length)  # [head]
                         if kind == "V":  # values cannot move a pattern: 0, not rounding noise
@@ -98,12 +99,14 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
                             rows.append((kind, i, a, j, b, float(attn_effect[b]), float(loss_effect[b])))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     order = {kind: n for n, kind in enumerate(KINDS)}
-    frame = frame.sort_values(["kind", "src_layer", "src_head", "dst_layer", "dst_head"], key=lambda c: c.map(order) if c.name == "kind" else c)
+    frame = frame.sort_values(COLUMNS[:5], key=lambda c: c.map(order) if c.name == "kind" else c)  # KINDS order, then heads
     return frame.reset_index(drop=True)
 
 
 @torch.no_grad()
-def ablate_path(model: AttnOnlyTransformer, tokens: Tensor, src: tuple[int, int], dst: tuple[int, int], kind: str, length: int) -> tuple[float, float]:
+def ablate_path(
+    model: AttnOnlyTransformer, tokens: Tensor, src: tuple[int, int], dst: tuple[int, int], kind: str, length: int
+) -> tuple[float, float]:
     """(attn_effect, loss_effect) of cutting one edge a -> b(kind), the direct way: per-head
     inputs to layer j in which only head b's `kind` input is ablated."""
     (i, a), (j, b) = src, dst

@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                 fig = heads_figures.attention_patterns(pattern, heads, (pattern.shape[-1] - 1) // 2)
                 figures.save(fig, out / "attention_patterns", dpi=cfg.dpi)
         if args.ablation:
-            effects = tables.read_csv(args.ablation, ("kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect"))
+            columns = ("kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect")
+            effects = tables.read_csv(args.ablation, columns)
             summary = io.read_json(args.heads_summary) if args.heads_summary else {}
             for effect, kinds in (("loss_effect", ("Q", "K", "V")), ("attn_effect", ("Q", "K"))):  # V cannot move a pattern
                 rho = summary.get("spearman" if effect == "loss_effect" else "spearman_attn")

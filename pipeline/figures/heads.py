@@ -85,7 +85,8 @@ def copying_vs_qk(heads: pd.DataFrame) -> Figure:
     ax.axhline(0, color="0.8", lw=0.8)
     ax.axvline(0, color="0.8", lw=0.8)
     for role, group in shown.groupby("role", sort=True):
-        ax.scatter(group["copying"], group["qk_positivity"], s=36, color=ROLE_COLORS.get(str(role), "black"), label=str(role).replace("_", " "))
+        color, label = ROLE_COLORS.get(str(role), "black"), str(role).replace("_", " ")
+        ax.scatter(group["copying"], group["qk_positivity"], s=36, color=color, label=label)
     for row in shown.itertuples():
         ax.annotate(f"{row.layer}.{row.head}", (row.copying, row.qk_positivity), fontsize=7, xytext=(3, 3), textcoords="offset points")
     if len(undefined):  # an OV or QK term with no non-zero eigenvalue: say so rather than drop it silently
