@@ -1,0 +1,408 @@
+"""Q-, K- and V-composition of every earlier head with every later head: the true scores,
+the two rotated versions the errata says the paper's library computed, a random-matrix
+baseline for each, and a z-score against a spectrum-preserving null. Maths only, no I/O.
+
+Row vectors, as stored (DESIGN.md "Maths conventions"): QK^h = W_Q^h W_K^hT and
+OV^h = W_V^h W_O^h. For an earlier head a (layer i) and a later head b (layer j > i):
+
+    Q   ||OV^a QK^b||  / (||OV^a|| ||QK^b||)
+    K   ||OV^a QK^bT|| / (||OV^a|| ||QK^b||)
+    V   ||OV^a OV^b||  / (||OV^a|| ||OV^b||)
+
+exactly TransformerLens 3.9's `HookedTransformer.all_composition_scores(mode)`.
+
+The paper's order. The paper multiplies column vectors, so each of its matrices is the
+transpose of ours (W_Q^paper = W_Q^T, [d_head, d_model]; likewise W_K, W_V; W_O^paper =
+W_O^T, [d_model, d_head]). Each score's numerator is the norm of a strand A B C D of
+shapes [d_model, d_head] [d_head, d_model] [d_model, d_head] [d_head, d_model]:
+
+    kind  paper order (column vectors)     A       B        C        D         A B C D (ours)
+    Q     W_K^bT W_Q^b W_O^a W_V^a         W_K^b   W_Q^bT   W_O^aT   W_V^aT    (OV^a QK^b)^T
+    K     W_Q^bT W_K^b W_O^a W_V^a         W_Q^b   W_K^bT   W_O^aT   W_V^aT    (OV^a QK^bT)^T
+    V     W_O^b  W_V^b W_O^a W_V^a         W_O^bT  W_V^bT   W_O^aT   W_V^aT    (OV^a OV^b)^T
+
+(a transpose does not change a Frobenius norm). The variants:
+
+    true          ||A B C D|| / (||A B|| ||C D||)
+    errata_bcda   ||B C D A|| / (||B A|| ||D C||)     both rotated strands are d_head x d_head
+    errata_dabc   ||D A B C|| / (||B A|| ||D C||)
+
+With `errata_rotate_denominators` false the errata variants divide by the true
+denominators ||A B|| ||C D|| instead. (A two-factor strand has one rotation: B A is both
+"B C D A"-style and "D A B C"-style.) A denominator that is zero up to rounding
+(||B A|| <= ZERO_RTOL ||A|| ||B||: query and key, or value and output, on orthogonal
+subspaces) makes the score NaN: undefined, not an error.
+
+Every pair is computed from two [d_head, d_head] cross products of the pair, Y = B C
+(b's B-side read of what a writes) and X = D A (a's value read against b's A side):
+
+    ||A B C D|| = ||R_A Y R_D||  (A = Q R_A, D = R_D Q'^T: `strands.shrink_left/right`)
+    ||B C D A|| = ||Y X||        ||D A B C|| = ||X Y||
+
+Baseline: the same score of Gaussian factors A, B, C, D of the same shapes,
+`baseline_samples` draws. The three kinds' strands have identical shapes, so one set of
+draws serves all three kinds (one baseline per variant). Scores are scale-free in every
+factor, so the Gaussians' variance does not matter. Expected values: about
+1/sqrt(d_model) for the true score; about 1/sqrt(d_head) for the errata variants with
+rotated denominators (larger than the true baseline: 0.35 vs 0.125 at d_model 64,
+d_head 8), and about sqrt(d_head)/d_model with the true denominators (smaller).
+
+Null (z): the writing head a is expressed in a randomly rotated residual basis,
+W_O^a -> W_O^a R and W_V^a -> R^T W_V^a with R Haar-random orthogonal [d_model, d_model].
+Then OV^a -> R^T OV^a R: every head keeps its own OV and QK spectra (eigenvalues and
+singular values) and its norms, so every denominator is unchanged; only how head a's
+subspaces sit relative to head b's is random. In paper letters C -> R^T C and D -> D R,
+so Y -> B R^T C and X -> D R A. To sample this in the small space, write
+[C | D^T] = U [c | d] and [B^T | A] = V [beta | alpha] (QR; U, V [d_model, k] with
+orthonormal columns, k = min(d_model, 2 d_head)); then
+
+    B R^T C = beta^T Z^T c,    D R A = d^T Z alpha,    Z = U^T R V  [k, k]
+
+and for fixed U, V and Haar R, Z is distributed as the top-left k x k block of a Haar
+matrix. So `null_samples` such blocks are drawn once and used for every pair: each pair's
+null samples are exactly distributed as rotating the residual stream for that pair
+(pairs share draws, which only correlates different pairs' estimates). The true
+numerator needs no product per pair and sample: ||R_A B R^T C R_D||^2 is the inner
+product of two small Gram matrices, one of them rotated by Z (`_null_numerators`).
+z = (score - null_mean) / null_std (NaN when the score is NaN or null_std is 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from pipeline.config import CompositionConfig
+from pipeline.strands import (
+    Strand,
+    all_pairs_norms,
+    gram_vectors,
+    grams_are_cheaper,
+    norm,
+    shrink_left,
+    shrink_right,
+)
+from pipeline.weights import HeadWeights
+
+KINDS = ("Q", "K", "V")
+VARIANTS = ("true", "errata_bcda", "errata_dabc")
+COLUMNS = [
+    "kind", "variant", "src_layer", "src_head", "dst_layer", "dst_head",
+    "score", "baseline_mean", "baseline_std", "z",
+]  # fmt: skip
+ZERO_RTOL = 1e-8  # a strand with ||A B|| <= ZERO_RTOL ||A|| ||B|| counts as zero
+_BLOCK = 2**21  # elements per [writers, readers, samples, d_head, d_head] block of the null (16 MB in float64)
+
+
+# --- the factors of each kind, paper letters --------------------------------------
+
+
+def reader_factors(W_Q: Tensor, W_K: Tensor, W_V: Tensor, W_O: Tensor, kind: str) -> tuple[Tensor, Tensor]:
+    """(A [.., d_model, d_head], B [.., d_head, d_model]) of the later head b for this kind."""
+    if kind == "Q":
+        return W_K, W_Q.mT
+    if kind == "K":
+        return W_Q, W_K.mT
+    if kind == "V":
+        return W_O.mT, W_V.mT
+    raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+
+
+def writer_factors(W_V: Tensor, W_O: Tensor) -> tuple[Tensor, Tensor]:
+    """(C = W_O^T [.., d_model, d_head], D = W_V^T [.., d_head, d_model]) of the earlier head a."""
+    return W_O.mT, W_V.mT
+
+
+def _side_norms(P: Tensor, Q: Tensor) -> dict[str, Tensor]:
+    """||P Q|| and ||Q P|| of one head's two-factor strand; NaN where zero up to rounding.
+
+    ||Q P|| is d_head x d_head and formed directly; ||P Q|| goes through d_head x d_head
+    Gram matrices. Both give exactly 0 when the two factors use disjoint coordinates.
+    """
+    bound = torch.linalg.matrix_norm(P) * torch.linalg.matrix_norm(Q)
+    out = {}
+    for name, s in (("true", Strand((P, Q))), ("rotated", Strand((Q, P)))):
+        n = norm(s)
+        out[name] = torch.where(n > ZERO_RTOL * bound, n, torch.nan)
+    return out
+
+
+def _denominators(reader: dict[str, Tensor], writer: dict[str, Tensor], rotate: bool, pairs: bool) -> dict[str, Tensor]:
+    """Per variant: ||A B|| ||C D|| or its rotation, [Na, Nb] (pairs) or [S] (zipped)."""
+
+    def times(w: Tensor, r: Tensor) -> Tensor:
+        return w[:, None] * r[None, :] if pairs else w * r
+
+    true = times(writer["true"], reader["true"])
+    errata = times(writer["rotated"], reader["rotated"]) if rotate else true
+    return {"true": true, "errata_bcda": errata, "errata_dabc": errata}
+
+
+def _numerators(Y: Tensor, X: Tensor, R_A: Tensor, R_D: Tensor) -> dict[str, Tensor]:
+    """Numerators from the pair's cross products Y = B C and X = D A, [.., d_head, d_head]."""
+    return {
+        "true": norm(Strand((R_A, Y, R_D))),  # ||A B C D||, A = Q R_A, D = R_D Q'^T
+        "errata_bcda": norm(Strand((Y, X))),  # ||B C D A||
+        "errata_dabc": norm(Strand((X, Y))),  # ||D A B C||
+    }
+
+
+# --- fast path: the true scores only -----------------------------------------------
+
+
+def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> dict[str, Tensor]:
+    """The true scores of each kind in `kinds`, [src_layer, src_head, dst_layer, dst_head],
+    NaN unless dst_layer > src_layer; in the dtype of `hw`.
+
+    Same values as TransformerLens's `all_composition_scores(kind)` (which puts 0 where we
+    put NaN). The two `strands.all_pairs_norms` routes, done by hand so that work is shared:
+    with Gram matrices (the cheaper route once d_head^2 > d_model / 2), every writer's packed
+    OV Gram matrix is formed once for all kinds, and each reader layer j, all kinds at once,
+    is dotted only with the writers of layers < j. method: "auto", "grams" or "factors".
+    """
+    if method not in ("auto", "grams", "factors"):
+        raise ValueError(f"method must be 'auto', 'grams' or 'factors', not {method!r}")
+    L, H, D, d = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
+    OV = Strand((hw.W_V, hw.W_O))  # [L, H] x [d_model, d_model]
+    ov_norm = _side_norms(hw.W_V, hw.W_O)["true"]  # [L, H]
+    readers = {}  # kind -> (OV^a's right neighbour (A B)^T: QK^b, QK^bT or OV^b; its norms)
+    for kind in kinds:
+        A, B = reader_factors(hw.W_Q, hw.W_K, hw.W_V, hw.W_O, kind)
+        readers[kind] = (Strand((A, B)).T, _side_norms(A, B)["true"])
+    n_writers, n_pairs = (L - 1) * H, H * H * L * (L - 1) // 2
+    use_grams = method == "grams" or (
+        method == "auto" and grams_are_cheaper(n_writers, len(kinds) * n_writers, len(kinds) * n_pairs, d, D, d)
+    )
+    if use_grams:
+        writer_grams = gram_vectors(Strand(tuple(f[:-1] for f in OV.factors)), "left")  # [L - 1, H, N]
+        reader_grams = writer_grams.new_empty(len(kinds) * H, writer_grams.shape[-1])  # one buffer, reused
+    out = {kind: torch.full((L, H, L, H), torch.nan, dtype=hw.W_Q.dtype) for kind in kinds}
+    for j in range(1, L):
+        if use_grams:  # all kinds' readers in layer j, [kinds x H, N]
+            for k, (right, _) in enumerate(readers.values()):
+                gram_vectors(Strand(tuple(f[j] for f in right.factors)), "right", out=reader_grams[k * H : (k + 1) * H])
+            nums = (writer_grams[:j] @ reader_grams.T).clamp_min(0).sqrt().split(H, dim=-1)  # [j, H, H] each
+        else:
+            writers = Strand(tuple(f[:j] for f in OV.factors))  # batch [j, H]
+            nums = [
+                all_pairs_norms(writers, Strand(tuple(f[j] for f in right.factors)), method="factors")
+                for right, _ in readers.values()
+            ]
+        for kind, num in zip(readers, nums):
+            out[kind][:j, :, j] = num / (ov_norm[:j, :, None] * readers[kind][1][j])
+    return out
+
+
+# --- all variants, baselines and nulls ---------------------------------------------
+
+
+def _haar_blocks(n: int, d_model: int, k: int, gen: torch.Generator) -> Tensor:
+    """n top-left [k, k] blocks of Haar-random orthogonal [d_model, d_model] matrices."""
+    G = torch.randn(n, d_model, k, generator=gen, dtype=torch.float64)
+    Q, R = torch.linalg.qr(G)  # [n, d_model, k]
+    # QR with a positive diagonal in R makes Q the first k columns of a Haar matrix
+    Q = Q * torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0)[:, None, :]
+    return Q[:, :k, :]
+
+
+def _frame(M: Tensor) -> Tensor:
+    """Coordinates [.., k, 2 d_head] of M [.., d_model, 2 d_head] in an orthonormal basis U
+    of its columns (M = U coords); upper triangular."""
+    return torch.linalg.qr(M, mode="r").R
+
+
+def _mean_std(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    return x.mean(dim), x.std(dim, correction=1 if x.shape[dim] > 1 else 0)
+
+
+def _baseline(
+    d_model: int, d_head: int, cfg: CompositionConfig, gen: torch.Generator
+) -> dict[str, tuple[float, float]]:
+    """Per variant: (mean, std) of the score of Gaussian factors of the model's shapes."""
+    S = cfg.baseline_samples
+    A = torch.randn(S, d_model, d_head, generator=gen, dtype=torch.float64)
+    B = torch.randn(S, d_head, d_model, generator=gen, dtype=torch.float64)
+    C = torch.randn(S, d_model, d_head, generator=gen, dtype=torch.float64)
+    D = torch.randn(S, d_head, d_model, generator=gen, dtype=torch.float64)
+    nums = _numerators(B @ C, D @ A, shrink_left(A), shrink_right(D))  # each [S]
+    dens = _denominators(_side_norms(A, B), _side_norms(C, D), cfg.errata_rotate_denominators, pairs=False)
+    out = {}
+    for v in VARIANTS:
+        mean, std = _mean_std(nums[v] / dens[v], 0)
+        out[v] = (float(mean), float(std))
+    return out
+
+
+@dataclass(frozen=True)
+class _Writers:
+    """The earlier heads of one layer (C = W_O^T, D = W_V^T), with everything the null needs
+    that does not depend on the later head. Coordinates as in the module doc: torch's QR
+    gives an upper-triangular R, so [C | D^T] = U [c | d] has c = [c1; 0] with c1 [d_head, d_head],
+    and only the top-left block Z11 = Z[:d_head, :d_head] of each Z ever meets c."""
+
+    C: Tensor  # [Na, d_model, d_head]
+    D: Tensor  # [Na, d_head, d_model]
+    norms: dict[str, Tensor]  # ||C D||, ||D C||  [Na]
+    R_D: Tensor  # D = R_D Q^T  [Na, d_head, d_head]
+    c1: Tensor  # [Na, d_head, d_head]
+    d_Z: Tensor  # d^T Z  [Na, S, d_head, k]
+    gram_Z: Tensor  # Z11^T (c1 R_D)(c1 R_D)^T Z11  [Na, S, d_head, d_head]
+
+    @staticmethod
+    def of(C: Tensor, D: Tensor, Z: Tensor) -> "_Writers":
+        d_head = C.shape[-1]
+        coords = _frame(torch.cat([C, D.mT], -1))  # [C | D^T] = U [c | d]  [Na, k, 2 d_head]
+        c1, d = coords[..., :d_head, :d_head], coords[..., d_head:]
+        R_D = shrink_right(D)
+        Z11 = Z[:, :d_head, :d_head]  # [S, d_head, d_head]
+        c1_R_D = c1 @ R_D
+        gram = c1_R_D @ c1_R_D.mT  # [Na, d_head, d_head]
+        gram_Z = torch.einsum("ski,nkl,slj->nsij", Z11, gram, Z11)
+        d_Z = torch.einsum("nki,skl->nsil", d, Z)
+        return _Writers(C, D, _side_norms(C, D), R_D, c1, d_Z, gram_Z)
+
+
+@dataclass(frozen=True)
+class _Readers:
+    """A block of later heads (paper letters A, B for one kind); [B^T | A] = V [beta | alpha], beta = [beta1; 0]."""
+
+    A: Tensor  # [Nb, d_model, d_head]
+    B: Tensor  # [Nb, d_head, d_model]
+    norms: dict[str, Tensor]  # ||A B||, ||B A||  [Nb]
+    R_A: Tensor  # A = Q R_A  [Nb, d_head, d_head]
+    alpha: Tensor  # [Nb, k, d_head]
+    beta1_Zt: Tensor  # beta1^T Z11^T  [Nb, S, d_head, d_head]
+    gram: Tensor  # (R_A beta1^T)^T (R_A beta1^T)  [Nb, d_head, d_head]
+
+    @staticmethod
+    def of(A: Tensor, B: Tensor, Z: Tensor) -> "_Readers":
+        d_head = A.shape[-1]
+        coords = _frame(torch.cat([B.mT, A], -1))  # [Nb, k, 2 d_head]
+        beta1, alpha = coords[..., :d_head, :d_head], coords[..., d_head:]
+        R_A = shrink_left(A)
+        R_A_beta1t = R_A @ beta1.mT
+        beta1_Zt = torch.einsum("nki,slk->nsil", beta1, Z[:, :d_head, :d_head])
+        return _Readers(A, B, _side_norms(A, B), R_A, alpha, beta1_Zt, R_A_beta1t.mT @ R_A_beta1t)
+
+
+def _null_numerators(w: _Writers, r: _Readers) -> dict[str, Tensor]:
+    """Numerators with the writer rotated by each sampled Z, [Na, Nb, S] (module doc).
+
+    true:   ||R_A B R^T C R_D||^2 = <(R_A beta1^T)^T (R_A beta1^T), Z11^T (c1 R_D)(c1 R_D)^T Z11>,
+            small rotated Gram matrices, so the pair costs d_head^2 per sample;
+    errata: the rotated cross products Y = B R^T C = beta1^T Z11^T c1 and X = D R A = d^T Z alpha.
+    """
+    true_sq = torch.einsum("asij,bij->abs", w.gram_Z, r.gram)  # one GEMM
+    Y = torch.einsum("bsil,alj->absij", r.beta1_Zt, w.c1)  # B R^T C  [Na, Nb, S, d_head, d_head]
+    X = torch.einsum("asil,blj->absij", w.d_Z, r.alpha)  # D R A  [Na, Nb, S, d_head, d_head]
+    return {
+        "true": true_sq.clamp_min(0).sqrt(),
+        "errata_bcda": norm(Strand((Y, X))),
+        "errata_dabc": norm(Strand((X, Y))),
+    }
+
+
+def _pair_block(w: _Writers, r: _Readers, rotate: bool) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
+    """Writers [Na] x readers [Nb] -> per variant (score, null_mean, null_std), each [Na, Nb]."""
+    dens = _denominators(r.norms, w.norms, rotate, pairs=True)  # [Na, Nb]
+    # the scores: cross products of every writer with every reader, one GEMM each
+    Y = torch.einsum("bin,anj->abij", r.B, w.C)  # B_b C_a  [Na, Nb, d_head, d_head]
+    X = torch.einsum("ain,bnj->abij", w.D, r.A)  # D_a A_b  [Na, Nb, d_head, d_head]
+    nums = _numerators(Y, X, r.R_A[None], w.R_D[:, None])
+    null = _null_numerators(w, r)  # [Na, Nb, S]; rotation leaves every denominator unchanged
+    out = {}
+    for v in VARIANTS:
+        mean, std = _mean_std(null[v] / dens[v][..., None], -1)
+        out[v] = (nums[v] / dens[v], mean, std)
+    return out
+
+
+def _kind_tensors(
+    hw: HeadWeights, kind: str, Z: Tensor, rotate: bool
+) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
+    """Per variant: (score, null_mean, null_std), each [L, H, L, H], NaN unless dst_layer > src_layer."""
+    L, H, d_head, S = hw.n_layers, hw.n_heads, hw.d_head, Z.shape[0]
+    A, B = reader_factors(hw.W_Q, hw.W_K, hw.W_V, hw.W_O, kind)
+    C, D = writer_factors(hw.W_V, hw.W_O)
+    out = {v: tuple(torch.full((L, H, L, H), torch.nan, dtype=torch.float64) for _ in range(3)) for v in VARIANTS}
+    step = max(1, _BLOCK // (H * S * d_head * d_head))  # reader heads per block: bounds memory
+    for i in range(L - 1):
+        writers = _Writers.of(C[i], D[i], Z)
+        A_later = A[i + 1 :].reshape(-1, *A.shape[-2:])  # [(L - i - 1) H, d_model, d_head]
+        B_later = B[i + 1 :].reshape(-1, *B.shape[-2:])
+        for start in range(0, A_later.shape[0], step):
+            A_b, B_b = A_later[start : start + step], B_later[start : start + step]
+            block = _pair_block(writers, _Readers.of(A_b, B_b, Z), rotate)
+            columns = slice((i + 1) * H + start, (i + 1) * H + start + A_b.shape[0])  # later heads, flat
+            for v in VARIANTS:
+                for target, values in zip(out[v], block[v]):
+                    # written in place: keeping small per-block results alive between the
+                    # large temporaries fragments the heap (glibc) and inflates memory
+                    target[i].view(H, L * H)[:, columns] = values
+    return out
+
+
+def composition_scores(hw: HeadWeights, cfg: CompositionConfig, seed: int) -> pd.DataFrame:
+    """One row per (kind, variant, earlier head, later head), in that order (KINDS, VARIANTS).
+
+    Columns: kind, variant, src_layer, src_head, dst_layer, dst_head, score,
+    baseline_mean, baseline_std (random factors of the same shapes), z (against the
+    rotated-writer null). Deterministic for a seed. Computed in float64.
+    """
+    hw = hw.to(torch.float64)
+    L, H, d_model, d_head = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
+    gen = torch.Generator().manual_seed(seed)
+    baseline = _baseline(d_model, d_head, cfg, gen)
+    Z = _haar_blocks(cfg.null_samples, d_model, min(d_model, 2 * d_head), gen)
+
+    # every (src_layer, src_head, dst_layer, dst_head) with dst_layer > src_layer, sorted
+    i, h, j, g = (x.ravel() for x in np.meshgrid(*(np.arange(n) for n in (L, H, L, H)), indexing="ij"))
+    keep = j > i
+    i, h, j, g = i[keep], h[keep], j[keep], g[keep]
+    n = len(i)
+
+    parts = []
+    for kind in KINDS:
+        tensors = _kind_tensors(hw, kind, Z, cfg.errata_rotate_denominators)
+        for v in VARIANTS:
+            score, null_mean, null_std = (t.numpy()[i, h, j, g] for t in tensors[v])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                z = np.where(null_std > 0, (score - null_mean) / null_std, np.nan)
+            parts.append(pd.DataFrame({
+                "kind": [kind] * n, "variant": [v] * n,
+                "src_layer": i, "src_head": h, "dst_layer": j, "dst_head": g,
+                "score": score, "baseline_mean": np.full(n, baseline[v][0]),
+                "baseline_std": np.full(n, baseline[v][1]), "z": z,
+            }))  # fmt: skip
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
+    return frame[COLUMNS].astype({c: "int64" for c in ("src_layer", "src_head", "dst_layer", "dst_head")})
+
+
+def _pair_label(row: pd.Series) -> str:
+    """'L0H3->L1H5': TransformerLens-style head names."""
+    return f"L{int(row['src_layer'])}H{int(row['src_head'])}->L{int(row['dst_layer'])}H{int(row['dst_head'])}"
+
+
+def summarize(scores: pd.DataFrame) -> dict:
+    """Per kind and variant: pairs, undefined (NaN) scores, max score and its pair, pairs with z > 3.
+
+    JSON-serialisable: NaN becomes None.
+    """
+    out: dict = {}
+    for kind in KINDS:
+        for v in VARIANTS:
+            rows = scores[(scores["kind"] == kind) & (scores["variant"] == v)]
+            defined = rows[rows["score"].notna()]
+            best = defined.loc[defined["score"].idxmax()] if len(defined) else None
+            out.setdefault(kind, {})[v] = {
+                "n_pairs": int(len(rows)),
+                "n_undefined": int(len(rows) - len(defined)),
+                "max_score": None if best is None else float(best["score"]),
+                "max_pair": None if best is None else _pair_label(best),
+                "n_z_above_3": int((rows["z"] > 3).sum()),  # NaN > 3 is False
+            }  # fmt: skip
+    return out

@@ -1,0 +1,307 @@
+"""Composition scores: known answers, the paper-order errata strands written out densely,
+the null's rotation identity, baselines, determinism, and TransformerLens 3.9 as oracle."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pipeline import composition as comp
+from pipeline.composition import COLUMNS, KINDS, VARIANTS, composition_scores, summarize, true_scores
+from pipeline.config import CompositionConfig
+from pipeline.weights import HeadWeights, from_state_dict
+
+FAST = CompositionConfig(baseline_samples=32, null_samples=16)
+F64 = torch.float64
+
+
+def head_weights(W_Q, W_K, W_V, W_O) -> HeadWeights:
+    L, H, D, d = W_Q.shape
+    z = lambda *s: torch.zeros(*s, dtype=F64)  # noqa: E731
+    return HeadWeights(
+        W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=z(L, H, d), b_K=z(L, H, d), b_V=z(L, H, d), b_O=z(L, D),
+        W_E=z(5, D), W_pos=z(4, D), W_U=z(D, 5), b_U=z(5),
+    )  # fmt: skip
+
+
+def random_heads(seed: int, L: int = 2, H: int = 3, D: int = 24, d: int = 4) -> HeadWeights:
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
+    return head_weights(r(L, H, D, d), r(L, H, D, d), r(L, H, D, d), r(L, H, d, D))
+
+
+def rows(df: pd.DataFrame, kind: str, variant: str) -> pd.DataFrame:
+    return df[(df["kind"] == kind) & (df["variant"] == variant)]
+
+
+def no_warnings():
+    ctx = warnings.catch_warnings()
+    ctx.__enter__()
+    warnings.simplefilter("error")
+    return ctx
+
+
+# --- layout and determinism --------------------------------------------------------
+
+
+def test_columns_row_count_and_order() -> None:
+    L, H = 3, 2
+    df = composition_scores(random_heads(0, L=L, H=H), FAST, seed=0)
+    assert list(df.columns) == COLUMNS
+    pairs = H * H * L * (L - 1) // 2
+    assert len(df) == len(KINDS) * len(VARIANTS) * pairs == 108
+    key = pd.DataFrame({
+        "kind": df["kind"].map(KINDS.index), "variant": df["variant"].map(VARIANTS.index),
+        **{c: df[c] for c in ("src_layer", "src_head", "dst_layer", "dst_head")},
+    })  # fmt: skip
+    assert key.equals(key.sort_values(list(key.columns)).reset_index(drop=True))
+    assert (df["dst_layer"] > df["src_layer"]).all()
+    assert not df.duplicated(["kind", "variant", "src_layer", "src_head", "dst_layer", "dst_head"]).any()
+
+
+def test_deterministic_for_a_seed() -> None:
+    hw = random_heads(1)
+    a, b = composition_scores(hw, FAST, seed=7), composition_scores(hw, FAST, seed=7)
+    pd.testing.assert_frame_equal(a, b)
+    c = composition_scores(hw, FAST, seed=8)
+    np.testing.assert_array_equal(a["score"].to_numpy(), c["score"].to_numpy())  # scores use no randomness
+    assert not np.allclose(a["z"].to_numpy(), c["z"].to_numpy())  # the null does
+
+
+# --- known answers -----------------------------------------------------------------
+
+
+def test_orthogonal_write_and_read_scores_exactly_zero() -> None:
+    # head a (layer 0) writes only into residual coords 0..3; head b (layer 1) reads only 4..7
+    D, d = 16, 4
+    g = torch.Generator().manual_seed(0)
+    W = {n: torch.zeros(2, 1, D, d, dtype=F64) for n in ("W_Q", "W_K", "W_V")}
+    W_O = torch.zeros(2, 1, d, D, dtype=F64)
+    W["W_V"][0, 0] = torch.randn(D, d, generator=g, dtype=F64)
+    W_O[0, 0, :, 0:4] = torch.randn(d, 4, generator=g, dtype=F64)
+    for n in W:
+        W[n][1, 0, 4:8] = torch.randn(4, d, generator=g, dtype=F64)
+    W_O[1, 0] = torch.randn(d, D, generator=g, dtype=F64)
+    hw = head_weights(W["W_Q"], W["W_K"], W["W_V"], W_O)
+    df = composition_scores(hw, FAST, seed=0)
+    for kind in KINDS:
+        assert rows(df, kind, "true")["score"].tolist() == [0.0]
+        for method in ("grams", "factors"):
+            assert true_scores(hw, method=method)[kind][0, 0, 1, 0].item() == 0.0
+
+
+def test_rank_one_write_read_along_the_same_direction_scores_one() -> None:
+    # OV^a = u v^T writes along v; QK^b, QK^bT and OV^b all read along v: every kind scores 1
+    D, d = 12, 3
+    g = torch.Generator().manual_seed(1)
+    u, v, w, x = (torch.randn(D, generator=g, dtype=F64) for _ in range(4))
+    W_Q, W_K, W_V = (torch.zeros(2, 1, D, d, dtype=F64) for _ in range(3))
+    W_O = torch.zeros(2, 1, d, D, dtype=F64)
+    W_V[0, 0, :, 0], W_O[0, 0, 0] = u, v  # head a: OV = u v^T
+    W_Q[1, 0, :, 1], W_K[1, 0, :, 1], W_V[1, 0, :, 1] = v, v, v  # head b reads along v
+    W_Q[0, 0, :, 0], W_K[0, 0, :, 0] = w, x
+    W_O[1, 0, 1] = w
+    hw = head_weights(W_Q, W_K, W_V, W_O)
+    df = composition_scores(hw, FAST, seed=0)
+    for kind in KINDS:
+        assert rows(df, kind, "true")["score"].item() == pytest.approx(1.0, abs=1e-12)
+        for method in ("grams", "factors"):
+            assert true_scores(hw, method=method)[kind][0, 0, 1, 0].item() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_zero_rotated_strand_gives_nan_without_crashing_or_warning() -> None:
+    # head b's query and key read orthogonal subspaces, so ||W_K^bT W_Q^b|| = 0 exactly:
+    # the errata's rotated denominator vanishes (QK^b itself does not); likewise W_O^b W_V^b = 0
+    hw = random_heads(2, L=2, H=2, D=16, d=2)
+    hw.W_Q[1, 0].zero_(), hw.W_K[1, 0].zero_(), hw.W_V[1, 0].zero_(), hw.W_O[1, 0].zero_()
+    g = torch.Generator().manual_seed(3)
+    hw.W_Q[1, 0, 0:4] = torch.randn(4, 2, generator=g, dtype=F64)
+    hw.W_K[1, 0, 4:8] = torch.randn(4, 2, generator=g, dtype=F64)
+    hw.W_V[1, 0, 8:12] = torch.randn(4, 2, generator=g, dtype=F64)
+    hw.W_O[1, 0, :, 12:16] = torch.randn(2, 4, generator=g, dtype=F64)
+    ctx = no_warnings()
+    try:
+        df = composition_scores(hw, FAST, seed=0)
+        summary = summarize(df)
+    finally:
+        ctx.__exit__(None, None, None)
+    to_b = df["dst_head"] == 0
+    for kind in KINDS:
+        for v in ("errata_bcda", "errata_dabc"):
+            assert rows(df[to_b], kind, v)["score"].isna().all()
+            assert rows(df[to_b], kind, v)["z"].isna().all()
+            assert rows(df[~to_b], kind, v)["score"].notna().all()
+        assert rows(df, kind, "true")["score"].notna().all()
+        assert summary[kind]["errata_bcda"]["n_undefined"] == 2
+    json.dumps(summary, allow_nan=False)
+    # with the true denominators the errata scores are defined again
+    true_denominators = CompositionConfig(baseline_samples=8, null_samples=4, errata_rotate_denominators=False)
+    df = composition_scores(hw, true_denominators, seed=0)
+    assert df["score"].notna().all()
+
+
+# --- the errata strands, written out in the paper's order --------------------------
+
+
+@pytest.mark.parametrize("rotate_denominators", [True, False])
+def test_errata_variants_equal_dense_paper_order(rotate_denominators: bool) -> None:
+    hw = random_heads(4, L=3, H=2, D=10, d=3)
+    cfg = CompositionConfig(baseline_samples=8, null_samples=4, errata_rotate_denominators=rotate_denominators)
+    df = composition_scores(hw, cfg, seed=0)
+    # the paper's column-vector matrices are the transposes of our row-vector ones
+    Wq, Wk, Wv, Wo = hw.W_Q.mT, hw.W_K.mT, hw.W_V.mT, hw.W_O.mT  # [d_head, d_model] x3, [d_model, d_head]
+    fro = lambda M: torch.linalg.matrix_norm(M).item()  # noqa: E731
+    for r in df.itertuples():
+        a, b = (r.src_layer, r.src_head), (r.dst_layer, r.dst_head)
+        A, B = {  # the later head's two factors in paper order: A B C D
+            "Q": (Wk[b].T, Wq[b]),  # W_K^bT W_Q^b
+            "K": (Wq[b].T, Wk[b]),  # W_Q^bT W_K^b
+            "V": (Wo[b], Wv[b]),  # W_O^b W_V^b
+        }[r.kind]
+        C, D = Wo[a], Wv[a]  # W_O^a W_V^a
+        if r.variant == "true":
+            want = fro(A @ B @ C @ D) / (fro(A @ B) * fro(C @ D))
+        else:
+            num = fro(B @ C @ D @ A) if r.variant == "errata_bcda" else fro(D @ A @ B @ C)
+            den = fro(B @ A) * fro(D @ C) if rotate_denominators else fro(A @ B) * fro(C @ D)
+            want = num / den
+        assert r.score == pytest.approx(want, rel=1e-10), r
+
+
+@pytest.mark.parametrize("method", ["grams", "factors"])
+def test_true_scores_fast_path_equals_dense_and_table(method: str) -> None:
+    hw = random_heads(5, L=3, H=2, D=16, d=4)
+    df = composition_scores(hw, FAST, seed=0)
+    OV, QK = hw.W_V @ hw.W_O, hw.W_Q @ hw.W_K.mT  # [L, H, D, D]
+    fast = true_scores(hw, method=method)
+    for kind in KINDS:
+        right = {"Q": QK, "K": QK.mT, "V": OV}[kind]
+        ours = fast[kind]
+        for r in rows(df, kind, "true").itertuples():
+            a, b = (r.src_layer, r.src_head), (r.dst_layer, r.dst_head)
+            n = torch.linalg.matrix_norm
+            want = (n(OV[a] @ right[b]) / (n(OV[a]) * n(right[b]))).item()
+            assert ours[a + b].item() == pytest.approx(want, rel=1e-10)
+            assert r.score == pytest.approx(want, rel=1e-10)
+        later = torch.arange(3)[:, None, None, None] < torch.arange(3)[None, None, :, None]
+        assert torch.isnan(ours[~later.expand_as(ours)]).all()
+
+
+# --- the null ------------------------------------------------------------------------
+
+
+def test_null_samples_equal_literally_rotating_the_writer() -> None:
+    """With Z = U^T R V the small-space null equals W_O^a -> W_O^a R, W_V^a -> R^T W_V^a, densely."""
+    D, d = 10, 3
+    g = torch.Generator().manual_seed(6)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
+    W_V, W_O, W_Q, W_K = r(1, D, d), r(1, d, D), r(1, D, d), r(1, D, d)
+    Rs = [torch.linalg.qr(r(D, D)).Q for _ in range(3)]  # any orthogonal matrices
+    C, Dm = comp.writer_factors(W_V, W_O)
+    A, B = comp.reader_factors(W_Q, W_K, W_V, W_O, "K")
+    U = torch.linalg.qr(torch.cat([C, Dm.mT], -1)).Q[0]  # [D, k]
+    V = torch.linalg.qr(torch.cat([B.mT, A], -1)).Q[0]
+    Z = torch.stack([U.T @ R @ V for R in Rs])  # [S, k, k]
+    null = comp._null_numerators(comp._Writers.of(C, Dm, Z), comp._Readers.of(A, B, Z))
+    fro = lambda M: torch.linalg.matrix_norm(M).item()  # noqa: E731
+    for s, R in enumerate(Rs):
+        Cr, Dr = R.T @ C[0], Dm[0] @ R  # C = W_O^T -> R^T W_O^T, D = W_V^T -> W_V^T R
+        a, b = A[0], B[0]
+        assert null["true"][0, 0, s].item() == pytest.approx(fro(a @ b @ Cr @ Dr), rel=1e-9)
+        assert null["errata_bcda"][0, 0, s].item() == pytest.approx(fro(b @ Cr @ Dr @ a), rel=1e-9)
+        assert null["errata_dabc"][0, 0, s].item() == pytest.approx(fro(Dr @ a @ b @ Cr), rel=1e-9)
+    # the rotation keeps the head's own spectrum: OV^a -> R^T OV^a R
+    OV, OVr = W_V[0] @ W_O[0], (Rs[0].T @ W_V[0]) @ (W_O[0] @ Rs[0])
+    torch.testing.assert_close(torch.linalg.svdvals(OV), torch.linalg.svdvals(OVr))
+
+
+def test_haar_blocks_have_the_right_second_moment() -> None:
+    Z = comp._haar_blocks(4000, 16, 4, torch.Generator().manual_seed(0))
+    assert Z.shape == (4000, 4, 4)
+    # each entry of a Haar d x d matrix has mean 0 and variance 1/d
+    assert Z.square().mean().item() == pytest.approx(1 / 16, rel=0.05)
+    assert abs(Z.mean().item()) < 0.01
+
+
+def test_planted_composition_has_large_z() -> None:
+    # head b's query reads exactly the subspace head a writes into: far above the rotated null
+    hw = random_heads(7, L=2, H=3, D=32, d=4)
+    hw.W_Q[1, 2] = hw.W_O[0, 1].T.clone()
+    df = composition_scores(hw, CompositionConfig(baseline_samples=32, null_samples=64), seed=0)
+    q = rows(df, "Q", "true").set_index(["src_layer", "src_head", "dst_layer", "dst_head"])
+    assert q.loc[(0, 1, 1, 2), "z"] > 3
+    assert q.loc[(0, 1, 1, 2), "score"] == q["score"].max()
+    assert (q["z"].drop((0, 1, 1, 2)).abs() < 3).mean() > 0.8  # unplanted pairs look like the null
+    assert summarize(df)["Q"]["true"]["n_z_above_3"] >= 1
+    assert summarize(df)["Q"]["true"]["max_pair"] == "L0H1->L1H2"
+
+
+# --- baselines -------------------------------------------------------------------------
+
+
+def test_baselines() -> None:
+    D, d = 64, 8
+    cfg = CompositionConfig(baseline_samples=200, null_samples=4)
+    df = composition_scores(random_heads(8, L=2, H=1, D=D, d=d), cfg, seed=0)
+    base = df.groupby(["kind", "variant"])[["baseline_mean", "baseline_std"]].first()
+    true = base.xs("true", level="variant")["baseline_mean"]
+    assert ((true > 0.7 / math.sqrt(D)) & (true < 1.3 / math.sqrt(D))).all()  # ~ 1/sqrt(d_model)
+    for v in ("errata_bcda", "errata_dabc"):
+        errata = base.xs(v, level="variant")["baseline_mean"]
+        # rotated denominators: ~ 1/sqrt(d_head), far from the true baseline
+        assert (abs(errata - true) > 5 * base.xs("true", level="variant")["baseline_std"]).all()
+    assert base["baseline_std"].gt(0).all()
+    # the three kinds' strands have the same shapes: one baseline per variant
+    assert base.groupby(level="variant")["baseline_mean"].nunique().eq(1).all()
+
+
+# --- summary ---------------------------------------------------------------------------
+
+
+def test_summary_is_json_and_counts() -> None:
+    df = composition_scores(random_heads(9), FAST, seed=0)
+    s = summarize(df)
+    json.dumps(s, allow_nan=False)
+    for kind in KINDS:
+        for v in VARIANTS:
+            sub = rows(df, kind, v)
+            assert s[kind][v]["max_score"] == pytest.approx(sub["score"].max())
+            assert s[kind][v]["n_z_above_3"] == int((sub["z"] > 3).sum())
+            assert s[kind][v]["n_pairs"] == len(sub)
+    empty = summarize(df.iloc[:0])
+    assert empty["Q"]["true"] == {"n_pairs": 0, "n_undefined": 0, "max_score": None, "max_pair": None, "n_z_above_3": 0}
+
+
+# --- the oracle ---------------------------------------------------------------------------
+
+
+@pytest.mark.interop
+def test_true_scores_equal_transformer_lens() -> None:
+    tl = pytest.importorskip("transformer_lens")
+    cfg = tl.HookedTransformerConfig(
+        n_layers=3, n_heads=4, d_model=32, d_head=8, n_ctx=8, d_vocab=16,
+        attn_only=True, normalization_type=None, seed=0,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model = tl.HookedTransformer(cfg)
+    hw = from_state_dict(model.state_dict())
+    df = composition_scores(hw, FAST, seed=0)
+    L = cfg.n_layers
+    later = torch.arange(L)[:, None, None, None] < torch.arange(L)[None, None, :, None]  # [L1, 1, L2, 1]
+    for kind in KINDS:
+        with torch.no_grad():
+            theirs = model.all_composition_scores(kind).to(F64)  # [L1, H1, L2, H2], 0 unless L2 > L1
+        ours = true_scores(hw)[kind]
+        mask = later.expand_as(ours)
+        torch.testing.assert_close(ours[mask], theirs[mask], rtol=0, atol=1e-5)
+        assert (theirs[~mask] == 0).all()
+        table = rows(df, kind, "true")
+        index = tuple(table[c].to_numpy() for c in ("src_layer", "src_head", "dst_layer", "dst_head"))
+        np.testing.assert_allclose(table["score"].to_numpy(), theirs.numpy()[index], rtol=0, atol=1e-5)
