@@ -12,13 +12,14 @@ positions, a custom attention scale, ...).
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from pipeline import io
 from pipeline.config import ModelConfig
@@ -33,10 +34,26 @@ TL_BUFFERS = (".mask", ".IGNORE")
 
 
 def save_state(path: str | Path, state: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> Path:
-    """Write a state dict as safetensors, atomically; tensors are made contiguous CPU copies."""
+    """Write a state dict as safetensors, atomically; tensors are made contiguous CPU copies.
+
+    The same tensors and metadata always give the same bytes: safetensors writes the
+    metadata in hash-map order (it varies from call to call with two keys or more), so
+    the header is rewritten with sorted keys.
+    """
     tensors = {name: t.detach().to("cpu").contiguous() for name, t in sorted(state.items())}
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    return io.write_with(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+    return io.write_bytes(path, _sorted_header(save(tensors, metadata=meta)))
+
+
+def _sorted_header(raw: bytes) -> bytes:
+    """safetensors bytes with the JSON header's keys (and metadata keys) sorted, same length."""
+    n = int.from_bytes(raw[:8], "little")  # header length; the header is JSON padded with spaces
+    header = json.loads(raw[8 : 8 + n])
+    meta = header.pop("__metadata__", None)
+    ordered = ({"__metadata__": dict(sorted(meta.items()))} if meta else {}) | dict(sorted(header.items()))
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    assert len(text) <= n, "a re-ordered header cannot be longer"
+    return raw[:8] + text + b" " * (n - len(text)) + raw[8 + n :]
 
 
 def load_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

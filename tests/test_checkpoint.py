@@ -138,3 +138,15 @@ def test_transformer_lens_own_config_spelling(tmp_path):
     config.update(normalization="LN", shortformer_pos=True)
     assert checkpoint.from_tl_config(config).positional_embedding_type == "shortformer"
     assert checkpoint.from_tl_config(config).normalization_type == "LN"
+
+
+def test_metadata_order_never_changes_the_bytes(tmp_path):
+    """safetensors writes metadata in hash-map order; we sort it (byte-identical artifacts)."""
+    state = AttnOnlyTransformer(CFG).state_dict()
+    meta = {f"key{i}": f"value {i}" for i in range(8)}
+    first = checkpoint.save_state(tmp_path / "a.safetensors", state, meta).read_bytes()
+    for i in range(5):
+        shuffled = dict(sorted(meta.items(), key=lambda kv: hash((kv[0], i))))
+        assert checkpoint.save_state(tmp_path / "b.safetensors", state, shuffled).read_bytes() == first
+    loaded, read_meta = checkpoint.load_state(tmp_path / "b.safetensors")
+    assert read_meta == meta and all(torch.equal(loaded[k], v) for k, v in state.items())

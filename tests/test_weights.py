@@ -118,9 +118,12 @@ def test_weights_stage_records_every_step(tmp_path):
     from pipeline import params as params_mod
 
     params.write_text(params_mod.dump(params_mod.compose(conf_dir=Path(__file__).resolve().parents[1] / "conf")))
-    code = stage.main(["--model", str(tmp_path / "model.safetensors"), "--config", str(tmp_path / "config.json"),
-                       "--out", str(tmp_path / "out"), "--params", str(params)])
-    assert code == 0
+    for out in ("out", "again"):
+        code = stage.main(["--model", str(tmp_path / "model.safetensors"), "--config", str(tmp_path / "config.json"),
+                           "--out", str(tmp_path / out), "--params", str(params)])
+        assert code == 0
+    for name in ("heads.safetensors", "summary.json"):  # byte-identical when run again
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     hw, meta = weights.load(tmp_path / "out" / "heads.safetensors")
     assert json.loads(meta["steps"]) == summary["steps"] and len(summary["steps"]) >= 4
