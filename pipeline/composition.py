@@ -117,7 +117,7 @@ def writer_factors(W_V: Tensor, W_O: Tensor) -> tuple[Tensor, Tensor]:
     return W_O.mT, W_V.mT
 
 
-def _side_norms(P: Tensor, Q: Tensor) -> dict[str, Tensor]:
+def _side_norms(P: Tensor, Q: Tensor, rotated: bool = True) -> dict[str, Tensor]:
     """||P Q|| and ||Q P|| of one head's two-factor strand; NaN where zero up to rounding.
 
     ||Q P|| is d_head x d_head and formed directly; ||P Q|| goes through d_head x d_head
@@ -125,7 +125,7 @@ def _side_norms(P: Tensor, Q: Tensor) -> dict[str, Tensor]:
     """
     bound = torch.linalg.matrix_norm(P) * torch.linalg.matrix_norm(Q)
     out = {}
-    for name, s in (("true", Strand((P, Q))), ("rotated", Strand((Q, P)))):
+    for name, s in (("true", Strand((P, Q))), ("rotated", Strand((Q, P))))[: 2 if rotated else 1]:
         n = norm(s)
         out[name] = torch.where(n > ZERO_RTOL * bound, n, torch.nan)
     return out
@@ -168,11 +168,11 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
         raise ValueError(f"method must be 'auto', 'grams' or 'factors', not {method!r}")
     L, H, D, d = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
     OV = Strand((hw.W_V, hw.W_O))  # [L, H] x [d_model, d_model]
-    ov_norm = _side_norms(hw.W_V, hw.W_O)["true"]  # [L, H]
+    ov_norm = _side_norms(hw.W_V, hw.W_O, rotated=False)["true"]  # [L, H]
     readers = {}  # kind -> (OV^a's right neighbour (A B)^T: QK^b, QK^bT or OV^b; its norms)
     for kind in kinds:
         A, B = reader_factors(hw.W_Q, hw.W_K, hw.W_V, hw.W_O, kind)
-        readers[kind] = (Strand((A, B)).T, _side_norms(A, B)["true"])
+        readers[kind] = (Strand((A, B)).T, _side_norms(A, B, rotated=False)["true"])
     n_writers, n_pairs = (L - 1) * H, H * H * L * (L - 1) // 2
     use_grams = method == "grams" or (
         method == "auto" and grams_are_cheaper(n_writers, len(kinds) * n_writers, len(kinds) * n_pairs, d, D, d)
