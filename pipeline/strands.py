@@ -230,7 +230,7 @@ def singular_values(s: Strand) -> Tensor:
 #            matrices per pair, ~n^2 / 2 per pair plus ~n^2 r / 2 per strand to form them.
 #
 # For heads, n = d_model and r = s = d_head: "grams" wins once d_head^2 > d_model / 2 and
-# there are many pairs (GPT-2-small shapes: 295k vs 3.1M per pair). Neither route ever
+# there are many pairs (GPT-2-small shapes: ~0.3M vs 3.1M per pair). Neither route ever
 # broadcasts the pairs into copies of their factors.
 
 
