@@ -106,10 +106,10 @@ class SyntheticDataConfig(Section):
     structure) interrupted by copies of earlier spans (pipeline.data explains why)."""
 
     topics: int = 8  # the vocabulary is split at random into this many topics
-    min_segment: int = 4  # background segments (one topic each) are this many positions long
-    max_segment: int = 16
+    min_segment: int = 3  # background segments (one topic each) are this many positions long
+    max_segment: int = 8
     topic_fraction: float = 0.7  # a background token is from the segment's topic with this probability
-    copy_rate: float = 0.15  # probability that a copy starts at a position not already copying
+    copy_rate: float = 0.2  # probability that a copy starts at a position not already copying
     min_span: int = 4  # copied spans are this many tokens long
     max_span: int = 10
     min_distance: int = 2  # a copy's source is at least this far back (and at most the whole context)
