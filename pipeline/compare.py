@@ -117,19 +117,6 @@ class Comparison:
 # --- reading -------------------------------------------------------------------------
 
 
-def read_tsv(path: Path, required: Sequence[str]) -> pd.DataFrame:
-    if not path.is_file():
-        raise UserError(str(path), "file not found")
-    try:
-        frame = pd.read_csv(path, sep="\t")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise UserError(str(path), f"not a readable TSV table ({str(e).splitlines()[0]})") from None
-    missing = [c for c in required if c not in frame.columns]
-    if missing:
-        raise UserError(str(path), f"missing column {missing[0]!r}")
-    return frame
-
-
 def read_seed(seed: int, train: Path, composition: Path, heads: Path) -> SeedInputs:
     """Read seed `seed`'s files from the stages' output directories (`<dir>/seed<N>/`)."""
     sub = f"seed{seed}"
@@ -149,7 +136,7 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path) -> SeedInp
         heads=read_csv(heads / sub / "heads.csv", HEADS_COLUMNS),
         spearman=spearman,
         metrics=metrics,
-        curve=read_tsv(train / sub / "curve.tsv", CURVE_COLUMNS),
+        curve=read_csv(train / sub / "curve.tsv", CURVE_COLUMNS, sep="\t"),
     )
 
 

@@ -12,15 +12,15 @@ from pipeline.errors import UserError
 SCORES_COLUMNS = ("kind", "variant", "src_layer", "src_head", "dst_layer", "dst_head", "score", "baseline_mean", "baseline_std", "z")
 
 
-def read_csv(path: str | Path, required: Sequence[str] = ()) -> pd.DataFrame:
-    """A CSV table that must exist, parse, and have the `required` columns."""
+def read_csv(path: str | Path, required: Sequence[str] = (), sep: str = ",") -> pd.DataFrame:
+    """A CSV (or, with sep="\\t", TSV) table that must exist, parse, and have the `required` columns."""
     path = Path(path)
     if not path.is_file():
         raise UserError(str(path), "file not found")
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, sep=sep)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise UserError(str(path), f"not a readable CSV table ({str(e).splitlines()[0]})") from None
+        raise UserError(str(path), f"not a readable table ({str(e).splitlines()[0]})") from None
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise UserError(str(path), f"missing column {missing[0]!r} (has {', '.join(map(str, frame.columns))})")
