@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -63,10 +65,11 @@ def load_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str
         raise UserError(str(path), "checkpoint not found")
     if path.suffix in TORCH_SUFFIXES:
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the refusal below says it all
+                warnings.simplefilter("ignore")
+                state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # pickle refused by weights_only, or a damaged file
-            reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            raise UserError(str(path), f"refused: not a plain tensor checkpoint ({reason})") from None
+            raise UserError(str(path), f"refused: not a plain tensor checkpoint ({_refusal_reason(e)})") from None
         if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):
             state = state["state_dict"]
         if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -82,6 +85,20 @@ def load_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str
         return load_file(str(path)), metadata
     except (SafetensorError, OSError, ValueError) as e:
         raise UserError(str(path), f"not a readable safetensors file ({str(e).splitlines()[0][:200]})") from None
+
+
+def _refusal_reason(e: Exception) -> str:
+    """Why torch's weights-only unpickler refused a file, in a few words.
+
+    Its message advises re-running with weights_only=False, which would run the file's
+    code: we keep only the line naming what the pickle asked for."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # it may hold terminal colour codes
+    found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", text)
+    if found:
+        return f"it would call or build {found.group(1)}: loading it could run code; save plain tensors or safetensors"
+    lines = [line.strip().removeprefix("WeightsUnpickler error:").strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and "weights_only" not in line and not line.startswith("Weights only load failed")]
+    return (lines[0].split(". ")[0] if lines else type(e).__name__)[:200]  # the first sentence
 
 
 # HookedTransformerConfig fields we write beside a checkpoint (and read back).
@@ -166,8 +183,10 @@ def from_tl_config(raw: Any, source: str = "config.json") -> ModelConfig:
 def check_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], source: str, config_source: str) -> dict[str, torch.Tensor]:
     """Names and shapes of a checkpoint against our model's: the state dict to load, or a one-line refusal.
 
-    TransformerLens's buffers (`*.mask`, `*.IGNORE`) are dropped; a checkpoint with no
-    LayerNorm weights at all (TransformerLens's LNPre) gets the identity (w = 1, b = 0).
+    Only shapes are read from `expected` (it may live on the meta device); tensors keep
+    their own floating dtype and must be finite. TransformerLens's buffers (`*.mask`,
+    `*.IGNORE`) are dropped; a checkpoint with no LayerNorm weights at all
+    (TransformerLens's LNPre) gets the identity (w = 1, b = 0).
     """
     mlp = sorted(k for k in state if ".mlp." in k)
     if mlp:
@@ -178,7 +197,7 @@ def check_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.
     for name, tensor in expected.items():
         if name not in state:
             if lnpre and is_norm(name):
-                out[name] = torch.ones_like(tensor) if name.endswith(".w") else torch.zeros_like(tensor)
+                out[name] = torch.ones(tensor.shape) if name.endswith(".w") else torch.zeros(tensor.shape)
                 continue
             raise UserError(f"{source}: {name}", "missing from the checkpoint")
         got = state[name]
@@ -189,19 +208,31 @@ def check_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.
             )
         if not got.is_floating_point():
             raise UserError(f"{source}: {name}", f"must be floating point, got {got.dtype}")
-        out[name] = got.to(tensor.dtype)
+        if not torch.isfinite(got).all():
+            raise UserError(f"{source}: {name}", "contains NaN or inf")
+        out[name] = got
     extra = sorted(set(state) - set(expected) - {k for k in state if k.endswith(TL_BUFFERS)})
     if extra:
         raise UserError(f"{source}: {extra[0]}", f"unexpected key: not an attention-only model with the shape in {config_source}")
     return out
 
 
-def load_model(model_path: str | Path, config_path: str | Path) -> "AttnOnlyTransformer":
-    """Our model with a checkpoint's weights; names and shapes checked against config.json."""
+def read_checkpoint(model_path: str | Path, config_path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """config.json and the checkpoint's state dict, checked against it (`check_state`)."""
     from pipeline.model import AttnOnlyTransformer
 
     cfg = read_tl_config(config_path)
     state, _ = load_state(model_path)
-    model = AttnOnlyTransformer(cfg)
-    model.load_state_dict(check_state(state, model.state_dict(), str(model_path), str(config_path)))
+    with torch.device("meta"):  # only the expected names and shapes: allocates nothing
+        expected = AttnOnlyTransformer(cfg).state_dict()
+    return cfg, check_state(state, expected, str(model_path), str(config_path))
+
+
+def load_model(model_path: str | Path, config_path: str | Path, dtype: torch.dtype = torch.float32) -> "AttnOnlyTransformer":
+    """Our model with a checkpoint's weights, in `dtype`; names and shapes checked against config.json."""
+    from pipeline.model import AttnOnlyTransformer
+
+    cfg, state = read_checkpoint(model_path, config_path)
+    model = AttnOnlyTransformer(cfg).to(dtype)  # float64 weights reach a float64 analysis unrounded
+    model.load_state_dict(state)
     return model

@@ -86,7 +86,7 @@ from pipeline.strands import (
     shrink_left,
     shrink_right,
 )
-from pipeline.weights import HeadWeights
+from pipeline.weights import HeadWeights, power_of_two_scaled
 
 KINDS = ("Q", "K", "V")
 VARIANTS = ("true", "errata_bcda", "errata_dabc")
@@ -166,6 +166,7 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
     """
     if method not in ("auto", "grams", "factors"):
         raise ValueError(f"method must be 'auto', 'grams' or 'factors', not {method!r}")
+    hw = power_of_two_scaled(hw)  # exact; no overflow or underflow for any finite weights
     L, H, D, d = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
     OV = Strand((hw.W_V, hw.W_O))  # [L, H] x [d_model, d_model]
     ov_norm = _side_norms(hw.W_V, hw.W_O, rotated=False)["true"]  # [L, H]
@@ -353,7 +354,7 @@ def composition_scores(hw: HeadWeights, cfg: CompositionConfig, seed: int) -> pd
     baseline_mean, baseline_std (random factors of the same shapes), z (against the
     rotated-writer null). Deterministic for a seed. Computed in float64.
     """
-    hw = hw.to(torch.float64)
+    hw = power_of_two_scaled(hw.to(torch.float64))  # exact; no overflow or underflow for any finite weights
     L, H, d_model, d_head = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
     gen = torch.Generator().manual_seed(seed)
     baseline = _baseline(d_model, d_head, cfg, gen)

@@ -40,8 +40,9 @@ from torch import Tensor
 
 from pipeline import ablation, composition, data, patterns, strands
 from pipeline.config import DataConfig, HeadsConfig, RoleThresholds
+from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
-from pipeline.weights import HeadWeights
+from pipeline.weights import HeadWeights, power_of_two_scaled
 
 ROLES = ("previous_token", "recent_window", "induction", "duplicate_token", "current_token", "first_token", "other")
 # The primary role. Some scores nest: a previous-token head also fills the recent window,
@@ -60,6 +61,7 @@ ROLE_SCORE = {
     "first_token": "first_token",
 }
 SCORES = ("prev_token", "current_token", "first_token", "recent_window", "duplicate_token", "induction", "copying", "qk_positivity")
+PATTERN_SCORES = ("prev_token", "current_token", "first_token", "recent_window", "induction")  # finite for any model
 FLAGS = tuple(f"is_{role}" for role in ROLE_SCORE)
 COLUMNS = ["layer", "head", "role", *SCORES, *FLAGS]
 
@@ -97,6 +99,7 @@ def _positivity(eigenvalues: Tensor) -> Tensor:
 
 def copying(hw: HeadWeights) -> Tensor:
     """[layer, head]: positivity of the eigenvalues of W_E W_V W_O W_U (module doc)."""
+    hw = power_of_two_scaled(hw)  # exact; the eigenvalues' signs and ratios are unchanged, and nothing overflows
     OV_tokens = strands.Strand((hw.W_E, hw.W_V, hw.W_O, hw.W_U))  # [L, H] x [d_vocab, d_vocab]
     return _positivity(strands.eigenvalues(OV_tokens))
 
@@ -105,6 +108,7 @@ def qk_positivity(hw: HeadWeights) -> tuple[Tensor, Tensor]:
     """[layer, head] positivity of the K-composition QK term in token space with the best
     K-composing earlier head (module doc), and that head's (layer, head) [layer, head, 2].
     NaN (and -1) for layer 0, or where every earlier head's score is undefined."""
+    hw = power_of_two_scaled(hw)  # exact; the eigenvalues' signs and ratios are unchanged, and nothing overflows
     L, H = hw.n_layers, hw.n_heads
     K = composition.true_scores(hw, "K")["K"]  # [src_layer, src_head, dst_layer, dst_head]
     out = torch.full((L, H), torch.nan, dtype=hw.W_Q.dtype)
@@ -159,15 +163,27 @@ def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
 
 
 @torch.no_grad()
-def analyse(model: AttnOnlyTransformer, hw: HeadWeights, data_cfg: DataConfig, cfg: HeadsConfig, seed: int) -> HeadsResult:
-    """Scores, roles and the path ablation of every head, on batches drawn from `seed`."""
+def analyse(
+    model: AttnOnlyTransformer, hw: HeadWeights, data_cfg: DataConfig, cfg: HeadsConfig, seed: int, source: str = "model"
+) -> HeadsResult:
+    """Scores, roles and the path ablation of every head, on batches drawn from `seed`;
+    `source` names the model in errors."""
+    n_ctx = model.cfg.n_ctx  # the checkpoint's (config.json), not necessarily params.yaml's model.n_ctx
+    need = 1 + 2 * cfg.repeat_length
+    if need > n_ctx:
+        raise UserError("analysis.heads.repeat_length", f"a repeated sequence (1 + 2 x {cfg.repeat_length} = {need} tokens) "
+                        f"does not fit in the model's n_ctx = {n_ctx}", cfg.repeat_length)
+    if cfg.recent_window >= n_ctx:
+        raise UserError("analysis.heads.recent_window", f"must be < the model's n_ctx = {n_ctx}", cfg.recent_window)
     repeated = repeated_tokens(cfg, model.cfg.d_vocab, seed)
     heldout = heldout_tokens(model, data_cfg, cfg.eval_sequences, seed)
-    return analyse_batches(model, hw, repeated, heldout, cfg)
+    return analyse_batches(model, hw, repeated, heldout, cfg, source)
 
 
 @torch.no_grad()
-def analyse_batches(model: AttnOnlyTransformer, hw: HeadWeights, repeated: Tensor, heldout: Tensor, cfg: HeadsConfig) -> HeadsResult:
+def analyse_batches(
+    model: AttnOnlyTransformer, hw: HeadWeights, repeated: Tensor, heldout: Tensor, cfg: HeadsConfig, source: str = "model"
+) -> HeadsResult:
     """`analyse` on given batches: `repeated` [batch, 1 + 2 repeat_length], `heldout` [batch, pos]."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if (L, H) != (hw.n_layers, hw.n_heads):
@@ -182,6 +198,10 @@ def analyse_batches(model: AttnOnlyTransformer, hw: HeadWeights, repeated: Tenso
     table["role"] = "other"
     table = classify(table, cfg.thresholds)
     effects = ablation.path_ablation(model, repeated, cfg.repeat_length)
+    # finite weights can still overflow a forward pass; a NaN here would silently take no role
+    must_be_finite = [table[list(PATTERN_SCORES)].to_numpy(), effects[["attn_effect", "loss_effect"]].to_numpy()]
+    if not all(np.isfinite(x).all() for x in must_be_finite):
+        raise UserError(source, "attention patterns or losses are not finite on the evaluation batches: weights too large for float64")
     return HeadsResult(table, effects, example)
 
 

@@ -132,19 +132,22 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
     eval_seconds: list[float] = []
     recent = torch.zeros((), device=device)  # sum of training losses since the last evaluation
     n_recent = 0
+    losses: list[torch.Tensor] = []  # the same losses, to name the first non-finite one
     start = time.perf_counter()
     bar = tqdm(range(t.steps + 1), desc=f"train seed {seed}", disable=not progress, mininterval=1.0, unit="step")
     for step in bar:
         if step % t.eval_every == 0 or step == t.steps:
             train_loss = (recent / n_recent).item() if n_recent else float("nan")
+            if n_recent and not math.isfinite(train_loss):
+                _diverged(torch.stack(losses), step - n_recent, t)
             row = {"step": step, "tokens": step * t.batch_size * cfg.model.n_ctx, "train_loss": train_loss}
             row.update(evaluate(model, eval_seqs, probe, t.probe_length))
             rows.append(row)
             eval_seconds.append(time.perf_counter() - start)
             bar.set_postfix(loss=f"{row['eval_loss']:.3f}", induction=f"{row['induction']:.2f}", prev=f"{row['prev_token']:.2f}", refresh=False)
             if not math.isfinite(row["eval_loss"]):
-                raise UserError("train.lr", f"the loss became {row['eval_loss']} by step {step}: lower it or raise train.warmup_steps", t.lr)
-            recent, n_recent = torch.zeros((), device=device), 0
+                raise UserError("train.lr", f"the held-out loss became {row['eval_loss']} at step {step}: {_ADVICE}", t.lr)
+            recent, n_recent, losses = torch.zeros((), device=device), 0, []
         if step == t.steps:
             break
         batch = dataset.train.batch(t.batch_size, batches).to(device)  # [batch, n_ctx]
@@ -156,9 +159,20 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         opt.step()
         recent, n_recent = recent + loss.detach(), n_recent + 1  # no .item(): no sync per step
+        losses.append(loss.detach())
     seconds = time.perf_counter() - start
     curve = pd.DataFrame(rows, columns=CURVE_COLUMNS)
     return TrainResult(model.cpu(), curve, _summary(curve), dataset.manifest, seconds, eval_seconds)
+
+
+_ADVICE = "lower it, raise train.warmup_steps or lower train.grad_clip"
+
+
+def _diverged(losses: torch.Tensor, first_step: int, t: TrainConfig) -> None:
+    """Stop training: the losses of steps first_step, first_step + 1, ... include NaN or inf."""
+    bad = (~torch.isfinite(losses)).nonzero()
+    step, value = (first_step + int(bad[0]), losses[bad[0]].item()) if len(bad) else (first_step, math.inf)
+    raise UserError("train.lr", f"the training loss became {value} at step {step}: {_ADVICE}", t.lr)
 
 
 def checkpoint_path(t: TrainConfig, seed: int) -> Path:
@@ -189,6 +203,8 @@ def load(cfg: Config, seed: int) -> TrainResult:
     probe = probe_tokens(t.eval_batch_size, t.probe_length, model.cfg.d_vocab, seed).to(device)
     row = {"step": 0, "tokens": 0, "train_loss": float("nan")}
     row.update(evaluate(model, dataset.eval.to(device), probe, t.probe_length))
+    if not math.isfinite(row["eval_loss"]):  # its weights are finite (check_state), but too large for float32
+        raise UserError(str(path), f"the held-out loss is {row['eval_loss']}: its weights overflow float32")
     curve = pd.DataFrame([row], columns=CURVE_COLUMNS)
     manifest = {
         "checkpoint": {"path": path.as_posix(), "sha256": data.sha256_file(path)},

@@ -13,7 +13,7 @@ checkpoint in that format can be analysed directly; `HeadWeights` stacks layers:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -107,6 +107,25 @@ def from_state_dict(state: Mapping[str, Tensor], source: str = "weights", dtype:
         if got != shape:
             raise UserError(f"{source}: {name}", f"shape {list(got)} disagrees with {list(shape)} implied by W_Q and W_E")
     return hw
+
+
+def power_of_two_scaled(hw: HeadWeights) -> HeadWeights:
+    """`hw` with W_Q, W_K, W_V and W_O of each head, and W_E and W_U, divided by a power of
+    two that brings their largest |entry| into [0.5, 1); biases and W_pos unchanged.
+
+    Composition scores, copying and QK positivity are scale-free in each of these matrices
+    (each appears once in a numerator and once in a denominator, or scales every eigenvalue
+    alike), and dividing by a power of two is exact: the scores are unchanged, but their
+    products of four to six factors can no longer overflow or underflow float64 (giving
+    inf, 0 or NaN) for weights of any finite size.
+    """
+
+    def scaled(W: Tensor, dims: tuple[int, ...]) -> Tensor:
+        _, exponent = torch.frexp(W.abs().amax(dim=dims, keepdim=True))  # max|W| = m 2^e, m in [0.5, 1)
+        return W * torch.pow(2.0, -exponent.to(W.dtype))  # a zero matrix has e = 0: unchanged
+
+    heads = {name: scaled(getattr(hw, name), (-2, -1)) for name in HEAD_MATRICES}  # per layer and head
+    return replace(hw, W_E=scaled(hw.W_E, (0, 1)), W_U=scaled(hw.W_U, (0, 1)), **heads)
 
 
 def save(path: str | Path, hw: HeadWeights, metadata: Mapping[str, str] | None = None, extra: Mapping[str, Tensor] | None = None) -> Path:

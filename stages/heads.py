@@ -28,13 +28,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
-        model = checkpoint.load_model(args.model, args.config).to(torch.float64)
+        model = checkpoint.load_model(args.model, args.config, dtype=torch.float64)
         hw, _ = weights.load(args.weights)
         if (hw.n_layers, hw.n_heads) != (model.cfg.n_layers, model.cfg.n_heads):
             shape = f"{model.cfg.n_layers} layers x {model.cfg.n_heads} heads"
             raise UserError(args.weights, f"has {hw.n_layers} layers x {hw.n_heads} heads, but {args.model} has {shape}")
         scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS)
-        result = heads.analyse(model, hw, cfg.data, cfg.analysis.heads, args.seed)
+        result = heads.analyse(model, hw, cfg.data, cfg.analysis.heads, args.seed, source=args.model)
         summary = heads.summarize(result, scores)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)

@@ -20,11 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.train", __doc__)
     parser.add_argument("--seed", type=int, required=True, help="training seed")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)")
 
     def body(args) -> None:
         cfg = params.load(args.params)
-        result = train.run(cfg, args.seed, progress=not args.no_progress)
+        result = train.run(cfg, args.seed, progress=not args.no_progress and sys.stderr.isatty())  # no bar in logs
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         meta = {"seed": args.seed, "source": cfg.train.source}

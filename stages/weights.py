@@ -21,8 +21,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         params.load(args.params)  # validated, though this stage reads no params
-        model_cfg = checkpoint.read_tl_config(args.config)
-        state, _ = checkpoint.load_state(args.model)
+        model_cfg, state = checkpoint.read_checkpoint(args.model, args.config)  # names, shapes, finite
         hw, steps = weights.prepare(state, model_cfg, source=args.model)
         extra = weights.positional_terms(state, model_cfg)
         config = checkpoint.tl_config(model_cfg)

@@ -1,0 +1,385 @@
+"""The catalogue of bad inputs: each one, given to the entry point a user runs, stops with one
+line on stderr naming the bad key, file or value, exit code 2, no traceback, no warning, and
+nothing written (no output, no temporary file, no directory).
+
+Every case runs a stage's (or `pipeline.params`') real `main(argv)` in-process; a handful also
+run as `python -m ...` subprocesses, to prove the same end to end (and that `--debug` shows
+the traceback). Inputs are tiny (tests/dvc_repo.py TINY) and made from one real run of the
+train, weights, composition and heads stages.
+
+Function-level checks of the same mechanisms live beside their modules (test_params,
+test_checkpoint, test_data, test_train, test_weights); this file checks what the user sees.
+Missing inputs of the compare, heads and report stages are in test_compare, test_heads and
+test_report, and a bad `pipeline.params` override (unknown key) in test_params.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from dvc_repo import TINY
+from pipeline import checkpoint
+from pipeline import params as params_mod
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- one real, tiny run: the good inputs every case spoils one thing of ----------------
+
+
+@dataclass(frozen=True)
+class Good:
+    params: dict  # the composed TINY config
+    model: Path  # train stage: model.safetensors, config.json beside it
+    config: Path
+    weights: Path  # weights stage: heads.safetensors
+    scores: Path  # composition stage: scores.csv
+    heads: Path  # heads stage: heads.csv, ablation.csv, summary.json, patterns.safetensors
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return checkpoint.load_state(self.model)[0]
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> Good:
+    root = tmp_path_factory.mktemp("good")
+    composed = params_mod.compose(TINY, conf_dir=ROOT / "conf")
+    p = root / "params.yaml"
+    p.write_text(params_mod.dump(composed))
+    stage = lambda name, *argv: import_module(f"stages.{name}").main(["--params", str(p), *argv])  # noqa: E731
+    out = {name: root / name for name in ("train", "weights", "composition", "heads")}
+    assert stage("train", "--seed", "0", "--out", str(out["train"]), "--no-progress") == 0
+    model, config = out["train"] / "model.safetensors", out["train"] / "config.json"
+    assert stage("weights", "--model", str(model), "--config", str(config), "--out", str(out["weights"])) == 0
+    weights = out["weights"] / "heads.safetensors"
+    assert stage("composition", "--weights", str(weights), "--out", str(out["composition"])) == 0
+    scores = out["composition"] / "scores.csv"
+    assert stage("heads", "--model", str(model), "--config", str(config), "--weights", str(weights),
+                 "--scores", str(scores), "--out", str(out["heads"])) == 0  # fmt: skip
+    return Good(composed, model, config, weights, scores, out["heads"])
+
+
+# --- how each case is built --------------------------------------------------------------
+
+
+def write_params(tmp: Path, good: Good, changes: dict | None = None, name: str = "params.yaml") -> Path:
+    """The tiny params.yaml with `changes` ({"model.n_heads": 4}) applied, as a user edits it."""
+    raw = json.loads(json.dumps(good.params))  # a deep copy
+    for dotted, value in (changes or {}).items():
+        *parents, last = dotted.split(".")
+        node = raw
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    path = tmp / name
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def train_args(tmp: Path, good: Good, changes: dict | None = None) -> list[str]:
+    return ["--params", str(write_params(tmp, good, changes)), "--seed", "0", "--out", str(tmp / "out"), "--no-progress"]
+
+
+def weights_args(tmp: Path, good: Good, model: Path | None = None, config: Path | None = None) -> list[str]:
+    return ["--params", str(write_params(tmp, good)), "--model", str(model or good.model),
+            "--config", str(config or good.config), "--out", str(tmp / "out")]  # fmt: skip
+
+
+def composition_args(tmp: Path, good: Good, weights: Path) -> list[str]:
+    return ["--params", str(write_params(tmp, good)), "--weights", str(weights), "--out", str(tmp / "out")]
+
+
+def heads_args(tmp: Path, good: Good, changes: dict | None = None, model: Path | None = None,
+               config: Path | None = None, weights: Path | None = None) -> list[str]:  # fmt: skip
+    return ["--params", str(write_params(tmp, good, changes)), "--model", str(model or good.model),
+            "--config", str(config or good.config), "--weights", str(weights or good.weights),
+            "--scores", str(good.scores), "--out", str(tmp / "out")]  # fmt: skip
+
+
+def figures_args(tmp: Path, good: Good, changes: dict | None = None, heads: Path | None = None,
+                 patterns: Path | None = None) -> list[str]:  # fmt: skip
+    return ["--params", str(write_params(tmp, good, changes)), "--scores", str(good.scores),
+            "--heads", str(heads or good.heads / "heads.csv"), "--ablation", str(good.heads / "ablation.csv"),
+            "--heads-summary", str(good.heads / "summary.json"),
+            "--patterns", str(patterns or good.heads / "patterns.safetensors"), "--out", str(tmp / "out")]  # fmt: skip
+
+
+def save_state(path: Path, state: dict) -> Path:
+    checkpoint.save_state(path, state)
+    return path
+
+
+def spoiled_state(tmp: Path, good: Good, name: str, change: Callable[[dict], None]) -> Path:
+    state = good.state()
+    change(state)
+    return save_state(tmp / name, state)
+
+
+def config_with(tmp: Path, good: Good, **changes) -> Path:
+    path = tmp / "config.json"
+    path.write_text(json.dumps({**json.loads(good.config.read_text()), **changes}))
+    return path
+
+
+def tokens_file(tmp: Path, good: Good, array: np.ndarray) -> list[str]:
+    (tmp / "data").mkdir()
+    np.save(tmp / "data" / "ids.npy", array)
+    return train_args(tmp, good, {"data.source": "tokens", "data.dir": str(tmp / "data"), "data.tokens.path": "ids.npy"})
+
+
+def text_corpus(tmp: Path, good: Good, files: dict[str, bytes], glob: str = "*.txt", data_dir: str = "data") -> list[str]:
+    (tmp / "data").mkdir()
+    for name, content in files.items():
+        (tmp / "data" / name).write_bytes(content)
+    changes = {"data.source": "text", "data.dir": str(tmp / data_dir), "data.text.glob": glob, "model.d_vocab": 256}
+    return train_args(tmp, good, changes)
+
+
+class RunsCodeWhenUnpickled:
+    """Unpickling this opens (creates) `marker`: what a malicious checkpoint would do."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _load_args(tmp: Path, good: Good, change: Callable[[dict], None]) -> list[str]:
+    """train.source = load of a changed copy of the good checkpoint."""
+    (tmp / "checkpoints").mkdir()
+    spoiled_state(tmp / "checkpoints", good, "model.safetensors", change)
+    (tmp / "checkpoints" / "config.json").write_text(good.config.read_text())
+    return train_args(tmp, good, {"train.source": "load", "train.checkpoint": "model.safetensors",
+                                  "train.checkpoint_dir": str(tmp / "checkpoints")})  # fmt: skip
+
+
+def pickle_checkpoint(tmp: Path, good: Good) -> list[str]:
+    """A .pth under train.checkpoint_dir that would create tmp/PWNED when loaded with pickle."""
+    (tmp / "checkpoints").mkdir()
+    torch.save({**good.state(), "embed.W_E": RunsCodeWhenUnpickled(tmp / "PWNED")}, tmp / "checkpoints" / "model.pth")
+    (tmp / "checkpoints" / "config.json").write_text(good.config.read_text())
+    return train_args(tmp, good, {"train.source": "load", "train.checkpoint": "model.pth",
+                                  "train.checkpoint_dir": str(tmp / "checkpoints")})  # fmt: skip
+
+
+def truncated(tmp: Path, good: Good) -> list[str]:
+    data = good.model.read_bytes()
+    (tmp / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return weights_args(tmp, good, model=tmp / "model.safetensors")
+
+
+def corrupted(tmp: Path, good: Good) -> list[str]:
+    data = bytearray(good.model.read_bytes())
+    start = 8 + data[8:].index(b'"dtype"')  # the header's first dtype field
+    data[start : start + 7] = b'"dtypo"'
+    (tmp / "model.safetensors").write_bytes(bytes(data))
+    return weights_args(tmp, good, model=tmp / "model.safetensors")
+
+
+def file_in_the_way(tmp: Path) -> Path:
+    (tmp / "a-file").write_text("not a directory\n")
+    return tmp / "a-file"
+
+
+def set_(key: str, value) -> Callable[[dict], None]:
+    return lambda state: state.__setitem__(key, value)
+
+
+# Each case: (stage, build(tmp, good) -> argv, the substrings its one line must hold).
+# "stage" is a module under stages/, or "params" for `python -m pipeline.params`.
+CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]] = {
+    # --- config: params.yaml edited by hand, or an override -------------------------
+    "unknown-config-key": ("train", lambda t, g: train_args(t, g, {"model.n_head": 2}), ("params.yaml: model.n_head", "unknown key")),
+    "wrong-type": ("train", lambda t, g: train_args(t, g, {"model.n_heads": "four"}), ("model.n_heads", "'four'", "wrong type")),
+    "zero-size": ("train", lambda t, g: train_args(t, g, {"model.d_model": 0}), ("model.d_model = 0", "must be > 0")),
+    "negative-size": ("train", lambda t, g: train_args(t, g, {"train.batch_size": -8}), ("train.batch_size = -8", "must be > 0")),
+    "heads-exceed-d_model": ("params", lambda t, g: ["model.d_head=16", "--conf", str(ROOT / "conf"), "--out", str(t / "out" / "params.yaml")],
+                             ("override: model.d_head = 16", "8 x 16 = 128 exceeds d_model = 64")),
+    "n_ctx-below-eval-length": ("train", lambda t, g: train_args(t, g, {"model.n_ctx": 12}),
+                                ("analysis.heads.repeat_length = 6", "13 tokens", "model.n_ctx = 12")),
+    "unknown-data-source": ("train", lambda t, g: train_args(t, g, {"data.source": "web"}), ("data.source = 'web'", "synthetic, text, tokens")),
+    "empty-seeds": ("train", lambda t, g: train_args(t, g, {"seeds": []}), ("seeds = []", "at least one seed")),
+    "duplicate-seeds": ("train", lambda t, g: train_args(t, g, {"seeds": [0, 1, 0]}), ("seeds = [0, 1, 0]", "must not repeat")),
+    "threshold-above-1": ("heads", lambda t, g: heads_args(t, g, {"analysis.heads.thresholds.induction": 1.5}),
+                          ("analysis.heads.thresholds.induction = 1.5", "[0, 1]")),
+    "threshold-below-0": ("figures", lambda t, g: figures_args(t, g, {"analysis.figures.edge_threshold": -0.1}),
+                          ("analysis.figures.edge_threshold = -0.1", "[0, 1]")),
+    "load-without-checkpoint": ("train", lambda t, g: train_args(t, g, {"train.source": "load"}), ("train.checkpoint", "train.source = 'load'")),
+    "missing-params-file": ("composition", lambda t, g: ["--params", str(t / "nowhere.yaml"), "--weights", str(g.weights), "--out", str(t / "out")],
+                            ("nowhere.yaml", "params file not found")),
+    "params-not-yaml": ("composition", lambda t, g: ["--params", str(_write(t / "p.yaml", b"model: [oops\n")), "--weights", str(g.weights),
+                                                     "--out", str(t / "out")], ("p.yaml", "not valid YAML")),
+    # --- data ------------------------------------------------------------------------
+    "missing-corpus-dir": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, data_dir="nowhere"), ("data.dir", "nowhere", "directory not found")),
+    "corpus-matches-nothing": ("train", lambda t, g: text_corpus(t, g, {"a.md": b"x" * 500}), ("data.text.glob = '*.txt'", "matches no files")),
+    "empty-corpus": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"", "b.txt": b""}), ("data.text.glob = '*.txt'", "0 tokens")),
+    "corpus-too-short-for-n_ctx": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 100}), ("100 tokens", "too few for n_ctx = 20")),
+    "token-ids-beyond-d_vocab": ("train", lambda t, g: tokens_file(t, g, np.arange(2000) % 40), ("ids.npy", "span [0, 39]", "model.d_vocab = 16")),
+    "token-ids-not-integers": ("train", lambda t, g: tokens_file(t, g, np.linspace(0, 1, 2000)), ("ids.npy", "must be integers", "float64")),
+    "token-file-missing": ("train", lambda t, g: train_args(t, g, {"data.source": "tokens", "data.dir": str(t), "data.tokens.path": "ids.npy"}),
+                           ("data.tokens.path = 'ids.npy'", "file not found")),
+    # --- training --------------------------------------------------------------------
+    "nan-loss": ("train", lambda t, g: train_args(t, g, {"train.lr": 1e30, "train.grad_clip": 1e30}), ("train.lr = 1e+30", "loss became nan at step 1")),
+    # --- checkpoints -------------------------------------------------------------------
+    "missing-checkpoint": ("weights", lambda t, g: weights_args(t, g, model=t / "model.safetensors"), ("model.safetensors", "checkpoint not found")),
+    "missing-config-json": ("weights", lambda t, g: weights_args(t, g, config=t / "config.json"), ("config.json", "file not found")),
+    "truncated-safetensors": ("weights", truncated, ("model.safetensors", "not a readable safetensors file")),
+    "corrupted-safetensors": ("weights", corrupted, ("model.safetensors", "not a readable safetensors file")),
+    "shapes-disagree-with-config": ("weights", lambda t, g: weights_args(t, g, config=config_with(t, g, n_heads=1, d_head=8)),
+                                    ("blocks.0.attn.W_Q", "[2, 16, 4] disagrees with [1, 16, 8]", "config.json")),
+    "mlp-weights": ("weights", lambda t, g: weights_args(t, g, model=spoiled_state(t, g, "m.safetensors", set_("blocks.0.mlp.W_in", torch.zeros(16, 64)))),
+                    ("m.safetensors: blocks.0.mlp.W_in", "not an attention-only model")),
+    "config-not-attention-only": ("weights", lambda t, g: weights_args(t, g, config=config_with(t, g, attn_only=False)),
+                                  ("config.json: attn_only = False", "not an attention-only model")),
+    "pickle-that-runs-code": ("train", pickle_checkpoint, ("model.pth", "refused", "io.open", "could run code")),
+    "nan-in-checkpoint": ("weights", lambda t, g: weights_args(t, g, model=spoiled_state(
+        t, g, "m.safetensors", set_("blocks.1.attn.W_O", torch.full((2, 4, 16), float("nan"))))), ("m.safetensors: blocks.1.attn.W_O", "NaN or inf")),
+    "checkpoint-overflows-float32": ("train", lambda t, g: _load_args(t, g, lambda s: s.update(
+        {k: v.double() * 1e100 for k, v in s.items() if k.endswith(".W_Q")})), ("model.safetensors", "held-out loss is nan", "overflow float32")),
+    # --- analysis inputs -----------------------------------------------------------------
+    "inf-in-weights-file": ("composition", lambda t, g: composition_args(t, g, spoiled_state(
+        t, g, "heads.safetensors", set_("embed.W_E", torch.full((16, 16), float("inf"))))), ("heads.safetensors: embed.W_E", "NaN or inf")),
+    "weights-file-missing-W_V": ("composition", lambda t, g: composition_args(t, g, spoiled_state(
+        t, g, "heads.safetensors", lambda s: s.pop("blocks.1.attn.W_V"))), ("heads.safetensors: blocks.1.attn.W_V", "missing")),
+    "weights-of-another-model": ("heads", lambda t, g: heads_args(t, g, weights=spoiled_state(
+        t, g, "heads.safetensors", lambda s: [s.pop(k) for k in list(s) if k.startswith("blocks.1.")])),
+        ("heads.safetensors", "1 layers x 2 heads", "2 layers x 2 heads")),
+    "checkpoint-n_ctx-below-eval-length": ("heads", lambda t, g: heads_args(
+        t, g, model=spoiled_state(t, g, "m.safetensors", lambda s: s.__setitem__("pos_embed.W_pos", s["pos_embed.W_pos"][:12])),
+        config=config_with(t, g, n_ctx=12)), ("analysis.heads.repeat_length = 6", "13 tokens", "n_ctx = 12")),
+    "weights-overflow-the-forward-pass": ("heads", lambda t, g: heads_args(t, g, model=spoiled_state(
+        t, g, "m.safetensors", lambda s: s.update({k: v.double() * 1e100 for k, v in s.items() if ".W_" in k}))),
+        ("m.safetensors", "not finite on the evaluation batches")),
+    "table-missing-a-column": ("figures", lambda t, g: figures_args(t, g, heads=_without_column(t, g, "copying")),
+                               ("heads.csv", "missing column 'copying'")),
+    "patterns-file-corrupted": ("figures", lambda t, g: figures_args(t, g, patterns=_write(t / "patterns.safetensors", b"\x00" * 64)),
+                                ("patterns.safetensors", "not a patterns file")),
+    # --- outputs -----------------------------------------------------------------------
+    "out-dir-under-a-file": ("weights", lambda t, g: [*weights_args(t, g)[:-1], str(file_in_the_way(t) / "out")],
+                             ("a-file/out", "cannot create output directory")),
+    "out-dir-is-a-file": ("composition", lambda t, g: [*composition_args(t, g, g.weights)[:-1], str(file_in_the_way(t))],
+                          ("a-file", "cannot create output directory")),
+    "report-out-under-a-file": ("report", lambda t, g: _report_args(t, g), ("a-file/report", "cannot create output directory")),
+}
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _without_column(tmp: Path, good: Good, column: str) -> Path:
+    import pandas as pd
+
+    pd.read_csv(good.heads / "heads.csv").drop(columns=column).to_csv(tmp / "heads.csv", index=False)
+    return tmp / "heads.csv"
+
+
+def _report_args(tmp: Path, good: Good) -> list[str]:
+    """The compare stage's outputs for hand-made seeds (synthetic_seeds), then the report into a path under a file."""
+    import synthetic_seeds as syn
+
+    dirs = syn.write_stage_outputs(tmp / "inputs", [0])
+    p = write_params(tmp, good, {"seeds": [0], "analysis.compare.bootstrap_samples": 100})
+    compare = import_module("stages.compare").main(["--params", str(p), "--train", str(dirs["train"]), "--composition",
+                                                    str(dirs["composition"]), "--heads", str(dirs["heads"]), "--out", str(tmp / "compare")])  # fmt: skip
+    assert compare == 0
+    return ["--params", str(p), "--compare", str(tmp / "compare"), "--figures", str(dirs["figures"]),
+            "--out", str(file_in_the_way(tmp) / "report" / "index.html")]  # fmt: skip
+
+
+# --- the checks --------------------------------------------------------------------------
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under `root` (hidden ones too): a file's sha256, or "dir"."""
+    return {
+        str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def check_refusal(code: int, err: str, names: tuple[str, ...], before: dict, after: dict) -> str:
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for name in names:
+        assert name in lines[0], f"{name!r} not in {lines[0]!r}"
+    assert after == before, f"written: {sorted(set(after) - set(before))}, changed: {[k for k in before if after.get(k) != before[k]]}"
+    return lines[0]
+
+
+def entry(stage: str) -> Callable[[list[str]], int]:
+    return import_module("pipeline.params" if stage == "params" else f"stages.{stage}").main
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_naming_it_and_writes_nothing(case, good, tmp_path, capsys):
+    stage, build, names = CASES[case]
+    argv = build(tmp_path, good)
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as caught:  # a warning would be a second line on stderr
+        warnings.simplefilter("default")
+        for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", quiet)  # hidden outside __main__ by Python's defaults
+        code = entry(stage)(argv)
+    captured = capsys.readouterr()
+    check_refusal(code, captured.err, names, before, snapshot(tmp_path))
+    assert not captured.out
+    assert not caught, [str(w.message) for w in caught]
+    assert not (tmp_path / "PWNED").exists()  # the pickle case: its code did not run
+
+
+def test_there_are_at_least_25_kinds():
+    assert len(CASES) >= 25
+
+
+def test_the_pickle_would_run_code_if_unpickled(good, tmp_path):
+    """So the refusal above is not vacuous: an unsafe load does create the marker."""
+    pickle_checkpoint(tmp_path, good)
+    torch.load(tmp_path / "checkpoints" / "model.pth", weights_only=False)  # what we never do
+    assert (tmp_path / "PWNED").exists()
+
+
+# --- end to end: real processes --------------------------------------------------------
+
+SUBPROCESS = ["pickle-that-runs-code", "nan-loss", "truncated-safetensors", "heads-exceed-d_model", "report-out-under-a-file"]
+
+
+def run_module(stage: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    module = "pipeline.params" if stage == "params" else f"stages.{stage}"
+    return subprocess.run([sys.executable, "-m", module, *argv], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case", SUBPROCESS)
+def test_bad_input_end_to_end_in_a_real_process(case, good, tmp_path):
+    stage, build, names = CASES[case]
+    argv = [a for a in build(tmp_path, good) if a != "--no-progress"]  # the bar is for terminals only
+    before = snapshot(tmp_path)
+    done = run_module(stage, argv, cwd=tmp_path)
+    check_refusal(done.returncode, done.stderr, names, before, snapshot(tmp_path))
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_debug_shows_the_traceback(good, tmp_path):
+    stage, build, _ = CASES["truncated-safetensors"]
+    done = run_module(stage, [*build(tmp_path, good), "--debug"], cwd=tmp_path)
+    assert done.returncode != 0
+    assert "Traceback" in done.stderr and "UserError" in done.stderr and "model.safetensors" in done.stderr
+    assert not (tmp_path / "out").exists()
