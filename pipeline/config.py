@@ -28,6 +28,12 @@ def _positive(section: object, *names: str) -> None:
         require(value > 0, name, value, "must be > 0")
 
 
+def _required(value: object, key: str, when: str) -> None:
+    """A key that must be set (not null) when `when` holds."""
+    if value is None:
+        raise UserError(key, f"is required when {when}")
+
+
 def _fraction(section: object, *names: str) -> None:
     for name in names:
         value = getattr(section, name)
@@ -155,9 +161,9 @@ class DataConfig(Section):
         _positive(self, "n_train_sequences")
         require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction, "must be in (0, 1)")
         if self.source == "text":
-            require(self.text.glob is not None, "text.glob", None, "is required when data.source = 'text'")
+            _required(self.text.glob, "text.glob", "data.source = 'text'")
         if self.source == "tokens":
-            require(self.tokens.path is not None, "tokens.path", None, "is required when data.source = 'tokens'")
+            _required(self.tokens.path, "tokens.path", "data.source = 'tokens'")
 
 
 # --- train -------------------------------------------------------------------------
@@ -198,7 +204,7 @@ class TrainConfig(Section):
         if self.threads is not None:
             _positive(self, "threads")
         if self.source == "load":
-            require(self.checkpoint is not None, "checkpoint", None, "is required when train.source = 'load'")
+            _required(self.checkpoint, "checkpoint", "train.source = 'load'")
         if self.checkpoint is not None:
             suffix = self.checkpoint.rsplit(".", 1)[-1] if "." in self.checkpoint else ""
             require(

@@ -69,7 +69,7 @@ def test_duplicate_token_averages_over_queries_that_have_an_earlier_copy():
     assert torch.isnan(patterns.duplicate_token(p, torch.arange(5)[None])).all()  # no query has one
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**31 - 1), k=st.integers(1, 6))
 def test_scores_are_fractions_and_ignore_the_batch_order(seed, k):
     gen = torch.Generator().manual_seed(seed)
