@@ -1,5 +1,6 @@
 """dvc.yaml stays exact: each stage depends on the pipeline/ modules its script imports
-(transitively) and on no others, and reads params keys that exist."""
+(transitively) and on no others; its params keys exist, and are exactly what the stage
+reads of params.yaml when its dvc.yaml command runs (recorded on the tiny config)."""
 
 from __future__ import annotations
 
@@ -76,3 +77,89 @@ def test_per_seed_stages_do_not_depend_on_the_seed_list():
     for name, stage in DVC["stages"].items():
         if "matrix" in stage:
             assert "seeds" not in stage.get("params", []), name
+
+
+# --- what each stage reads of params.yaml, recorded while its real dvc.yaml command runs ----
+
+
+def declared_params(stage: dict) -> set[str]:
+    return {str(k) for k in stage.get("params", [])}
+
+
+def command_argv(stage: dict, seed: int) -> tuple[str, list[str]]:
+    """dvc.yaml's `python -m stages.<name> ARGS` for one seed: (module, ARGS)."""
+    words = stage["cmd"].replace("${item.seed}", str(seed)).split()
+    assert words[:2] == ["python", "-m"], stage["cmd"]
+    return words[2], words[3:]
+
+
+def under(key: str, prefixes: set[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+@pytest.fixture(scope="module")
+def reads(tmp_path_factory) -> dict[str, set[str]]:
+    """Run every stage's dvc.yaml command in order, in-process on the tiny config (seed 0),
+    recording each config field a stage reads after `params.load` has validated the file
+    (validation reads every key; what matters for DVC's cache is what the stage computes with)."""
+    from dataclasses import fields
+    from importlib import import_module
+
+    from dvc_repo import TINY
+    from pipeline import config, params
+
+    work = tmp_path_factory.mktemp("reads")
+    (work / "params.yaml").write_text(params.dump(params.compose(TINY, conf_dir=ROOT / "conf")))
+    seen: set[str] = set()
+    paths: dict[int, str] = {}  # id(section) -> its dotted key
+    real_load, real_getattribute = params.load, config.Section.__getattribute__
+
+    def index(section: config.Section, prefix: str) -> None:
+        for f in fields(section):
+            child = getattr(section, f.name)
+            if isinstance(child, config.Section):
+                index(child, f"{prefix}.{f.name}".lstrip("."))
+        paths[id(section)] = prefix  # after reading its fields: indexing is not the stage reading
+
+    loaded: list[config.Config] = []  # kept alive, so that no other object takes their ids
+
+    def recording_load(*args, **kwargs):
+        cfg = real_load(*args, **kwargs)
+        loaded.append(cfg)
+        index(cfg, "")
+        return cfg
+
+    def recording_getattribute(self, name):
+        value = real_getattribute(self, name)
+        prefix = paths.get(id(self))
+        if prefix is not None and name in type(self).__dataclass_fields__ and not isinstance(value, config.Section):
+            seen.add(f"{prefix}.{name}".lstrip("."))
+        return value
+
+    found: dict[str, set[str]] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        mp.setattr(params, "load", recording_load)
+        mp.setattr(config.Section, "__getattribute__", recording_getattribute)
+        for name, stage in DVC["stages"].items():  # dvc.yaml lists them in dependency order
+            module, argv = command_argv(stage, seed=0)
+            seen.clear()
+            assert import_module(module).main(argv) == 0, name
+            found[name] = set(seen)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(DVC["stages"]))
+def test_stage_reads_no_param_it_does_not_declare(name, reads):
+    """Else changing that key would leave the stage's cached outputs stale."""
+    undeclared = {k for k in reads[name] if not under(k, declared_params(DVC["stages"][name]))}
+    assert not undeclared, f"{name} reads {sorted(undeclared)} but dvc.yaml does not list them"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(DVC["stages"]) - {"report"}))  # the report prints params.yaml whole
+def test_stage_declares_no_param_it_does_not_read(name, reads):
+    """Else changing that key would rerun the stage for nothing."""
+    unread = {p for p in declared_params(DVC["stages"][name]) if not any(under(k, {p}) for k in reads[name])}
+    assert not unread, f"{name} lists {sorted(unread)} in dvc.yaml but never reads them"
