@@ -5,11 +5,16 @@ reads of params.yaml when its dvc.yaml command runs (recorded on the tiny config
 from __future__ import annotations
 
 import ast
+from dataclasses import fields
 from functools import cache
+from importlib import import_module
 from pathlib import Path
 
 import pytest
 import yaml
+
+from dvc_repo import TINY
+from pipeline import config, params
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
@@ -102,12 +107,6 @@ def reads(tmp_path_factory) -> dict[str, set[str]]:
     """Run every stage's dvc.yaml command in order, in-process on the tiny config (seed 0),
     recording each config field a stage reads after `params.load` has validated the file
     (validation reads every key; what matters for DVC's cache is what the stage computes with)."""
-    from dataclasses import fields
-    from importlib import import_module
-
-    from dvc_repo import TINY
-    from pipeline import config, params
-
     work = tmp_path_factory.mktemp("reads")
     (work / "params.yaml").write_text(params.dump(params.compose(TINY, conf_dir=ROOT / "conf")))
     seen: set[str] = set()
