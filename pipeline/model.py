@@ -200,6 +200,10 @@ class _CausalAttention(torch.autograd.Function):
     - the [n, pos, pos] scores are made, normalised and used a chunk of heads at a time,
       each chunk's ~1 MB staying in cache between the steps;
     - the scale goes on q (small), not on the scores.
+
+    Softmax and its backward run in place through the private ops `torch._softmax` and
+    `aten._softmax_backward_data` (public softmax has no `out=`); tests/test_model.py checks
+    logits and gradients against the plain `run_with_cache` path, so a torch change shows.
     """
 
     CHUNK_BYTES = 1 << 20
