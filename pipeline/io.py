@@ -8,6 +8,7 @@ when a stage starts again.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -17,6 +18,10 @@ from typing import Any, Callable, Iterator
 from pipeline.errors import UserError
 
 TMP_MARK = ".tmp-"
+
+# Failures of the storage, not of the code: a full disk or quota, a file-size limit, a
+# read-only or vanished filesystem. They end a stage in one line naming the file.
+STORAGE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
 
 
 def ensure_dir(path: str | Path) -> Path:
@@ -35,21 +40,27 @@ def ensure_dir(path: str | Path) -> Path:
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success rename it to `path`.
 
-    On any exception the temporary file is removed and `path` is left untouched.
+    On any exception the temporary file is removed and `path` is left untouched; a
+    storage failure (`STORAGE_ERRORS`: disk full, file too large, ...) becomes a
+    `UserError` naming `path`.
     """
     path = Path(path)
     ensure_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_MARK}", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path: Path | None = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_MARK}", dir=path.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
         yield tmp_path
         with open(tmp_path, "rb") as f:  # data on disk before the rename makes it visible
             os.fsync(f.fileno())
         os.chmod(tmp_path, 0o644)
         os.replace(tmp_path, path)
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
+    except BaseException as e:
+        if tmp_path is not None:
+            tmp_path.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in STORAGE_ERRORS:
+            raise UserError(str(path), f"cannot write ({e.strerror})") from None
         raise
 
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import resource
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -152,6 +154,25 @@ def test_a_failed_write_keeps_the_old_artifact_and_leaves_no_temporary_file(tmp_
     with pytest.raises(RuntimeError):
         io.write_with(path, half_then_fail)
     assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["summary.json"]
+
+
+def test_a_full_disk_ends_the_stage_in_one_line_naming_the_file_and_leaves_no_partial_file(tmp_path):
+    """A real storage failure: the train stage under a 1 KB file-size limit (EFBIG, as a full
+    disk gives ENOSPC), as a subprocess. Python ignores SIGXFSZ, so the write itself fails."""
+    params = tmp_path / "params.yaml"
+    params.write_text(params_mod.dump(params_mod.compose(TINY, conf_dir=ROOT / "conf")))
+    out = tmp_path / "out"
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))  # noqa: E731
+    done = subprocess.run(
+        [sys.executable, "-m", "stages.train", "--params", str(params), "--seed", "0", "--out", str(out), "--no-progress"],
+        cwd=ROOT, capture_output=True, text=True, preexec_fn=limit, timeout=300,
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2, done.stderr
+    assert len(errors) == 1 and errors[0].endswith(": cannot write (File too large)"), done.stderr
+    assert errors[0].startswith(f"error: {out}/"), errors
+    assert "Traceback" not in done.stderr
+    assert leftovers(out) == [] and not Path(errors[0][len("error: ") :].split(": ")[0]).exists()
 
 
 def test_clean_stale_removes_only_the_leftovers_of_interrupted_writes(tmp_path):
