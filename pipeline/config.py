@@ -11,6 +11,7 @@ it without importing torch or the code of other stages (DVC deps stay exact).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import PurePosixPath
 from typing import Optional
 
 from pipeline.errors import UserError, require
@@ -32,6 +33,15 @@ def _required(value: object, key: str, when: str) -> None:
     """A key that must be set (not null) when `when` holds."""
     if value is None:
         raise UserError(key, f"is required when {when}")
+
+
+def _inside_dir(section: object, name: str) -> None:
+    """A path or glob relative to data.dir that cannot leave it (DVC tracks only data.dir)."""
+    value = getattr(section, name)
+    if value is not None:
+        require(value.strip() != "", name, value, "must not be empty")
+        require(not PurePosixPath(value).is_absolute() and ".." not in PurePosixPath(value).parts,
+                name, value, "must be relative to data.dir, without '..'")
 
 
 def _fraction(section: object, *names: str) -> None:
@@ -133,12 +143,18 @@ class TextDataConfig(Section):
 
     glob: Optional[str] = None  # relative to data.dir
 
+    def check(self) -> None:
+        _inside_dir(self, "glob")
+
 
 @dataclass
 class TokensDataConfig(Section):
     """A .npy file of token ids (any integer dtype), memory-mapped."""
 
     path: Optional[str] = None  # relative to data.dir
+
+    def check(self) -> None:
+        _inside_dir(self, "path")
 
 
 @dataclass

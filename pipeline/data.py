@@ -176,6 +176,8 @@ def load_text(data: DataConfig, model: ModelConfig, n_eval: int, need_train: boo
     if not root.is_dir():
         raise UserError("data.dir", "directory not found", data.dir)
     files = sorted(p for p in root.glob(pattern) if p.is_file())
+    for path in files:  # a symlink under data.dir must not lead outside it (DVC tracks data.dir only)
+        _resolve(root, path.relative_to(root).as_posix(), "data.text.glob")
     if not files:
         raise UserError("data.text.glob", f"matches no files under data.dir = {data.dir!r}", pattern)
     chunks, listed = [], []

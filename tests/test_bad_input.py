@@ -201,6 +201,14 @@ def set_(key: str, value) -> Callable[[dict], None]:
 
 # Each case: (stage, build(tmp, good) -> argv, the substrings its one line must hold).
 # "stage" is a module under stages/, or "params" for `python -m pipeline.params`.
+def symlinked_corpus(tmp: Path, good: Good) -> list[str]:
+    """A corpus file that is a link to a file outside data.dir (which DVC does not track)."""
+    args = text_corpus(tmp, good, {}, glob="link.txt")
+    (tmp / "outside.txt").write_bytes(b"x" * 500)
+    (tmp / "data" / "link.txt").symlink_to(tmp / "outside.txt")
+    return args
+
+
 CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]] = {
     # --- config: params.yaml edited by hand, or an override -------------------------
     "unknown-config-key": ("train", lambda t, g: train_args(t, g, {"model.n_head": 2}), ("params.yaml: model.n_head", "unknown key")),
@@ -226,6 +234,9 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
     # --- data ------------------------------------------------------------------------
     "missing-corpus-dir": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, data_dir="nowhere"), ("data.dir", "nowhere", "directory not found")),
     "corpus-matches-nothing": ("train", lambda t, g: text_corpus(t, g, {"a.md": b"x" * 500}), ("data.text.glob = '*.txt'", "matches no files")),
+    "corpus-glob-leaves-data-dir": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, glob="../*.txt"),
+                                    ("data.text.glob = '../*.txt'", "relative to data.dir, without '..'")),
+    "corpus-symlink-leaves-data-dir": ("train", lambda t, g: symlinked_corpus(t, g), ("data.text.glob = 'link.txt'", "must stay inside data.dir")),
     "empty-corpus": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"", "b.txt": b""}), ("data.text.glob = '*.txt'", "0 tokens")),
     "corpus-too-short-for-n_ctx": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 100}), ("100 tokens", "too few for n_ctx = 20")),
     "token-ids-beyond-d_vocab": ("train", lambda t, g: tokens_file(t, g, np.arange(2000) % 40), ("ids.npy", "span [0, 39]", "model.d_vocab = 16")),
