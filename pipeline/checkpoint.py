@@ -174,9 +174,9 @@ def from_tl_config(raw: Any, source: str = "config.json") -> ModelConfig:
             raise UserError(f"{source}: {name}", "must be an integer", fields[name])
     cfg = ModelConfig(**fields)
     try:
-        cfg.validate("")
+        cfg.validate()
     except UserError as e:
-        raise UserError(f"{source}: {e.where.lstrip('.')}", e.problem, e.value) from None
+        raise UserError(f"{source}: {e.where}", e.problem, e.value) from None
     return cfg
 
 

@@ -56,8 +56,8 @@ class Section:
     def check(self) -> None:  # overridden where a section has rules
         pass
 
-    def validate(self, prefix: str) -> None:
-        """Check this section and every nested section, with keys under `prefix`."""
+    def validate(self, prefix: str = "") -> None:
+        """Check this section and every nested section, with keys under `prefix` (none at the root)."""
         try:
             self.check()
         except UserError as e:
@@ -65,7 +65,7 @@ class Section:
         for f in fields(self):  # type: ignore[arg-type]
             child = getattr(self, f.name)
             if isinstance(child, Section):
-                child.validate(f"{prefix}.{f.name}")
+                child.validate(f"{prefix}.{f.name}" if prefix else f.name)
 
 
 # --- model -------------------------------------------------------------------------
@@ -340,6 +340,8 @@ class Config(Section):
         require(len(self.seeds) > 0, "seeds", list(self.seeds), "must list at least one seed")
         require(len(set(self.seeds)) == len(self.seeds), "seeds", list(self.seeds), "must not repeat a seed")
         require(all(s >= 0 for s in self.seeds), "seeds", list(self.seeds), "must be >= 0")
+        if self.train.source == "load":
+            return  # `model` is unused: the train and heads stages check these against the loaded model
         for key, length in (
             ("analysis.heads.repeat_length", self.analysis.heads.repeat_length),
             ("train.probe_length", self.train.probe_length),
@@ -358,11 +360,3 @@ class Config(Section):
             k,
             f"must be < model.n_ctx = {self.model.n_ctx} (a window of k earlier tokens needs k + 1 positions)",
         )
-
-    def validate(self, prefix: str = "") -> None:
-        try:
-            self.check()
-        except UserError as e:
-            raise e.under(prefix) from None
-        for name in ("model", "data", "train", "analysis"):
-            getattr(self, name).validate(name)

@@ -62,6 +62,13 @@ def test_bad_overrides_name_the_key(override, key):
     assert "\n" not in str(caught.value)
 
 
+def test_a_loaded_model_is_not_held_to_the_unused_model_section():
+    """train.source=load takes its shape from the checkpoint: model.n_ctx does not limit the
+    evaluation lengths (the train and heads stages check them against the loaded model)."""
+    cfg = params.from_dict(params.compose(["train.source=load", "train.checkpoint=tl.safetensors", "model.n_ctx=16"], conf_dir=ROOT / "conf"))
+    assert cfg.model.n_ctx == 16 and 2 * cfg.analysis.heads.repeat_length + 1 > 16
+
+
 def test_bad_params_file_names_file_and_key(tmp_path):
     bad = yaml.safe_load((ROOT / "params.yaml").read_text())
     bad["model"]["n_head"] = 4
