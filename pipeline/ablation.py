@@ -31,7 +31,7 @@ from pipeline.model import AttnOnlyTransformer, Cache, next_token_loss
 
 KINDS = ("Q", "K", "V")
 COLUMNS = ["kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect"]
-_CHUNK = 2**24  # elements of one stacked attention result (128 MB in float64)
+_CHUNK = 2**24  # elements of one stacked attention result, or of one batch of logits (128 MB in float64)
 
 
 def _finish(model: AttnOnlyTransformer, resid: Tensor, layer: int, pos: Tensor | None) -> Tensor:
@@ -54,6 +54,12 @@ def _sources_per_chunk(batch: int, pos: int, n_heads: int, d_model: int) -> int:
     return max(1, _CHUNK // (batch * pos * n_heads * d_model))
 
 
+def _heads_per_loss_chunk(batch: int, pos: int, d_vocab: int) -> int:
+    """Destination heads whose loss passes are batched together: their logits [n * batch, pos,
+    d_vocab] stay under _CHUNK elements (a 50k vocabulary would otherwise need ~10 GB), at least one."""
+    return max(1, _CHUNK // (batch * pos * d_vocab))
+
+
 @torch.no_grad()
 def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd.DataFrame:
     """One row per (kind, a, b), b in a later layer than a: COLUMNS. `tokens` [batch, 1 + 2 length]."""
@@ -69,6 +75,7 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
         clean_result = cache.result[j]  # [batch, pos, head, d_model]
         resid_post = cache.resid_pre[j] + clean_result.sum(dim=2) + block.attn.b_O  # [batch, pos, d_model]
         step = _sources_per_chunk(B, T, H, clean_result.shape[-1])
+        per_loss = _heads_per_loss_chunk(B, T, model.cfg.d_vocab)
         for i in range(j):
             write = cache.result[i]  # [batch, pos, head, d_model]
             for first in range(0, H, step):
@@ -79,9 +86,10 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
                 ablated = cache.resid_pre[j][:, :, None] - w + w.mean(0, keepdim=True)  # [batch, pos, n, d_model]
                 ablated = ablated.permute(2, 0, 1, 3).reshape(n * B, T, -1)  # sources stacked along the batch
                 ablated_in = block.attn_inputs(ablated, cache.pos)
+                clean_stacked = [x.repeat(n, 1, 1) for x in clean_in]  # [n * batch, pos, d_model] each
                 for k, kind in enumerate(KINDS):
                     # every head of layer j reads the ablated input at this kind (module doc)
-                    inputs = [x.repeat(n, 1, 1) for x in clean_in]
+                    inputs = list(clean_stacked)
                     inputs[k] = ablated_in[k]
                     out = block.attn(*inputs)
                     pattern = out.pattern.view(n, B, H, T, T)
@@ -92,9 +100,13 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
                         if kind == "V":  # values cannot move a pattern: 0, not rounding noise
                             attn_effect = torch.zeros_like(attn_effect)
                         # one copy of the batch per b: b's new write, the other heads' clean ones
-                        resid = (resid_post + delta[s]).reshape(H * B, T, -1)  # [head * batch, pos, d_model]
-                        loss = next_token_loss(_finish(model, resid, j, cache.pos), tokens.repeat(H, 1), reduce=False)
-                        loss_effect = loss.view(H, -1).mean(-1) - clean_loss  # [head]
+                        loss_effect = torch.empty(H, dtype=clean_loss.dtype)
+                        for g in range(0, H, per_loss):
+                            heads = slice(g, min(g + per_loss, H))
+                            m = heads.stop - heads.start
+                            resid = (resid_post + delta[s, heads]).reshape(m * B, T, -1)  # [m * batch, pos, d_model]
+                            loss = next_token_loss(_finish(model, resid, j, cache.pos), tokens.repeat(m, 1), reduce=False)
+                            loss_effect[heads] = loss.view(m, -1).mean(-1) - clean_loss
                         for b in range(H):
                             rows.append((kind, i, a, j, b, float(attn_effect[b]), float(loss_effect[b])))
     frame = pd.DataFrame(rows, columns=COLUMNS)

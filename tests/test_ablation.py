@@ -50,13 +50,16 @@ def random_model(**overrides) -> AttnOnlyTransformer:
     return model.eval()
 
 
+@pytest.mark.parametrize("chunk", [ablation._CHUNK, 1], ids=["batched", "one-head-at-a-time"])
 @pytest.mark.parametrize(
     "overrides",
     [{}, {"positional_embedding_type": "standard", "normalization_type": "LN"}],
     ids=["shortformer", "standard+LN"],
 )
-def test_fast_path_equals_single_edge_ablation(overrides):
-    """Three layers: edges into layer 1 also pass through layer 2 on their way to the loss."""
+def test_fast_path_equals_single_edge_ablation(overrides, chunk, monkeypatch):
+    """Three layers: edges into layer 1 also pass through layer 2 on their way to the loss.
+    With a memory bound of 1 element, source and destination heads go one at a time."""
+    monkeypatch.setattr(ablation, "_CHUNK", chunk)
     model = random_model(**overrides)
     gen = torch.Generator().manual_seed(1)
     tokens = torch.cat([torch.zeros(6, 1, dtype=torch.long), torch.randint(0, 12, (6, 5), generator=gen).repeat(1, 2)], 1)
