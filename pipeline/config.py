@@ -88,6 +88,8 @@ class ModelConfig(Section):
 
     def check(self) -> None:
         _positive(self, "n_layers", "n_heads", "d_head", "d_model", "n_ctx", "d_vocab")
+        # composition, induction and the ablation all need a head that reads an earlier one
+        require(self.n_layers >= 2, "n_layers", self.n_layers, "must be >= 2: composition needs an earlier and a later layer")
         require(
             self.positional_embedding_type in POSITIONAL_EMBEDDINGS,
             "positional_embedding_type",

@@ -256,6 +256,8 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
                     ("m.safetensors: blocks.0.mlp.W_in", "not an attention-only model")),
     "config-not-attention-only": ("weights", lambda t, g: weights_args(t, g, config=config_with(t, g, attn_only=False)),
                                   ("config.json: attn_only = False", "not an attention-only model")),
+    "one-layer-checkpoint": ("weights", lambda t, g: weights_args(t, g, config=config_with(t, g, n_layers=1)),
+                             ("config.json: n_layers = 1", "must be >= 2")),
     "pickle-that-runs-code": ("train", pickle_checkpoint, ("model.pth", "refused", "io.open", "could run code")),
     "nan-in-checkpoint": ("weights", lambda t, g: weights_args(t, g, model=spoiled_state(
         t, g, "m.safetensors", set_("blocks.1.attn.W_O", torch.full((2, 4, 16), float("nan"))))), ("m.safetensors: blocks.1.attn.W_O", "NaN or inf")),

@@ -44,6 +44,7 @@ def test_overrides_reach_the_schema():
         ("model.n_heads=four", "model.n_heads"),  # wrong type
         ("train.lr=fast", "train.lr"),
         ("model.d_model=0", "model.d_model"),  # zero size
+        ("model.n_layers=1", "model.n_layers"),  # no pair of layers to compose
         ("model.d_head=-8", "model.d_head"),  # negative size
         ("model.d_head=64", "model.d_head"),  # n_heads x d_head > d_model
         ("model.positional_embedding_type=rotary", "model.positional_embedding_type"),
