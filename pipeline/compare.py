@@ -48,7 +48,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-import scipy.stats
 
 from pipeline import io
 from pipeline.config import CompareConfig
@@ -308,6 +307,8 @@ def bootstrap_ci(values: Sequence[float], cfg: CompareConfig) -> tuple[float | N
     x = x[~np.isnan(x)]
     if len(x) < 2:
         return None, None
+    import scipy.stats  # here, not at the top: the report stage imports this module only for names
+
     result = scipy.stats.bootstrap(
         (x,),
         np.mean,

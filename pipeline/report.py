@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from pipeline.compare import CLAIMS, GROUP_KEYS, KINDS, VARIANTS, describe
+from pipeline.compare import CLAIMS, KINDS, VARIANTS, describe
 from pipeline.errors import UserError
 
 MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
@@ -180,9 +180,6 @@ def render(
     seed_images: Mapping[int, Sequence[Image]],
 ) -> str:
     """The whole page. Seeds appear in the order of `seed_images`."""
-    missing = [c for c in GROUP_KEYS if c not in groups.columns]
-    if missing:
-        raise UserError("groups.csv", f"missing column {missing[0]!r}")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         io.write_text(out / "summary.json", compare.summary_json(result.summary))
         c = cfg.analysis.compare
         figs = io.ensure_dir(out / "figures")
+        io.clean_stale(figs)
         figures.save(compare_figures.claims_figure(result.seeds, result.stats, c.z_threshold, c.ci), figs / "claims", dpi=c.dpi)
         figures.save(compare_figures.roles_figure(result.seeds, result.stats), figs / "roles", dpi=c.dpi)
         figures.save(compare_figures.curves_figure(result.curves, result.mean_curve), figs / "curves", dpi=c.dpi)

@@ -33,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
             summary=io.read_json(c / "summary.json"),
             thresholds={name: compare.claim_threshold(name, cfg.analysis.compare) for name in compare.CLAIMS},
             ci=cfg.analysis.compare.ci,
-            stats=read_csv(c / "stats.csv"),
+            stats=read_csv(c / "stats.csv", ["column", "n", "mean", "lo", "hi"]),
             seeds=read_csv(c / "seeds.csv", ["seed"]),
             roles=read_csv(c / "roles.csv", ["seed", "layer", "head", "role"]),
-            groups=read_csv(c / "groups.csv", ["seed", "n_pairs", "max_excess"]),
+            groups=read_csv(c / "groups.csv", ["seed", *compare.GROUP_KEYS, "n_pairs", "max_excess"]),
             compare_images=report.read_images(c / "figures"),
             seed_images={seed: report.read_images(Path(args.figures) / f"seed{seed}") for seed in cfg.seeds},
         )

@@ -17,6 +17,7 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import synthetic_seeds as syn
@@ -124,6 +125,22 @@ def test_missing_figures_are_named(page, tmp_path, capsys):
     )
     assert code == 2
     assert "nowhere/seed0" in capsys.readouterr().err
+    assert not (tmp_path / "index.html").exists()
+
+
+@pytest.mark.parametrize("table,column", [("stats", "hi"), ("groups", "src_role")])
+def test_a_compare_table_missing_a_column_is_named(page, tmp_path, capsys, table, column):
+    root = page.parents[1]
+    compare = tmp_path / "compare"
+    shutil.copytree(root / "compare", compare)
+    frame = pd.read_csv(compare / f"{table}.csv")
+    frame.drop(columns=[column]).to_csv(compare / f"{table}.csv", index=False)
+    code = report_stage.main(
+        ["--params", str(root.parent / "params.yaml"), "--compare", str(compare),
+         "--figures", str(root / "figures"), "--out", str(tmp_path / "index.html")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and f"{table}.csv" in err and repr(column) in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "index.html").exists()
 
 

@@ -24,8 +24,9 @@ def dots_with_ci(
     columns: list[str],
     labels: list[str],
     threshold: float | None = None,
+    ci: float = 0.95,
 ) -> None:
-    """At x = i, column i: one dot per seed (spread sideways by seed), the mean and its interval."""
+    """At x = i, column i: one dot per seed (spread sideways by seed), the mean and its `ci` interval."""
     by_column = stats.set_index("column")
     n = len(seeds)
     offsets = np.linspace(-0.15, 0.15, n) if n > 1 else np.zeros(1)  # fixed spread: same picture every run
@@ -36,7 +37,7 @@ def dots_with_ci(
         if pd.notna(s["mean"]):
             ax.hlines(s["mean"], i - 0.28, i + 0.28, color="black", lw=2, zorder=3, label="mean" if i == 0 else None)
         if pd.notna(s["lo"]) and pd.notna(s["hi"]):
-            ax.vlines(i + 0.3, s["lo"], s["hi"], color="#d62728", lw=2, zorder=3, label="95% CI" if i == 0 else None)
+            ax.vlines(i + 0.3, s["lo"], s["hi"], color="#d62728", lw=2, zorder=3, label=f"{ci:.0%} CI" if i == 0 else None)
     if threshold is not None:
         ax.axhline(threshold, color="0.6", lw=1, ls="--", zorder=1)
     if seeds[columns].isna().all().all():  # say why the panel is empty
@@ -49,16 +50,16 @@ def claims_figure(seeds: pd.DataFrame, stats: pd.DataFrame, z_threshold: float, 
     """The errata's three claims, per seed and across seeds."""
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.8))
     labels = [VARIANT_LABELS[v] for v in VARIANTS]
-    dots_with_ci(axes[0], seeds, stats, [f"a_selectivity_{v}" for v in VARIANTS], labels, threshold=0.0)
+    dots_with_ci(axes[0], seeds, stats, [f"a_selectivity_{v}" for v in VARIANTS], labels, threshold=0.0, ci=ci)
     axes[0].set_title("(a) K induction <- prev-token:\nselectivity (> 0: strongest of all)", fontsize=10)
-    dots_with_ci(axes[1], seeds, stats, ["b"], ["corrected"], threshold=z_threshold)
+    dots_with_ci(axes[1], seeds, stats, ["b"], ["corrected"], threshold=z_threshold, ci=ci)
     axes[1].set_title("(b) K induction <- recent-window:\nmax z against the null", fontsize=10)
-    dots_with_ci(axes[2], seeds, stats, [f"b_rel_{v}" for v in VARIANTS], labels, threshold=0.0)
+    dots_with_ci(axes[2], seeds, stats, [f"b_rel_{v}" for v in VARIANTS], labels, threshold=0.0, ci=ci)
     axes[2].set_title("(b) recent-window / prev-token\ncomposition (max excess)", fontsize=10)
-    dots_with_ci(axes[3], seeds, stats, [f"c_rho_K_{v}" for v in VARIANTS], labels, threshold=0.0)
+    dots_with_ci(axes[3], seeds, stats, [f"c_rho_K_{v}" for v in VARIANTS], labels, threshold=0.0, ci=ci)
     axes[3].set_title("(c) K: Spearman rho with\nthe ablation effects", fontsize=10)
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, [n.replace("95%", f"{ci:.0%}") for n in names], loc="lower center", ncol=3, frameon=False)
+    fig.legend(handles, names, loc="lower center", ncol=3, frameon=False)
     fig.suptitle(f"The errata's claims across {len(seeds)} seed(s)")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
