@@ -17,18 +17,16 @@ import math
 import re
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save
 
 from pipeline import io
 from pipeline.config import ModelConfig
 from pipeline.errors import UserError
-
-if TYPE_CHECKING:
-    from pipeline.model import AttnOnlyTransformer
+from pipeline.model import LN_EPS, AttnOnlyTransformer
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 # Buffers a HookedTransformer keeps in its state dict: the causal mask and a constant.
@@ -78,11 +76,8 @@ def load_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str
     if path.suffix != ".safetensors":
         raise UserError(str(path), f"unknown checkpoint format {path.suffix!r}: use .safetensors, .pt or .pth")
     try:
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            metadata = dict(f.metadata() or {})
-        return load_file(str(path)), metadata
+        with safe_open(str(path), framework="pt") as f:  # one read: metadata and tensors
+            return {name: f.get_tensor(name) for name in f.keys()}, dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError) as e:
         raise UserError(str(path), f"not a readable safetensors file ({str(e).splitlines()[0][:200]})") from None
 
@@ -103,7 +98,6 @@ def _refusal_reason(e: Exception) -> str:
 
 # HookedTransformerConfig fields we write beside a checkpoint (and read back).
 TL_FIELDS = ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab", "positional_embedding_type", "normalization_type")
-LN_EPS = 1e-5  # pipeline.model.LN_EPS; repeated here so this module does not import torch-heavy model code
 
 
 def tl_config(model: ModelConfig) -> dict:
@@ -219,8 +213,6 @@ def check_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.
 
 def read_checkpoint(model_path: str | Path, config_path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """config.json and the checkpoint's state dict, checked against it (`check_state`)."""
-    from pipeline.model import AttnOnlyTransformer
-
     cfg = read_tl_config(config_path)
     state, _ = load_state(model_path)
     with torch.device("meta"):  # only the expected names and shapes: allocates nothing
@@ -228,10 +220,8 @@ def read_checkpoint(model_path: str | Path, config_path: str | Path) -> tuple[Mo
     return cfg, check_state(state, expected, str(model_path), str(config_path))
 
 
-def load_model(model_path: str | Path, config_path: str | Path, dtype: torch.dtype = torch.float32) -> "AttnOnlyTransformer":
+def load_model(model_path: str | Path, config_path: str | Path, dtype: torch.dtype = torch.float32) -> AttnOnlyTransformer:
     """Our model with a checkpoint's weights, in `dtype`; names and shapes checked against config.json."""
-    from pipeline.model import AttnOnlyTransformer
-
     cfg, state = read_checkpoint(model_path, config_path)
     model = AttnOnlyTransformer(cfg).to(dtype)  # float64 weights reach a float64 analysis unrounded
     model.load_state_dict(state)

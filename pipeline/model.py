@@ -133,12 +133,17 @@ class AttnOnlyTransformer(nn.Module):
             self.unembed.register_buffer("b_U", b_U)
         self.reset_parameters()
 
+    def weight_matrices(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        """(every W_*, the rest: biases and LayerNorm), in named_parameters order."""
+        named = list(self.named_parameters())
+        is_matrix = [name.rsplit(".", 1)[-1].startswith("W_") for name, _ in named]
+        return [p for (_, p), m in zip(named, is_matrix) if m], [p for (_, p), m in zip(named, is_matrix) if not m]
+
     def reset_parameters(self) -> None:
         """Normal(0, init_range) for every W_*, as TransformerLens's GPT-2 init."""
         std = self.cfg.init_range or 0.8 / math.sqrt(self.cfg.d_model)
-        for name, p in self.named_parameters():
-            if name.rsplit(".", 1)[-1].startswith("W_"):
-                nn.init.normal_(p, std=std)
+        for p in self.weight_matrices()[0]:
+            nn.init.normal_(p, std=std)
 
     def run_with_cache(self, tokens: Tensor) -> tuple[Tensor, Cache]:
         """Logits `[batch, pos, d_vocab]` and the activations of every layer."""

@@ -134,10 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body(args: argparse.Namespace) -> int:
         params = compose(args.overrides, args.conf)
-        from_dict(params, source="override")
+        cfg = from_dict(params, source="override")
         if args.check:
-            current = load(args.out)
-            if current != from_dict(params):
+            if load(args.out) != cfg:
                 raise UserError(args.out, f"differs from a fresh compose of {args.conf}/: run python -m pipeline.params")
             print(f"{args.out} matches {args.conf}/")
             return 0

@@ -119,9 +119,7 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
 
     torch.manual_seed(seed)
     model = AttnOnlyTransformer(cfg.model).to(device)
-    named = list(model.named_parameters())
-    decay = [p for n, p in named if n.rsplit(".", 1)[-1].startswith("W_")]  # matrices; not biases, LN
-    rest = [p for n, p in named if not n.rsplit(".", 1)[-1].startswith("W_")]
+    decay, rest = model.weight_matrices()  # weight decay on the matrices; not on biases, LN
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}],
         lr=t.lr,
@@ -130,16 +128,14 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
     batches = torch.Generator().manual_seed(seed + 1)
     rows: list[dict] = []
     eval_seconds: list[float] = []
-    recent = torch.zeros((), device=device)  # sum of training losses since the last evaluation
-    n_recent = 0
-    losses: list[torch.Tensor] = []  # the same losses, to name the first non-finite one
+    losses: list[torch.Tensor] = []  # training losses since the last evaluation (no .item(): no sync per step)
     start = time.perf_counter()
     bar = tqdm(range(t.steps + 1), desc=f"train seed {seed}", disable=not progress, mininterval=1.0, unit="step")
     for step in bar:
         if step % t.eval_every == 0 or step == t.steps:
-            train_loss = (recent / n_recent).item() if n_recent else float("nan")
-            if n_recent and not math.isfinite(train_loss):
-                _diverged(torch.stack(losses), step - n_recent, t)
+            train_loss = torch.stack(losses).mean().item() if losses else float("nan")
+            if losses and not math.isfinite(train_loss):
+                _diverged(torch.stack(losses), step - len(losses), t)
             row = {"step": step, "tokens": step * t.batch_size * cfg.model.n_ctx, "train_loss": train_loss}
             row.update(evaluate(model, eval_seqs, probe, t.probe_length))
             rows.append(row)
@@ -147,7 +143,7 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
             bar.set_postfix(loss=f"{row['eval_loss']:.3f}", induction=f"{row['induction']:.2f}", prev=f"{row['prev_token']:.2f}", refresh=False)
             if not math.isfinite(row["eval_loss"]):
                 raise UserError("train.lr", f"the held-out loss became {row['eval_loss']} at step {step}: {_ADVICE}", t.lr)
-            recent, n_recent, losses = torch.zeros((), device=device), 0, []
+            losses = []
         if step == t.steps:
             break
         batch = dataset.train.batch(t.batch_size, batches).to(device)  # [batch, n_ctx]
@@ -158,7 +154,6 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         opt.step()
-        recent, n_recent = recent + loss.detach(), n_recent + 1  # no .item(): no sync per step
         losses.append(loss.detach())
     seconds = time.perf_counter() - start
     curve = pd.DataFrame(rows, columns=CURVE_COLUMNS)

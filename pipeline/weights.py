@@ -20,7 +20,7 @@ from typing import Mapping
 import torch
 from torch import Tensor
 
-from pipeline.checkpoint import load_state, save_state
+from pipeline.checkpoint import TL_BUFFERS, load_state, save_state
 from pipeline.config import ModelConfig
 from pipeline.errors import UserError
 
@@ -89,11 +89,10 @@ def from_state_dict(state: Mapping[str, Tensor], source: str = "weights", dtype:
 
     stacked = {name: torch.stack([get(f"blocks.{l}.attn.{name}") for l in layers]) for name in HEAD_MATRICES}
     L, H, D, d = stacked["W_Q"].shape
-    zeros = {"b_O": torch.zeros(L, D, dtype=dtype)}
     for name in HEAD_BIASES:
         key0 = f"blocks.0.attn.{name}"
         stacked[name] = torch.stack([get(f"blocks.{l}.attn.{name}") for l in layers]) if key0 in state else torch.zeros(L, H, d, dtype=dtype)
-    stacked["b_O"] = torch.stack([get(f"blocks.{l}.attn.b_O") for l in layers]) if "blocks.0.attn.b_O" in state else zeros["b_O"]
+    stacked["b_O"] = torch.stack([get(f"blocks.{l}.attn.b_O") for l in layers]) if "blocks.0.attn.b_O" in state else torch.zeros(L, D, dtype=dtype)
     W_E, W_pos, W_U = get("embed.W_E"), get("pos_embed.W_pos"), get("unembed.W_U")
     b_U = get("unembed.b_U") if "unembed.b_U" in state else torch.zeros(W_U.shape[1], dtype=dtype)
     hw = HeadWeights(W_E=W_E, W_pos=W_pos, W_U=W_U, b_U=b_U, **stacked)
@@ -173,7 +172,7 @@ def prepare(state: Mapping[str, Tensor], model: ModelConfig, source: str = "chec
     Use `positional_terms` for the extra tensors a shortformer + LayerNorm model needs.
     """
     steps: list[str] = ["stacked heads per layer in float64"]
-    sd = {k: v.detach().to(torch.float64) for k, v in state.items() if not k.endswith((".mask", ".IGNORE"))}
+    sd = {k: v.detach().to(torch.float64) for k, v in state.items() if not k.endswith(TL_BUFFERS)}  # a raw HookedTransformer state dict has them
     L = model.n_layers
     ln = model.normalization_type == "LN"
     shortformer = model.positional_embedding_type == "shortformer"
