@@ -39,7 +39,7 @@ def _finish(model: AttnOnlyTransformer, resid: Tensor, layer: int, pos: Tensor |
     for block in model.blocks[layer + 1 :]:
         out = block.attn(*block.attn_inputs(resid, pos))
         resid = resid + out.result.sum(dim=2) + block.attn.b_O
-    return model.ln_final(resid) @ model.unembed.W_U + model.unembed.b_U
+    return model.logits_from(resid)
 
 
 def _mean_ablated(cache: Cache, src_layer: int, src_head: int, dst_layer: int) -> Tensor:

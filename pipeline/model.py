@@ -145,17 +145,29 @@ class AttnOnlyTransformer(nn.Module):
         for p in self.weight_matrices()[0]:
             nn.init.normal_(p, std=std)
 
-    def run_with_cache(self, tokens: Tensor) -> tuple[Tensor, Cache]:
-        """Logits `[batch, pos, d_vocab]` and the activations of every layer."""
-        B, T = tokens.shape
+    @property
+    def shortformer(self) -> bool:
+        """Positions enter only the queries' and keys' inputs, never the residual stream."""
+        return self.cfg.positional_embedding_type == "shortformer"
+
+    def _embed(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """The residual stream's start `[batch, pos, d_model]` (token embeddings, plus the
+        positions unless shortformer) and the positional embeddings `[pos, d_model]`."""
+        T = tokens.shape[1]
         if T > self.cfg.n_ctx:
             raise ValueError(f"sequence length {T} exceeds n_ctx = {self.cfg.n_ctx}")
         W_pos = self.pos_embed.W_pos[:T]  # [pos, d_model]
         resid = self.embed.W_E[tokens]  # [batch, pos, d_model]
-        shortformer = self.cfg.positional_embedding_type == "shortformer"
-        pos = W_pos if shortformer else None
-        if not shortformer:
-            resid = resid + W_pos
+        return (resid if self.shortformer else resid + W_pos), W_pos
+
+    def logits_from(self, resid: Tensor) -> Tensor:
+        """Logits `[..., d_vocab]` from the final residual stream `[..., d_model]`."""
+        return self.ln_final(resid) @ self.unembed.W_U + self.unembed.b_U
+
+    def run_with_cache(self, tokens: Tensor) -> tuple[Tensor, Cache]:
+        """Logits `[batch, pos, d_vocab]` and the activations of every layer."""
+        resid, W_pos = self._embed(tokens)
+        pos = W_pos if self.shortformer else None
         cache = Cache([], [], [], pos)
         for block in self.blocks:
             cache.resid_pre.append(resid)
@@ -163,21 +175,14 @@ class AttnOnlyTransformer(nn.Module):
             cache.result.append(out.result)
             cache.pattern.append(out.pattern)
             resid = resid + out.result.sum(dim=2) + block.attn.b_O
-        logits = self.ln_final(resid) @ self.unembed.W_U + self.unembed.b_U
-        return logits, cache
+        return self.logits_from(resid), cache
 
     def forward(self, tokens: Tensor) -> Tensor:
         """Logits `[batch, pos, d_vocab]`: the same function as `run_with_cache`, computed
         for training speed (one fused QKV matmul per layer, no per-head results kept)."""
         B, T = tokens.shape
-        if T > self.cfg.n_ctx:
-            raise ValueError(f"sequence length {T} exceeds n_ctx = {self.cfg.n_ctx}")
         H, d = self.cfg.n_heads, self.cfg.d_head
-        W_pos = self.pos_embed.W_pos[:T]  # [pos, d_model]
-        resid = self.embed.W_E[tokens]  # [batch, pos, d_model]
-        shortformer = self.cfg.positional_embedding_type == "shortformer"
-        if not shortformer:
-            resid = resid + W_pos
+        resid, W_pos = self._embed(tokens)
         causal = torch.full((T, T), float("-inf"), device=tokens.device, dtype=resid.dtype).triu(1)
         for block in self.blocks:
             a = block.attn
@@ -185,7 +190,7 @@ class AttnOnlyTransformer(nn.Module):
             W_QKV = torch.cat([a.W_Q, a.W_K, a.W_V]).transpose(0, 1).reshape(x.shape[1], 3 * H * d)  # [d_model, 3 * head * d_head]
             b_QKV = torch.cat([a.b_Q, a.b_K, a.b_V]).reshape(3 * H * d)
             qkv = torch.addmm(b_QKV, x, W_QKV).view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)  # [3, batch, head, pos, d_head]
-            if shortformer:  # (x + pos) W = x W + pos W: positions only in queries and keys
+            if self.shortformer:  # (x + pos) W = x W + pos W: positions only in queries and keys
                 pos_qk = (W_pos @ W_QKV[:, : 2 * H * d]).view(T, 2, H, d).permute(1, 2, 0, 3)  # [2, head, pos, d_head]
                 qkv = qkv + torch.cat([pos_qk, torch.zeros_like(pos_qk[:1])])[:, None]
             q, k, v = qkv.reshape(3, B * H, T, d).unbind(0)  # each [batch * head, pos, d_head]
@@ -193,7 +198,7 @@ class AttnOnlyTransformer(nn.Module):
             z = z.view(B, H, T, d).transpose(1, 2).reshape(B * T, H * d)  # [batch * pos, head * d_head]
             out = torch.addmm(a.b_O, z, a.W_O.reshape(H * d, -1))  # [batch * pos, d_model]
             resid = resid + out.view(B, T, -1)
-        return self.ln_final(resid) @ self.unembed.W_U + self.unembed.b_U
+        return self.logits_from(resid)
 
 
 class _CausalAttention(torch.autograd.Function):
