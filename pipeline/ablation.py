@@ -28,9 +28,9 @@ from torch import Tensor
 
 from pipeline import patterns
 from pipeline.model import AttnOnlyTransformer, Cache, next_token_loss
+from pipeline.tables import ABLATION_COLUMNS, KINDS
 
-KINDS = ("Q", "K", "V")
-COLUMNS = ["kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect"]
+COLUMNS = list(ABLATION_COLUMNS)
 _CHUNK = 2**24  # elements of one stacked attention result, or of one batch of logits (128 MB in float64)
 
 

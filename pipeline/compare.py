@@ -52,18 +52,11 @@ import pandas as pd
 from pipeline import io
 from pipeline.config import CompareConfig
 from pipeline.errors import UserError
-from pipeline.tables import SCORES_COLUMNS, read_csv
+from pipeline.tables import CURVE_COLUMNS, ERRATA, KINDS, ROLES, SCORES_COLUMNS, VARIANTS, excess, read_csv
 
-# The names of pipeline.composition and pipeline.heads, restated rather than imported: those
-# modules import torch, and importing them would make this stage depend on their code.
-KINDS = ("Q", "K", "V")
-VARIANTS = ("true", "errata_bcda", "errata_dabc")
-ERRATA = ("errata_bcda", "errata_dabc")
-ROLES = ("previous_token", "recent_window", "induction", "duplicate_token", "current_token", "first_token", "other")
 HEADLINE_GROUPS = {"ind_prev": ("induction", "previous_token"), "ind_recent": ("induction", "recent_window")}
 CLAIM_KIND = "K"  # the errata is about induction heads' K-composition
 HEADS_COLUMNS = ("layer", "head", "role")
-CURVE_COLUMNS = ("step", "tokens", "train_loss", "eval_loss", "induction", "prev_token", "icl")
 TRAIN_METRICS = ("eval_loss", "induction", "prev_token")  # final values, from metrics.json
 GROUP_KEYS = ["kind", "variant", "dst_role", "src_role"]
 
@@ -170,7 +163,7 @@ def with_roles(scores: pd.DataFrame, heads: pd.DataFrame, where: str = "heads.cs
         if missing.any():
             row = out[missing].iloc[0]
             raise UserError(where, "has no role for a head the scores name", (int(row[f"{side}_layer"]), int(row[f"{side}_head"])))
-    out["excess"] = out["score"] - out["baseline_mean"]
+    out["excess"] = excess(out)
     return out
 
 

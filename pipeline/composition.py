@@ -86,14 +86,10 @@ from pipeline.strands import (
     shrink_left,
     shrink_right,
 )
+from pipeline.tables import KINDS, SCORES_COLUMNS, VARIANTS
 from pipeline.weights import HeadWeights, power_of_two_scaled
 
-KINDS = ("Q", "K", "V")
-VARIANTS = ("true", "errata_bcda", "errata_dabc")
-COLUMNS = [
-    "kind", "variant", "src_layer", "src_head", "dst_layer", "dst_head",
-    "score", "baseline_mean", "baseline_std", "z",
-]  # fmt: skip
+COLUMNS = list(SCORES_COLUMNS)
 ZERO_RTOL = 1e-8  # a strand with ||A B|| <= ZERO_RTOL ||A|| ||B|| counts as zero
 _BLOCK = 2**21  # elements per [writers, readers, samples, d_head, d_head] block of the null (16 MB in float64)
 

@@ -42,9 +42,9 @@ from pipeline import ablation, composition, data, patterns, strands
 from pipeline.config import DataConfig, HeadsConfig, RoleThresholds
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
+from pipeline.tables import KINDS, ROLES, VARIANTS
 from pipeline.weights import HeadWeights, power_of_two_scaled
 
-ROLES = ("previous_token", "recent_window", "induction", "duplicate_token", "current_token", "first_token", "other")
 # The primary role. Some scores nest: a previous-token head also fills the recent window,
 # and an induction head attends to the first token where nothing matches (measured on the
 # other batch, so the two scores do not compete). Those two roles come first, in this
@@ -195,7 +195,6 @@ def analyse_batches(
     table = pd.DataFrame({"layer": layer.ravel(), "head": head.ravel()})
     for name in SCORES:
         table[name] = scores[name].to(torch.float64).reshape(-1).numpy()
-    table["role"] = "other"
     table = classify(table, cfg.thresholds)
     effects = ablation.path_ablation(model, repeated, cfg.repeat_length)
     # finite weights can still overflow a forward pass; a NaN here would silently take no role
@@ -220,8 +219,8 @@ def spearman(effects: pd.DataFrame, scores: pd.DataFrame, effect: str) -> dict[s
     keys = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
     merged = effects.merge(scores, on=keys, how="inner")
     out: dict[str, dict[str, float | None]] = {}
-    for kind in ablation.KINDS:
-        for variant in composition.VARIANTS:
+    for kind in KINDS:
+        for variant in VARIANTS:
             rows = merged[(merged["kind"] == kind) & (merged["variant"] == variant)]
             x, y = rows[effect].abs().to_numpy(float), rows["score"].to_numpy(float)
             ok = np.isfinite(x) & np.isfinite(y)

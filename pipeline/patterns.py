@@ -73,4 +73,4 @@ def duplicate_token(pattern: Tensor, tokens: Tensor) -> Tensor:
     n = has.sum()
     if n == 0:
         return torch.full(pattern.shape[1:2], float("nan"), dtype=pattern.dtype)
-    return (mass * has[:, None]).sum(dim=(0, -1)) / n
+    return mass.sum(dim=(0, -1)) / n  # mass is 0 at queries without an earlier copy

@@ -22,7 +22,8 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from pipeline.compare import CLAIMS, KINDS, VARIANTS, describe
+from pipeline.compare import CLAIMS, describe
+from pipeline.tables import KINDS, VARIANTS
 from pipeline.errors import UserError
 
 MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}

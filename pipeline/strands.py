@@ -17,8 +17,9 @@ space the identities allow:
     singular values               A_1 = Q R with Q's columns orthonormal leaves them
                                   unchanged: fold the outer factors to their R factors
 
-The Frobenius norm and singular values are NOT invariant under rotation: `rotate`
-exists to reproduce the errata's bug on purpose (see `pipeline.composition`).
+The Frobenius norm and singular values are NOT invariant under rotation: the errata's
+bug. `pipeline.composition` reproduces it on purpose by taking the norm of the rotated
+factor orders; `rotate` serves the invariant quantities above (trace, eigenvalues).
 Use float64 for analysis; nothing here changes dtypes.
 """
 

@@ -21,8 +21,8 @@ from pipeline import checkpoint, data, patterns
 from pipeline.config import Config, ModelConfig, TrainConfig
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer, next_token_loss
+from pipeline.tables import CURVE_COLUMNS
 
-CURVE_COLUMNS = ["step", "tokens", "train_loss", "eval_loss", "induction", "prev_token", "icl"]
 INDUCTION_THRESHOLD = 0.5  # metrics.json: first step at which the best layer >= 1 head reaches this
 
 

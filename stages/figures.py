@@ -34,8 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS)
         heads = tables.read_csv(args.heads, ("layer", "head", "role", "copying", "qk_positivity")) if args.heads else None
         pattern = heads_figures.read_example(args.patterns) if args.heads and args.patterns else None  # [layer, head, pos, pos]
-        columns = ("kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect")
-        effects = tables.read_csv(args.ablation, columns) if args.ablation else None
+        effects = tables.read_csv(args.ablation, tables.ABLATION_COLUMNS) if args.ablation else None
         summary = io.read_json(args.heads_summary) if args.heads_summary else {}
         out = io.ensure_dir(args.out)
         io.clean_stale(out)

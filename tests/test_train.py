@@ -54,7 +54,7 @@ def test_same_seed_gives_byte_identical_artifacts(tmp_path):
 def test_curve_and_metrics(tmp_path):
     out = run_stage(tmp_path, 0, "out")
     curve = pd.read_csv(out / "curve.tsv", sep="\t")
-    assert list(curve.columns) == train.CURVE_COLUMNS
+    assert list(curve.columns) == list(train.CURVE_COLUMNS)
     assert curve["step"].tolist() == [0, 5, 10, 12]  # every eval_every steps, and the last
     assert curve["tokens"].tolist() == [s * 4 * 20 for s in (0, 5, 10, 12)]
     assert curve["train_loss"].isna().tolist() == [True, False, False, False]
@@ -100,7 +100,7 @@ def test_load_converts_each_seeds_checkpoint_into_the_same_files(tmp_path, monke
         assert torch.equal(loaded.embed.W_E, models[seed].embed.W_E)
         assert json.loads((out / "config.json").read_text())["normalization_type"] == "LN"
         curve = pd.read_csv(out / "curve.tsv", sep="\t")
-        assert list(curve.columns) == train.CURVE_COLUMNS and curve["step"].tolist() == [0]
+        assert list(curve.columns) == list(train.CURVE_COLUMNS) and curve["step"].tolist() == [0]
         manifest = json.loads((out / "manifest.json").read_text())
         expected = hashlib.sha256((tmp_path / "checkpoints" / f"run{seed}" / f"model{suffix}").read_bytes()).hexdigest()
         assert manifest["checkpoint"]["sha256"] == expected

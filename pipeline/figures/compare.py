@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from pipeline.compare import ROLES, VARIANTS
+from pipeline.tables import ROLES, VARIANTS
 
 VARIANT_LABELS = {"true": "corrected", "errata_bcda": "original\n(B C D A)", "errata_dabc": "original\n(D A B C)"}
 

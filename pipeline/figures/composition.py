@@ -12,7 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-KINDS = ("Q", "K", "V")
+from pipeline.tables import KINDS, VARIANTS, excess
+
 KIND_COLORS = {"Q": "#1f77b4", "K": "#d62728", "V": "#2ca02c"}  # the paper's Q/K/V colouring differs; ours is fixed
 VARIANT_TITLES = {
     "true": "corrected (true Frobenius norm)",
@@ -21,12 +22,7 @@ VARIANT_TITLES = {
 }
 
 
-def excess(scores: pd.DataFrame) -> pd.Series:
-    """Score minus the random-matrix baseline of its variant (what the paper plots)."""
-    return scores["score"] - scores["baseline_mean"]
-
-
-def composition_heatmap(scores: pd.DataFrame, kind: str, variants: tuple[str, ...] = ("true", "errata_bcda", "errata_dabc")) -> Figure:
+def composition_heatmap(scores: pd.DataFrame, kind: str, variants: tuple[str, ...] = VARIANTS) -> Figure:
     """Score minus baseline for every (earlier, later) head pair: a row per variant, a column per layer pair."""
     sel = scores[scores["kind"] == kind].assign(excess=excess)
     variants = tuple(v for v in variants if v in set(sel["variant"]))

@@ -16,9 +16,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from pipeline.errors import UserError
+from pipeline.tables import KINDS, VARIANTS, excess
 
-KINDS = ("Q", "K", "V")
-VARIANTS = ("true", "errata_bcda", "errata_dabc")
 ROLE_COLORS = {
     "previous_token": "#1f77b4",
     "recent_window": "#17becf",
@@ -119,7 +118,7 @@ def ablation_vs_composition(
         for c, variant in enumerate(VARIANTS):
             ax = axes[r][c]
             rows = merged[(merged["kind"] == kind) & (merged["variant"] == variant)]
-            ax.scatter(rows["score"] - rows["baseline_mean"], rows[effect].abs(), s=12, color="#444444")
+            ax.scatter(excess(rows), rows[effect].abs(), s=12, color="#444444")
             if not rows["score"].notna().any():  # e.g. rotated strands that vanish: NaN scores
                 ax.text(0.5, 0.5, "no defined scores", transform=ax.transAxes, ha="center", va="center", fontsize=8)
             value = (rho or {}).get(kind, {}).get(variant)
