@@ -148,7 +148,9 @@ def child(method: str, shape: Shape, weights: str, out: str, kinds: str, repeats
 
     elif method == "full":
         hw = from_state_dict(state)
-        result["wall_s"] = _best_of(lambda: composition.composition_scores(hw, CompositionConfig(), seed=0), repeats)
+        result["wall_s"] = _best_of(
+            lambda: composition.composition_scores(hw, CompositionConfig(), seed=0), repeats
+        )
 
     elif method == "tl":
         from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -221,7 +223,13 @@ def _write_weights(shape: Shape, path: Path) -> None:
 
 
 def _spawn(
-    method: str, shape: Shape, weights: Path, out: Path, kinds: str = "QKV", repeats: int = 1, threads: int = 1
+    method: str,
+    shape: Shape,
+    weights: Path,
+    out: Path,
+    kinds: str = "QKV",
+    repeats: int = 1,
+    threads: int = 1,
 ) -> dict:
     cmd = [sys.executable, __file__, "--child", method, "--shape", json.dumps(shape.__dict__),
            "--weights", str(weights), "--out", str(out), "--kinds", kinds, "--repeats", str(repeats)]  # fmt: skip
@@ -248,7 +256,9 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
     idle = _spawn("idle", shape, weights, tmp / "idle.npy", threads=threads)["peak_mb"]
     small = shape.n_pairs <= 2000
     runs: dict[str, dict] = {}
-    runs["ours"] = _spawn("ours", shape, weights, tmp / "ours.npy", repeats=5 if small else 3, threads=threads)
+    runs["ours"] = _spawn(
+        "ours", shape, weights, tmp / "ours.npy", repeats=5 if small else 3, threads=threads
+    )
     runs["ours"]["scores"] = np.load(tmp / "ours.npy")
 
     notes = []
@@ -258,27 +268,41 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
         runs["tl"] = _spawn("tl", shape, weights, tmp / "tl.npy", repeats=5, threads=threads)
         runs["tl"]["scores"] = np.load(tmp / "tl.npy")
     elif _available_gb() < 12:
-        notes.append(f"TransformerLens skipped: {_available_gb():.1f} GB available, it needs ~10 GB per kind here")
+        notes.append(
+            f"TransformerLens skipped: {_available_gb():.1f} GB available, it needs ~10 GB per kind here"
+        )
     else:
         per_kind = [_spawn("tl", shape, weights, tmp / f"tl{k}.npy", kinds=k, threads=threads) for k in KINDS]
-        runs["tl"] = {"wall_s": sum(r["wall_s"] for r in per_kind), "peak_mb": max(r["peak_mb"] for r in per_kind)}
+        runs["tl"] = {
+            "wall_s": sum(r["wall_s"] for r in per_kind),
+            "peak_mb": max(r["peak_mb"] for r in per_kind),
+        }
         runs["tl"]["scores"] = np.nansum([np.load(tmp / f"tl{k}.npy") for k in KINDS], axis=0)
         runs["tl"]["scores"][np.isnan(runs["ours"]["scores"])] = np.nan
         notes.append("TransformerLens: one subprocess per kind (wall summed, peak = largest)")
 
-    runs["dense"] = _spawn("dense", shape, weights, tmp / "dense.npy", repeats=3 if small else 1, threads=threads)
+    runs["dense"] = _spawn(
+        "dense", shape, weights, tmp / "dense.npy", repeats=3 if small else 1, threads=threads
+    )
     dense = np.load(tmp / "dense.npy")
     done = runs["dense"]["pairs_per_kind"]
     scale = shape.n_pairs / done  # dense time grows linearly with the pairs
     if scale > 1:
-        notes.append(f"dense: {done} of {shape.n_pairs} pairs per kind, seeded; time extrapolated x{scale:.0f} (~)")
-    runs["full"] = _spawn("full", shape, weights, tmp / "full.npy", repeats=3 if small else 1, threads=threads)
+        notes.append(
+            f"dense: {done} of {shape.n_pairs} pairs per kind, seeded; time extrapolated x{scale:.0f} (~)"
+        )
+    runs["full"] = _spawn(
+        "full", shape, weights, tmp / "full.npy", repeats=3 if small else 1, threads=threads
+    )
 
     title = (
         f"{shape.name}: {shape.n_layers} layers x {shape.n_heads} heads, d_model {shape.d_model}, "
         f"d_head {shape.d_head}; {shape.n_pairs} pairs x 3 kinds"
     )
-    lines = [title, f"  {'method':<36}{'wall s':>10}{'peak MB':>10}{'max |diff| to dense':>22}{'time / ours':>13}"]
+    lines = [
+        title,
+        f"  {'method':<36}{'wall s':>10}{'peak MB':>10}{'max |diff| to dense':>22}{'time / ours':>13}",
+    ]
     ours_s = runs["ours"]["wall_s"]
     labels = {
         "ours": "ours (true Q, K, V; float64)",
@@ -292,7 +316,9 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
         wall, mark = (r["wall_s"] * scale, "~") if key == "dense" and scale > 1 else (r["wall_s"], "")
         diff = "" if key == "dense" else f"{np.nanmax(np.abs(r['scores'] - dense)):.1e}"
         ratio = mark + f"{wall / ours_s:.1f}"
-        lines.append(f"  {labels[key]:<36}{mark + f'{wall:.3f}':>10}{r['peak_mb'] - idle:>10.0f}{diff:>22}{ratio:>13}")
+        lines.append(
+            f"  {labels[key]:<36}{mark + f'{wall:.3f}':>10}{r['peak_mb'] - idle:>10.0f}{diff:>22}{ratio:>13}"
+        )
     full = runs["full"]
     lines.append(
         f"  ours, full composition_scores (3 kinds x 3 variants, baseline 200, null 64): "

@@ -93,15 +93,17 @@ def induction(cfg, seeds: list[int]) -> list[dict]:
         curve = result.curve
         reached = [i for i, v in enumerate(curve["induction"]) if v >= train.INDUCTION_THRESHOLD]
         first = reached[0] if reached else None
-        rows.append({
-            "seed": seed,
-            "step": int(curve["step"].iloc[first]) if first is not None else None,
-            "wall_s": result.eval_seconds[first] if first is not None else None,
-            "total_s": result.seconds,
-            "cpu_s": time.process_time() - cpu,
-            "induction": float(curve["induction"].iloc[-1]),
-            "prev_token": float(curve["prev_token"].iloc[-1]),
-        })
+        rows.append(
+            {
+                "seed": seed,
+                "step": int(curve["step"].iloc[first]) if first is not None else None,
+                "wall_s": result.eval_seconds[first] if first is not None else None,
+                "total_s": result.seconds,
+                "cpu_s": time.process_time() - cpu,
+                "induction": float(curve["induction"].iloc[-1]),
+                "prev_token": float(curve["prev_token"].iloc[-1]),
+            }
+        )
         print(f"  seed {seed}: done in {result.seconds:.0f} s", file=sys.stderr)
     return rows
 
@@ -110,7 +112,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
     parser.add_argument("--seeds", type=int, nargs="*", help="default: the seeds of params.yaml")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: train.threads, else torch's)")
+    parser.add_argument(
+        "--threads", type=int, help="torch CPU threads (default: train.threads, else torch's)"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="throughput: alternating rounds per model")
     parser.add_argument("--steps", type=int, default=20, help="throughput: timed steps per round")
     parser.add_argument("--skip-induction", action="store_true")
@@ -123,9 +127,11 @@ def main() -> int:
         torch.set_num_threads(cfg.train.threads)
     torch.use_deterministic_algorithms(True)  # as training runs, for both models
     m, t = cfg.model, cfg.train
-    print(f"model: {m.n_layers} layers x {m.n_heads} heads x {m.d_head}, d_model {m.d_model}, n_ctx {m.n_ctx}, "
-          f"d_vocab {m.d_vocab}, {m.positional_embedding_type}, norm {m.normalization_type}; batch {t.batch_size}; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"model: {m.n_layers} layers x {m.n_heads} heads x {m.d_head}, d_model {m.d_model}, n_ctx {m.n_ctx}, "
+        f"d_vocab {m.d_vocab}, {m.positional_embedding_type}, norm {m.normalization_type}; batch {t.batch_size}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
 
     speeds = throughput(cfg, args.rounds, args.steps)
     ours = speeds[0][1]
@@ -134,18 +140,24 @@ def main() -> int:
         print(f"| {name} | {speed:,.0f} | {ours / speed:.2f}x |")
     if len(speeds) > 1:
         ratio = ours / speeds[1][1]
-        print(f"\nthroughput vs TransformerLens: {ratio:.2f}x (target >= {TARGET_RATIO}x): {'met' if ratio >= TARGET_RATIO else 'NOT met'}")
+        print(
+            f"\nthroughput vs TransformerLens: {ratio:.2f}x (target >= {TARGET_RATIO}x): {'met' if ratio >= TARGET_RATIO else 'NOT met'}"
+        )
 
     if not args.skip_induction:
         seeds = args.seeds if args.seeds is not None else list(cfg.seeds)
         rows = induction(cfg, seeds)
-        print(f"\n| seed | step at induction >= 0.5 | wall s at 0.5 | wall s (all {t.steps} steps) | CPU s | "
-              f"final induction | final prev-token | wall s at 0.5 / {TARGET_SECONDS:.0f} s |\n|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print(
+            f"\n| seed | step at induction >= 0.5 | wall s at 0.5 | wall s (all {t.steps} steps) | CPU s | "
+            f"final induction | final prev-token | wall s at 0.5 / {TARGET_SECONDS:.0f} s |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+        )
         for r in rows:
             at = f"{r['wall_s']:.1f}" if r["wall_s"] is not None else "never"
             ratio = f"{r['wall_s'] / TARGET_SECONDS:.2f}" if r["wall_s"] is not None else "-"
-            print(f"| {r['seed']} | {r['step'] if r['step'] is not None else 'never'} | {at} | {r['total_s']:.1f} | "
-                  f"{r['cpu_s']:.1f} | {r['induction']:.2f} | {r['prev_token']:.2f} | {ratio} |")
+            print(
+                f"| {r['seed']} | {r['step'] if r['step'] is not None else 'never'} | {at} | {r['total_s']:.1f} | "
+                f"{r['cpu_s']:.1f} | {r['induction']:.2f} | {r['prev_token']:.2f} | {ratio} |"
+            )
         ok = all(r["wall_s"] is not None and r["wall_s"] <= TARGET_SECONDS for r in rows)
         print(f"\ninduction within {TARGET_SECONDS:.0f} s in every seed: {'met' if ok else 'NOT met'}")
     return 0

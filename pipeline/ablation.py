@@ -70,7 +70,9 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
     rows = []
     for j in range(1, model.cfg.n_layers):
         block = model.blocks[j]
-        clean_in = block.attn_inputs(cache.resid_pre[j], cache.pos)  # (q_in, k_in, v_in), each [batch, pos, d_model]
+        clean_in = block.attn_inputs(
+            cache.resid_pre[j], cache.pos
+        )  # (q_in, k_in, v_in), each [batch, pos, d_model]
         clean_induction = patterns.induction(cache.pattern[j], length)  # [head]
         clean_result = cache.result[j]  # [batch, pos, head, d_model]
         resid_post = cache.resid_pre[j] + clean_result.sum(dim=2) + block.attn.b_O  # [batch, pos, d_model]
@@ -83,7 +85,9 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
                 n = len(sources)
                 # layer j's input with each source head's write replaced by its per-position mean
                 w = write[:, :, first : first + n]  # [batch, pos, n, d_model]
-                ablated = cache.resid_pre[j][:, :, None] - w + w.mean(0, keepdim=True)  # [batch, pos, n, d_model]
+                ablated = (
+                    cache.resid_pre[j][:, :, None] - w + w.mean(0, keepdim=True)
+                )  # [batch, pos, n, d_model]
                 ablated = ablated.permute(2, 0, 1, 3).reshape(n * B, T, -1)  # sources stacked along the batch
                 ablated_in = block.attn_inputs(ablated, cache.pos)
                 clean_stacked = [x.repeat(n, 1, 1) for x in clean_in]  # [n * batch, pos, d_model] each
@@ -104,20 +108,31 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
                         for g in range(0, H, per_loss):
                             heads = slice(g, min(g + per_loss, H))
                             m = heads.stop - heads.start
-                            resid = (resid_post + delta[s, heads]).reshape(m * B, T, -1)  # [m * batch, pos, d_model]
-                            loss = next_token_loss(_finish(model, resid, j, cache.pos), tokens.repeat(m, 1), reduce=False)
+                            resid = (resid_post + delta[s, heads]).reshape(
+                                m * B, T, -1
+                            )  # [m * batch, pos, d_model]
+                            loss = next_token_loss(
+                                _finish(model, resid, j, cache.pos), tokens.repeat(m, 1), reduce=False
+                            )
                             loss_effect[heads] = loss.view(m, -1).mean(-1) - clean_loss
                         for b in range(H):
                             rows.append((kind, i, a, j, b, float(attn_effect[b]), float(loss_effect[b])))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     order = {kind: n for n, kind in enumerate(KINDS)}
-    frame = frame.sort_values(COLUMNS[:5], key=lambda c: c.map(order) if c.name == "kind" else c)  # KINDS order, then heads
+    frame = frame.sort_values(
+        COLUMNS[:5], key=lambda c: c.map(order) if c.name == "kind" else c
+    )  # KINDS order, then heads
     return frame.reset_index(drop=True)
 
 
 @torch.no_grad()
 def ablate_path(
-    model: AttnOnlyTransformer, tokens: Tensor, src: tuple[int, int], dst: tuple[int, int], kind: str, length: int
+    model: AttnOnlyTransformer,
+    tokens: Tensor,
+    src: tuple[int, int],
+    dst: tuple[int, int],
+    kind: str,
+    length: int,
 ) -> tuple[float, float]:
     """(attn_effect, loss_effect) of cutting one edge a -> b(kind), the direct way: per-head
     inputs to layer j in which only head b's `kind` input is ablated."""

@@ -16,8 +16,9 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -33,7 +34,9 @@ TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 TL_BUFFERS = (".mask", ".IGNORE")
 
 
-def save_state(path: str | Path, state: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> Path:
+def save_state(
+    path: str | Path, state: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None
+) -> Path:
     """Write a state dict as safetensors, atomically; tensors are made contiguous CPU copies.
 
     The same tensors and metadata always give the same bytes: safetensors writes the
@@ -63,23 +66,31 @@ def load_state(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str
         raise UserError(str(path), "checkpoint not found")
     if path.suffix in TORCH_SUFFIXES:
         try:
-            with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the refusal below says it all
+            with (
+                warnings.catch_warnings()
+            ):  # e.g. "Detected pickle protocol 4": the refusal below says it all
                 warnings.simplefilter("ignore")
                 state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # pickle refused by weights_only, or a damaged file
-            raise UserError(str(path), f"refused: not a plain tensor checkpoint ({_refusal_reason(e)})") from None
+            raise UserError(
+                str(path), f"refused: not a plain tensor checkpoint ({_refusal_reason(e)})"
+            ) from None
         if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):
             state = state["state_dict"]
         if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise UserError(str(path), "refused: expected a mapping of names to tensors")
         return dict(state), {}
     if path.suffix != ".safetensors":
-        raise UserError(str(path), f"unknown checkpoint format {path.suffix!r}: use .safetensors, .pt or .pth")
+        raise UserError(
+            str(path), f"unknown checkpoint format {path.suffix!r}: use .safetensors, .pt or .pth"
+        )
     try:
         with safe_open(str(path), framework="pt") as f:  # one read: metadata and tensors
             return {name: f.get_tensor(name) for name in f.keys()}, dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError) as e:
-        raise UserError(str(path), f"not a readable safetensors file ({str(e).splitlines()[0][:200]})") from None
+        raise UserError(
+            str(path), f"not a readable safetensors file ({str(e).splitlines()[0][:200]})"
+        ) from None
 
 
 def _refusal_reason(e: Exception) -> str:
@@ -92,12 +103,25 @@ def _refusal_reason(e: Exception) -> str:
     if found:
         return f"it would call or build {found.group(1)}: loading it could run code; save plain tensors or safetensors"
     lines = [line.strip().removeprefix("WeightsUnpickler error:").strip() for line in text.splitlines()]
-    lines = [line for line in lines if line and "weights_only" not in line and not line.startswith("Weights only load failed")]
+    lines = [
+        line
+        for line in lines
+        if line and "weights_only" not in line and not line.startswith("Weights only load failed")
+    ]
     return (lines[0].split(". ")[0] if lines else type(e).__name__)[:200]  # the first sentence
 
 
 # HookedTransformerConfig fields we write beside a checkpoint (and read back).
-TL_FIELDS = ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab", "positional_embedding_type", "normalization_type")
+TL_FIELDS = (
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "d_head",
+    "n_ctx",
+    "d_vocab",
+    "positional_embedding_type",
+    "normalization_type",
+)
 
 
 def tl_config(model: ModelConfig) -> dict:
@@ -111,26 +135,96 @@ def _unsupported(raw: Mapping[str, Any]) -> tuple[str, Any, str] | None:
     """The first HookedTransformerConfig setting our model would compute differently."""
     d_head = raw.get("d_head")
     checks: list[tuple[str, Any, bool, str]] = [
-        ("attn_only", raw.get("attn_only", True), raw.get("attn_only", True) is True, "not an attention-only model (it has MLPs)"),
-        ("use_attn_scale", raw.get("use_attn_scale", True), raw.get("use_attn_scale", True) is True, "attention scores must be divided by sqrt(d_head)"),
-        ("attention_dir", raw.get("attention_dir", "causal"), raw.get("attention_dir", "causal") == "causal", "only causal attention is supported"),
-        ("final_rms", raw.get("final_rms", False), not raw.get("final_rms", False), "RMS norm is not supported"),
-        ("use_local_attn", raw.get("use_local_attn", False), not raw.get("use_local_attn", False), "local attention is not supported"),
-        ("use_qk_norm", raw.get("use_qk_norm", False), not raw.get("use_qk_norm", False), "query/key norms are not supported"),
-        ("post_embedding_ln", raw.get("post_embedding_ln", False), not raw.get("post_embedding_ln", False), "a LayerNorm after the embedding is not supported"),
-        ("use_normalization_before_and_after", raw.get("use_normalization_before_and_after", False),
-         not raw.get("use_normalization_before_and_after", False), "post-attention norms are not supported"),
-        ("scale_attn_by_inverse_layer_idx", raw.get("scale_attn_by_inverse_layer_idx", False),
-         not raw.get("scale_attn_by_inverse_layer_idx", False), "per-layer attention scaling is not supported"),
-        ("n_key_value_heads", raw.get("n_key_value_heads"), raw.get("n_key_value_heads") in (None, raw.get("n_heads")), "grouped-query attention is not supported"),
-        ("attn_scores_soft_cap", raw.get("attn_scores_soft_cap", -1.0), (raw.get("attn_scores_soft_cap") or -1.0) <= 0, "soft-capped scores are not supported"),
-        ("output_logits_soft_cap", raw.get("output_logits_soft_cap", -1.0), (raw.get("output_logits_soft_cap") or -1.0) <= 0, "soft-capped logits are not supported"),
-        ("d_vocab_out", raw.get("d_vocab_out"), raw.get("d_vocab_out") in (None, -1, raw.get("d_vocab")), "must equal d_vocab"),
+        (
+            "attn_only",
+            raw.get("attn_only", True),
+            raw.get("attn_only", True) is True,
+            "not an attention-only model (it has MLPs)",
+        ),
+        (
+            "use_attn_scale",
+            raw.get("use_attn_scale", True),
+            raw.get("use_attn_scale", True) is True,
+            "attention scores must be divided by sqrt(d_head)",
+        ),
+        (
+            "attention_dir",
+            raw.get("attention_dir", "causal"),
+            raw.get("attention_dir", "causal") == "causal",
+            "only causal attention is supported",
+        ),
+        (
+            "final_rms",
+            raw.get("final_rms", False),
+            not raw.get("final_rms", False),
+            "RMS norm is not supported",
+        ),
+        (
+            "use_local_attn",
+            raw.get("use_local_attn", False),
+            not raw.get("use_local_attn", False),
+            "local attention is not supported",
+        ),
+        (
+            "use_qk_norm",
+            raw.get("use_qk_norm", False),
+            not raw.get("use_qk_norm", False),
+            "query/key norms are not supported",
+        ),
+        (
+            "post_embedding_ln",
+            raw.get("post_embedding_ln", False),
+            not raw.get("post_embedding_ln", False),
+            "a LayerNorm after the embedding is not supported",
+        ),
+        (
+            "use_normalization_before_and_after",
+            raw.get("use_normalization_before_and_after", False),
+            not raw.get("use_normalization_before_and_after", False),
+            "post-attention norms are not supported",
+        ),
+        (
+            "scale_attn_by_inverse_layer_idx",
+            raw.get("scale_attn_by_inverse_layer_idx", False),
+            not raw.get("scale_attn_by_inverse_layer_idx", False),
+            "per-layer attention scaling is not supported",
+        ),
+        (
+            "n_key_value_heads",
+            raw.get("n_key_value_heads"),
+            raw.get("n_key_value_heads") in (None, raw.get("n_heads")),
+            "grouped-query attention is not supported",
+        ),
+        (
+            "attn_scores_soft_cap",
+            raw.get("attn_scores_soft_cap", -1.0),
+            (raw.get("attn_scores_soft_cap") or -1.0) <= 0,
+            "soft-capped scores are not supported",
+        ),
+        (
+            "output_logits_soft_cap",
+            raw.get("output_logits_soft_cap", -1.0),
+            (raw.get("output_logits_soft_cap") or -1.0) <= 0,
+            "soft-capped logits are not supported",
+        ),
+        (
+            "d_vocab_out",
+            raw.get("d_vocab_out"),
+            raw.get("d_vocab_out") in (None, -1, raw.get("d_vocab")),
+            "must equal d_vocab",
+        ),
         ("eps", raw.get("eps", LN_EPS), raw.get("eps", LN_EPS) == LN_EPS, f"LayerNorm eps must be {LN_EPS}"),
     ]
     if raw.get("attn_scale") is not None and isinstance(d_head, int) and d_head > 0:
         scale = raw["attn_scale"]
-        checks.append(("attn_scale", scale, abs(float(scale) - math.sqrt(d_head)) < 1e-6, f"must be sqrt(d_head) = {math.sqrt(d_head):g}"))
+        checks.append(
+            (
+                "attn_scale",
+                scale,
+                abs(float(scale) - math.sqrt(d_head)) < 1e-6,
+                f"must be sqrt(d_head) = {math.sqrt(d_head):g}",
+            )
+        )
     for key, value, ok, problem in checks:
         if not ok:
             return key, value, problem
@@ -156,7 +250,11 @@ def from_tl_config(raw: Any, source: str = "config.json") -> ModelConfig:
     if problem:
         key, value, why = problem
         raise UserError(f"{source}: {key}", why, value)
-    missing = [name for name in TL_FIELDS if name not in raw and name not in ("normalization_type", "positional_embedding_type")]
+    missing = [
+        name
+        for name in TL_FIELDS
+        if name not in raw and name not in ("normalization_type", "positional_embedding_type")
+    ]
     if missing:
         raise UserError(f"{source}: {missing[0]}", "missing from config.json")
     fields = {name: raw.get(name) for name in TL_FIELDS}
@@ -174,7 +272,9 @@ def from_tl_config(raw: Any, source: str = "config.json") -> ModelConfig:
     return cfg
 
 
-def check_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], source: str, config_source: str) -> dict[str, torch.Tensor]:
+def check_state(
+    state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], source: str, config_source: str
+) -> dict[str, torch.Tensor]:
     """Names and shapes of a checkpoint against our model's: the state dict to load, or a one-line refusal.
 
     Only shapes are read from `expected` (it may live on the meta device); tensors keep
@@ -207,11 +307,16 @@ def check_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.
         out[name] = got
     extra = sorted(set(state) - set(expected) - {k for k in state if k.endswith(TL_BUFFERS)})
     if extra:
-        raise UserError(f"{source}: {extra[0]}", f"unexpected key: not an attention-only model with the shape in {config_source}")
+        raise UserError(
+            f"{source}: {extra[0]}",
+            f"unexpected key: not an attention-only model with the shape in {config_source}",
+        )
     return out
 
 
-def read_checkpoint(model_path: str | Path, config_path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+def read_checkpoint(
+    model_path: str | Path, config_path: str | Path
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """config.json and the checkpoint's state dict, checked against it (`check_state`)."""
     cfg = read_tl_config(config_path)
     state, _ = load_state(model_path)
@@ -220,7 +325,9 @@ def read_checkpoint(model_path: str | Path, config_path: str | Path) -> tuple[Mo
     return cfg, check_state(state, expected, str(model_path), str(config_path))
 
 
-def load_model(model_path: str | Path, config_path: str | Path, dtype: torch.dtype = torch.float32) -> AttnOnlyTransformer:
+def load_model(
+    model_path: str | Path, config_path: str | Path, dtype: torch.dtype = torch.float32
+) -> AttnOnlyTransformer:
     """Our model with a checkpoint's weights, in `dtype`; names and shapes checked against config.json."""
     cfg, state = read_checkpoint(model_path, config_path)
     model = AttnOnlyTransformer(cfg).to(dtype)  # float64 weights reach a float64 analysis unrounded

@@ -42,9 +42,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -162,7 +162,11 @@ def with_roles(scores: pd.DataFrame, heads: pd.DataFrame, where: str = "heads.cs
         missing = out[f"{side}_role"].isna()
         if missing.any():
             row = out[missing].iloc[0]
-            raise UserError(where, "has no role for a head the scores name", (int(row[f"{side}_layer"]), int(row[f"{side}_head"])))
+            raise UserError(
+                where,
+                "has no role for a head the scores name",
+                (int(row[f"{side}_layer"]), int(row[f"{side}_head"])),
+            )
     out["excess"] = excess(out)
     return out
 
@@ -170,7 +174,9 @@ def with_roles(scores: pd.DataFrame, heads: pd.DataFrame, where: str = "heads.cs
 def _order(frame: pd.DataFrame) -> pd.DataFrame:
     """Kinds, variants and roles in their fixed order (unknown roles after, alphabetically)."""
     rank = {v: i for i, v in enumerate((*KINDS, *VARIANTS, *ROLES))}
-    return frame.sort_values(GROUP_KEYS, key=lambda col: col.map(lambda v: (rank.get(v, len(rank)), str(v)))).reset_index(drop=True)
+    return frame.sort_values(
+        GROUP_KEYS, key=lambda col: col.map(lambda v: (rank.get(v, len(rank)), str(v)))
+    ).reset_index(drop=True)
 
 
 def group_composition(scored: pd.DataFrame) -> pd.DataFrame:
@@ -197,7 +203,13 @@ def _nanmax(values: pd.Series) -> float:
     return float(values.max()) if len(values) else math.nan
 
 
-def selectivity(scored: pd.DataFrame, variant: str, kind: str = CLAIM_KIND, dst: str = "induction", src: str = "previous_token") -> float:
+def selectivity(
+    scored: pd.DataFrame,
+    variant: str,
+    kind: str = CLAIM_KIND,
+    dst: str = "induction",
+    src: str = "previous_token",
+) -> float:
     """(T - O) / (|T| + |O|): T the max excess in cell (kind, dst <- src), O the max over all else of `variant`.
 
     > 0 exactly when the cell holds the strongest composition of the variant (every kind,
@@ -234,7 +246,9 @@ def seed_row(inputs: SeedInputs, scored: pd.DataFrame, groups: pd.DataFrame) -> 
         for variant in VARIANTS:
             for name, (dst, src) in HEADLINE_GROUPS.items():
                 key = (kind, variant, dst, src)
-                row[f"{kind}_{variant}_{name}"] = float(cell.at[key, "max_excess"]) if key in cell.index else math.nan
+                row[f"{kind}_{variant}_{name}"] = (
+                    float(cell.at[key, "max_excess"]) if key in cell.index else math.nan
+                )
 
     # (a) selectivity of K induction <- previous_token, per variant
     for variant in VARIANTS:
@@ -254,7 +268,9 @@ def seed_row(inputs: SeedInputs, scored: pd.DataFrame, groups: pd.DataFrame) -> 
         rhos = {v: _rho(inputs.spearman, kind, v) for v in VARIANTS}
         for variant, rho in rhos.items():
             row[f"c_rho_{kind}_{variant}"] = rho
-        errata_best = max(rhos[v] for v in ERRATA) if not any(math.isnan(rhos[v]) for v in ERRATA) else math.nan
+        errata_best = (
+            max(rhos[v] for v in ERRATA) if not any(math.isnan(rhos[v]) for v in ERRATA) else math.nan
+        )
         row[f"c_gain_{kind}"] = rhos["true"] - errata_best
     row["c"] = row[f"c_gain_{CLAIM_KIND}"]
     return row
@@ -343,7 +359,9 @@ def summarize(seeds: pd.DataFrame, cfg: CompareConfig) -> tuple[pd.DataFrame, di
     """Every numeric column's mean and interval (stats), and the headline (summary.json)."""
     columns = [c for c in seeds.columns if c != "seed"]
     stats = {c: _stat(seeds[c], cfg) for c in columns}
-    table = pd.DataFrame([{"column": c, **s} for c, s in stats.items()], columns=["column", "n", "mean", "lo", "hi"])
+    table = pd.DataFrame(
+        [{"column": c, **s} for c, s in stats.items()], columns=["column", "n", "mean", "lo", "hi"]
+    )
     summary: dict = {"n_seeds": int(len(seeds))}
     for name, claim in CLAIMS.items():
         s = stats[claim["column"]]
@@ -356,7 +374,9 @@ def summarize(seeds: pd.DataFrame, cfg: CompareConfig) -> tuple[pd.DataFrame, di
             "lo": s["lo"],
             "hi": s["hi"],
         }
-    headline = [f"train_{k}" for k in TRAIN_METRICS] + [f"n_{r}" for r in ("previous_token", "recent_window", "induction")]
+    headline = [f"train_{k}" for k in TRAIN_METRICS] + [
+        f"n_{r}" for r in ("previous_token", "recent_window", "induction")
+    ]
     summary["mean"] = {c.removeprefix("train_"): stats[c]["mean"] for c in headline}
     return table, _json_safe(summary)
 
@@ -380,7 +400,11 @@ def mean_curve(curves: pd.DataFrame) -> pd.DataFrame:
     """curve.tsv averaged over seeds at each step; every seed must have evaluated at the same steps."""
     steps = curves.groupby("seed")["step"].apply(tuple)
     if steps.nunique() > 1:
-        raise UserError("curve.tsv", "seeds were evaluated at different steps (different train configs?)", sorted(steps.index))
+        raise UserError(
+            "curve.tsv",
+            "seeds were evaluated at different steps (different train configs?)",
+            sorted(steps.index),
+        )
     mean = curves.drop(columns="seed").groupby("step", sort=True).mean().reset_index()[list(CURVE_COLUMNS)]
     return mean.astype({"tokens": curves["tokens"].dtype})  # the same at each step: keep it an integer
 

@@ -91,7 +91,9 @@ from pipeline.weights import HeadWeights, power_of_two_scaled
 
 COLUMNS = list(SCORES_COLUMNS)
 ZERO_RTOL = 1e-8  # a strand with ||A B|| <= ZERO_RTOL ||A|| ||B|| counts as zero
-_BLOCK = 2**21  # elements per [writers, readers, samples, d_head, d_head] block of the null (16 MB in float64)
+_BLOCK = (
+    2**21
+)  # elements per [writers, readers, samples, d_head, d_head] block of the null (16 MB in float64)
 
 
 # --- the factors of each kind, paper letters --------------------------------------
@@ -127,7 +129,9 @@ def _side_norms(P: Tensor, Q: Tensor, rotated: bool = True) -> dict[str, Tensor]
     return out
 
 
-def _denominators(reader: dict[str, Tensor], writer: dict[str, Tensor], rotate: bool, pairs: bool) -> dict[str, Tensor]:
+def _denominators(
+    reader: dict[str, Tensor], writer: dict[str, Tensor], rotate: bool, pairs: bool
+) -> dict[str, Tensor]:
     """Per variant: ||A B|| ||C D|| or its rotation, [Na, Nb] (pairs) or [S] (zipped)."""
 
     def times(w: Tensor, r: Tensor) -> Tensor:
@@ -172,7 +176,8 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
         readers[kind] = (Strand((A, B)).T, _side_norms(A, B, rotated=False)["true"])
     n_writers, n_pairs = (L - 1) * H, H * H * L * (L - 1) // 2
     use_grams = method == "grams" or (
-        method == "auto" and grams_are_cheaper(n_writers, len(kinds) * n_writers, len(kinds) * n_pairs, d, D, d)
+        method == "auto"
+        and grams_are_cheaper(n_writers, len(kinds) * n_writers, len(kinds) * n_pairs, d, D, d)
     )
     if use_grams:
         writer_grams = gram_vectors(Strand(tuple(f[:-1] for f in OV.factors)), "left")  # [L - 1, H, N]
@@ -181,7 +186,9 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
     for j in range(1, L):
         if use_grams:  # all kinds' readers in layer j, [kinds x H, N]
             for k, (right, _) in enumerate(readers.values()):
-                gram_vectors(Strand(tuple(f[j] for f in right.factors)), "right", out=reader_grams[k * H : (k + 1) * H])
+                gram_vectors(
+                    Strand(tuple(f[j] for f in right.factors)), "right", out=reader_grams[k * H : (k + 1) * H]
+                )
             nums = (writer_grams[:j] @ reader_grams.T).clamp_min(0).sqrt().split(H, dim=-1)  # [j, H, H] each
         else:
             writers = Strand(tuple(f[:j] for f in OV.factors))  # batch [j, H]
@@ -250,7 +257,7 @@ class _Writers:
     gram_Z: Tensor  # Z11^T (c1 R_D)(c1 R_D)^T Z11  [Na, S, d_head, d_head]
 
     @staticmethod
-    def of(C: Tensor, D: Tensor, Z: Tensor) -> "_Writers":
+    def of(C: Tensor, D: Tensor, Z: Tensor) -> _Writers:
         d_head = C.shape[-1]
         coords = _frame(torch.cat([C, D.mT], -1))  # [C | D^T] = U [c | d]  [Na, k, 2 d_head]
         c1, d = coords[..., :d_head, :d_head], coords[..., d_head:]
@@ -276,7 +283,7 @@ class _Readers:
     gram: Tensor  # (R_A beta1^T)^T (R_A beta1^T)  [Nb, d_head, d_head]
 
     @staticmethod
-    def of(A: Tensor, B: Tensor, Z: Tensor) -> "_Readers":
+    def of(A: Tensor, B: Tensor, Z: Tensor) -> _Readers:
         d_head = A.shape[-1]
         coords = _frame(torch.cat([B.mT, A], -1))  # [Nb, k, 2 d_head]
         beta1, alpha = coords[..., :d_head, :d_head], coords[..., d_head:]
@@ -325,7 +332,9 @@ def _kind_tensors(
     L, H, d_head, S = hw.n_layers, hw.n_heads, hw.d_head, Z.shape[0]
     A, B = reader_factors(hw.W_Q, hw.W_K, hw.W_V, hw.W_O, kind)
     C, D = writer_factors(hw.W_V, hw.W_O)
-    out = {v: tuple(torch.full((L, H, L, H), torch.nan, dtype=torch.float64) for _ in range(3)) for v in VARIANTS}
+    out = {
+        v: tuple(torch.full((L, H, L, H), torch.nan, dtype=torch.float64) for _ in range(3)) for v in VARIANTS
+    }
     step = max(1, _BLOCK // (H * S * d_head * d_head))  # reader heads per block: bounds memory
     for i in range(L - 1):
         writers = _Writers.of(C[i], D[i], Z)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
-from typing import Optional
 
 from pipeline.errors import UserError, require
 
@@ -40,8 +39,12 @@ def _inside_dir(section: object, name: str) -> None:
     value = getattr(section, name)
     if value is not None:
         require(value.strip() != "", name, value, "must not be empty")
-        require(not PurePosixPath(value).is_absolute() and ".." not in PurePosixPath(value).parts,
-                name, value, "must be relative to data.dir, without '..'")
+        require(
+            not PurePosixPath(value).is_absolute() and ".." not in PurePosixPath(value).parts,
+            name,
+            value,
+            "must be relative to data.dir, without '..'",
+        )
 
 
 def _fraction(section: object, *names: str) -> None:
@@ -82,14 +85,19 @@ class ModelConfig(Section):
     n_ctx: int = 64
     d_vocab: int = 64
     positional_embedding_type: str = "shortformer"  # "standard": added to the residual stream
-    normalization_type: Optional[str] = None  # None or "LN" (pre-LN, TransformerLens placement)
+    normalization_type: str | None = None  # None or "LN" (pre-LN, TransformerLens placement)
     use_bias: bool = True  # False: b_Q, b_K, b_V, b_O, b_U stay zero (still saved, for interop)
-    init_range: Optional[float] = None  # std of weight init; None: 0.8 / sqrt(d_model) as TransformerLens
+    init_range: float | None = None  # std of weight init; None: 0.8 / sqrt(d_model) as TransformerLens
 
     def check(self) -> None:
         _positive(self, "n_layers", "n_heads", "d_head", "d_model", "n_ctx", "d_vocab")
         # composition, induction and the ablation all need a head that reads an earlier one
-        require(self.n_layers >= 2, "n_layers", self.n_layers, "must be >= 2: composition needs an earlier and a later layer")
+        require(
+            self.n_layers >= 2,
+            "n_layers",
+            self.n_layers,
+            "must be >= 2: composition needs an earlier and a later layer",
+        )
         require(
             self.positional_embedding_type in POSITIONAL_EMBEDDINGS,
             "positional_embedding_type",
@@ -136,14 +144,19 @@ class SyntheticDataConfig(Section):
         _positive(self, "topics", "min_segment", "max_segment", "min_span", "max_span", "min_distance")
         _fraction(self, "topic_fraction", "copy_rate")
         for low, high in (("min_segment", "max_segment"), ("min_span", "max_span")):
-            require(getattr(self, low) <= getattr(self, high), low, getattr(self, low), f"must be <= {high} = {getattr(self, high)}")
+            require(
+                getattr(self, low) <= getattr(self, high),
+                low,
+                getattr(self, low),
+                f"must be <= {high} = {getattr(self, high)}",
+            )
 
 
 @dataclass
 class TextDataConfig(Section):
     """Local text files, byte-level tokens (d_vocab >= 256)."""
 
-    glob: Optional[str] = None  # relative to data.dir
+    glob: str | None = None  # relative to data.dir
 
     def check(self) -> None:
         _inside_dir(self, "glob")
@@ -153,7 +166,7 @@ class TextDataConfig(Section):
 class TokensDataConfig(Section):
     """A .npy file of token ids (any integer dtype), memory-mapped."""
 
-    path: Optional[str] = None  # relative to data.dir
+    path: str | None = None  # relative to data.dir
 
     def check(self) -> None:
         _inside_dir(self, "path")
@@ -192,10 +205,10 @@ class TrainConfig(Section):
     source: str = "train"  # "train" a new model, or "load" a checkpoint
     # load: path under checkpoint_dir (.safetensors, .pt, .pth) with config.json beside it;
     # "{seed}" in it maps each seed to its own file
-    checkpoint: Optional[str] = None
+    checkpoint: str | None = None
     checkpoint_dir: str = "checkpoints"  # a DVC dependency of train, like data.dir
     device: str = "auto"  # "auto": CUDA when present
-    threads: Optional[int] = None  # torch CPU threads; None: torch's default
+    threads: int | None = None  # torch CPU threads; None: torch's default
     steps: int = 1500
     batch_size: int = 32
     lr: float = 1e-3
@@ -208,11 +221,20 @@ class TrainConfig(Section):
     probe_length: int = 24  # curve.tsv's induction score: spans of this many tokens, repeated
 
     def check(self) -> None:
-        require(self.source in TRAIN_SOURCES, "source", self.source, f"must be one of {', '.join(TRAIN_SOURCES)}")
+        require(
+            self.source in TRAIN_SOURCES, "source", self.source, f"must be one of {', '.join(TRAIN_SOURCES)}"
+        )
         require(self.device in DEVICES, "device", self.device, f"must be one of {', '.join(DEVICES)}")
-        _positive(self, "steps", "batch_size", "lr", "grad_clip", "eval_every", "eval_batch_size", "probe_length")
+        _positive(
+            self, "steps", "batch_size", "lr", "grad_clip", "eval_every", "eval_batch_size", "probe_length"
+        )
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
-        require(0 <= self.warmup_steps <= self.steps, "warmup_steps", self.warmup_steps, f"must be in [0, steps = {self.steps}]")
+        require(
+            0 <= self.warmup_steps <= self.steps,
+            "warmup_steps",
+            self.warmup_steps,
+            f"must be in [0, steps = {self.steps}]",
+        )
         require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "betas",

@@ -52,7 +52,9 @@ BYTE_VOCAB = 256
 # fixed offset can predict a copy: only matching on content (induction) does.
 
 
-def _topics(d_vocab: int, n_topics: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _topics(
+    d_vocab: int, n_topics: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A random partition of the vocabulary: members sorted by topic, each topic's offset and size."""
     topic_of = rng.permutation(d_vocab) % n_topics  # token -> topic
     order = np.argsort(topic_of, kind="stable")  # tokens grouped by topic
@@ -77,7 +79,9 @@ def synthetic_sequences(n: int, model: ModelConfig, data: DataConfig, rng: np.ra
     for t in range(T):
         new_topic = topic_left <= 0
         topic = np.where(new_topic, rng.integers(syn.topics, size=n), topic)
-        topic_left = np.where(new_topic, rng.integers(syn.min_segment, syn.max_segment + 1, size=n), topic_left) - 1
+        topic_left = (
+            np.where(new_topic, rng.integers(syn.min_segment, syn.max_segment + 1, size=n), topic_left) - 1
+        )
         in_topic = members[offsets[topic] + (rng.random(n) * sizes[topic]).astype(np.int64)]
         background = np.where(rng.random(n) < syn.topic_fraction, in_topic, rng.integers(V, size=n))
         start = (copy_left <= 0) & (rng.random(n) < syn.copy_rate)
@@ -158,18 +162,27 @@ def _split_stream(tokens: np.ndarray, n_ctx: int, data: DataConfig, n_eval: int,
     n_held = int(len(tokens) * data.eval_fraction)
     if len(tokens) - n_held < n_ctx + 1 or n_held < n_ctx:
         need = int(np.ceil(n_ctx / min(data.eval_fraction, 1 - data.eval_fraction))) + n_ctx
-        raise UserError(where, f"{len(tokens)} tokens: too few for n_ctx = {n_ctx} windows with eval_fraction = "
-                        f"{data.eval_fraction} (need about {need})")
+        raise UserError(
+            where,
+            f"{len(tokens)} tokens: too few for n_ctx = {n_ctx} windows with eval_fraction = "
+            f"{data.eval_fraction} (need about {need})",
+        )
     cut = len(tokens) - n_held
     n_windows = min(n_eval, n_held // n_ctx)
-    eval_rows = np.stack([np.asarray(tokens[cut + i * n_ctx : cut + (i + 1) * n_ctx]) for i in range(n_windows)])
+    eval_rows = np.stack(
+        [np.asarray(tokens[cut + i * n_ctx : cut + (i + 1) * n_ctx]) for i in range(n_windows)]
+    )
     return tokens[:cut], torch.from_numpy(eval_rows.astype(np.int64)), cut
 
 
 def load_text(data: DataConfig, model: ModelConfig, n_eval: int, need_train: bool = True) -> Dataset:
     """Local text files as bytes (token = byte), sorted by path, concatenated."""
     if model.d_vocab < BYTE_VOCAB:
-        raise UserError("model.d_vocab", f"data.source = 'text' uses byte tokens: needs d_vocab >= {BYTE_VOCAB}", model.d_vocab)
+        raise UserError(
+            "model.d_vocab",
+            f"data.source = 'text' uses byte tokens: needs d_vocab >= {BYTE_VOCAB}",
+            model.d_vocab,
+        )
     root = Path(data.dir)
     pattern = data.text.glob
     assert pattern is not None  # DataConfig.check requires it
@@ -184,11 +197,24 @@ def load_text(data: DataConfig, model: ModelConfig, n_eval: int, need_train: boo
     for path in files:
         raw = path.read_bytes()
         chunks.append(np.frombuffer(raw, dtype=np.uint8))
-        listed.append({"path": path.relative_to(root).as_posix(), "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()})
+        listed.append(
+            {
+                "path": path.relative_to(root).as_posix(),
+                "bytes": len(raw),
+                "sha256": hashlib.sha256(raw).hexdigest(),
+            }
+        )
     tokens = np.concatenate(chunks)
     train, eval_rows, cut = _split_stream(tokens, model.n_ctx, data, n_eval, f"data.text.glob = {pattern!r}")
-    manifest = {"source": "text", "dir": data.dir, "glob": pattern, "files": listed,
-                "tokens": int(len(tokens)), "train_tokens": int(cut), "eval_tokens": int(len(tokens) - cut)}
+    manifest = {
+        "source": "text",
+        "dir": data.dir,
+        "glob": pattern,
+        "files": listed,
+        "tokens": int(len(tokens)),
+        "train_tokens": int(cut),
+        "eval_tokens": int(len(tokens) - cut),
+    }
     return Dataset(Stream(train, model.n_ctx) if need_train else None, eval_rows, manifest)
 
 
@@ -210,22 +236,44 @@ def load_tokens(data: DataConfig, model: ModelConfig, n_eval: int, need_train: b
     if len(tokens):
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi >= model.d_vocab:
-            raise UserError(str(path), f"token ids span [{lo}, {hi}]: must lie in [0, model.d_vocab = {model.d_vocab})")
+            raise UserError(
+                str(path), f"token ids span [{lo}, {hi}]: must lie in [0, model.d_vocab = {model.d_vocab})"
+            )
     train, eval_rows, cut = _split_stream(tokens, model.n_ctx, data, n_eval, str(path))
-    manifest = {"source": "tokens", "dir": data.dir, "files": [{"path": Path(relative).as_posix(), "bytes": path.stat().st_size,
-                "sha256": sha256_file(path)}], "dtype": str(array.dtype), "tokens": int(len(tokens)),
-                "train_tokens": int(cut), "eval_tokens": int(len(tokens) - cut)}
+    manifest = {
+        "source": "tokens",
+        "dir": data.dir,
+        "files": [
+            {"path": Path(relative).as_posix(), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        ],
+        "dtype": str(array.dtype),
+        "tokens": int(len(tokens)),
+        "train_tokens": int(cut),
+        "eval_tokens": int(len(tokens) - cut),
+    }
     return Dataset(Stream(train, model.n_ctx) if need_train else None, eval_rows, manifest)
 
 
-def load_synthetic(data: DataConfig, model: ModelConfig, n_eval: int, seed: int, need_train: bool = True) -> Dataset:
+def load_synthetic(
+    data: DataConfig, model: ModelConfig, n_eval: int, seed: int, need_train: bool = True
+) -> Dataset:
     """`data.n_train_sequences` seeded sequences; the first `eval_fraction` of them are held out."""
     rows = synthetic_sequences(data.n_train_sequences, model, data, np.random.default_rng(seed))
     n_held = max(1, int(len(rows) * data.eval_fraction))
     if len(rows) - n_held < 1:
-        raise UserError("data.n_train_sequences", f"leaves no training sequences after holding out eval_fraction = {data.eval_fraction}", data.n_train_sequences)
-    manifest = {"source": "synthetic", "seed": seed, "sequences": int(len(rows)), "train_sequences": int(len(rows) - n_held),
-                "eval_sequences": n_held, "synthetic": asdict(data.synthetic)}
+        raise UserError(
+            "data.n_train_sequences",
+            f"leaves no training sequences after holding out eval_fraction = {data.eval_fraction}",
+            data.n_train_sequences,
+        )
+    manifest = {
+        "source": "synthetic",
+        "seed": seed,
+        "sequences": int(len(rows)),
+        "train_sequences": int(len(rows) - n_held),
+        "eval_sequences": n_held,
+        "synthetic": asdict(data.synthetic),
+    }
     train = Rows(rows[n_held:]) if need_train else None
     return Dataset(train, torch.from_numpy(rows[: min(n_eval, n_held)].copy()), manifest)
 

@@ -26,7 +26,7 @@ class UserError(Exception):
         shown = "" if value is UserError._NOTHING else f" = {value!r}"
         super().__init__(f"{where}{shown}: {problem}")
 
-    def under(self, prefix: str) -> "UserError":
+    def under(self, prefix: str) -> UserError:
         """The same error with its key placed under a parent key (``n_heads`` -> ``model.n_heads``)."""
         return UserError(f"{prefix}.{self.where}" if prefix else self.where, self.problem, self.value)
 

@@ -60,8 +60,23 @@ ROLE_SCORE = {
     "current_token": "current_token",
     "first_token": "first_token",
 }
-SCORES = ("prev_token", "current_token", "first_token", "recent_window", "duplicate_token", "induction", "copying", "qk_positivity")
-PATTERN_SCORES = ("prev_token", "current_token", "first_token", "recent_window", "induction")  # finite for any model
+SCORES = (
+    "prev_token",
+    "current_token",
+    "first_token",
+    "recent_window",
+    "duplicate_token",
+    "induction",
+    "copying",
+    "qk_positivity",
+)
+PATTERN_SCORES = (
+    "prev_token",
+    "current_token",
+    "first_token",
+    "recent_window",
+    "induction",
+)  # finite for any model
 FLAGS = tuple(f"is_{role}" for role in ROLE_SCORE)
 COLUMNS = ["layer", "head", "role", *SCORES, *FLAGS]
 
@@ -70,7 +85,9 @@ COLUMNS = ["layer", "head", "role", *SCORES, *FLAGS]
 class HeadsResult:
     table: pd.DataFrame  # heads.csv: COLUMNS, one row per head
     ablation: pd.DataFrame  # ablation.csv: ablation.COLUMNS
-    example: dict[str, Tensor]  # one repeated sequence: tokens [pos], pattern [layer, head, query_pos, key_pos]
+    example: dict[
+        str, Tensor
+    ]  # one repeated sequence: tokens [pos], pattern [layer, head, query_pos, key_pos]
 
 
 # --- evaluation batches ------------------------------------------------------------
@@ -99,7 +116,9 @@ def _positivity(eigenvalues: Tensor) -> Tensor:
 
 def copying(hw: HeadWeights) -> Tensor:
     """[layer, head]: positivity of the eigenvalues of W_E W_V W_O W_U (module doc)."""
-    hw = power_of_two_scaled(hw)  # exact; the eigenvalues' signs and ratios are unchanged, and nothing overflows
+    hw = power_of_two_scaled(
+        hw
+    )  # exact; the eigenvalues' signs and ratios are unchanged, and nothing overflows
     OV_tokens = strands.Strand((hw.W_E, hw.W_V, hw.W_O, hw.W_U))  # [L, H] x [d_vocab, d_vocab]
     return _positivity(strands.eigenvalues(OV_tokens))
 
@@ -108,7 +127,9 @@ def qk_positivity(hw: HeadWeights) -> tuple[Tensor, Tensor]:
     """[layer, head] positivity of the K-composition QK term in token space with the best
     K-composing earlier head (module doc), and that head's (layer, head) [layer, head, 2].
     NaN (and -1) for layer 0, or where every earlier head's score is undefined."""
-    hw = power_of_two_scaled(hw)  # exact; the eigenvalues' signs and ratios are unchanged, and nothing overflows
+    hw = power_of_two_scaled(
+        hw
+    )  # exact; the eigenvalues' signs and ratios are unchanged, and nothing overflows
     L, H = hw.n_layers, hw.n_heads
     K = composition.true_scores(hw, "K")["K"]  # [src_layer, src_head, dst_layer, dst_head]
     out = torch.full((L, H), torch.nan, dtype=hw.W_Q.dtype)
@@ -142,14 +163,19 @@ def pattern_scores(
         scores["recent_window"].append(patterns.recent_window(p_held, k))
         scores["duplicate_token"].append(patterns.duplicate_token(p_held, heldout))
         scores["induction"].append(patterns.induction(p_rep, length))
-    example = {"tokens": repeated[0].clone(), "pattern": torch.stack([p[0] for p in rep.pattern]).contiguous()}
+    example = {
+        "tokens": repeated[0].clone(),
+        "pattern": torch.stack([p[0] for p in rep.pattern]).contiguous(),
+    }
     return {name: torch.stack(v) for name, v in scores.items()}, example
 
 
 def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
     """`table` with `role` and the `is_<role>` flags set from its scores (NaN takes no role)."""
     table = table.copy()
-    taken = pd.DataFrame(index=table.index)  # [head, role]: the role's score where the head takes it, else NaN
+    taken = pd.DataFrame(
+        index=table.index
+    )  # [head, role]: the role's score where the head takes it, else NaN
     for name, score in ROLE_SCORE.items():
         flag = table[score].ge(getattr(thresholds, name)).fillna(False).astype(bool)
         table[f"is_{name}"] = flag
@@ -164,17 +190,28 @@ def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
 
 @torch.no_grad()
 def analyse(
-    model: AttnOnlyTransformer, hw: HeadWeights, data_cfg: DataConfig, cfg: HeadsConfig, seed: int, source: str = "model"
+    model: AttnOnlyTransformer,
+    hw: HeadWeights,
+    data_cfg: DataConfig,
+    cfg: HeadsConfig,
+    seed: int,
+    source: str = "model",
 ) -> HeadsResult:
     """Scores, roles and the path ablation of every head, on batches drawn from `seed`;
     `source` names the model in errors."""
     n_ctx = model.cfg.n_ctx  # the checkpoint's (config.json), not necessarily params.yaml's model.n_ctx
     need = 1 + 2 * cfg.repeat_length
     if need > n_ctx:
-        raise UserError("analysis.heads.repeat_length", f"a repeated sequence (1 + 2 x {cfg.repeat_length} = {need} tokens) "
-                        f"does not fit in the model's n_ctx = {n_ctx}", cfg.repeat_length)
+        raise UserError(
+            "analysis.heads.repeat_length",
+            f"a repeated sequence (1 + 2 x {cfg.repeat_length} = {need} tokens) "
+            f"does not fit in the model's n_ctx = {n_ctx}",
+            cfg.repeat_length,
+        )
     if cfg.recent_window >= n_ctx:
-        raise UserError("analysis.heads.recent_window", f"must be < the model's n_ctx = {n_ctx}", cfg.recent_window)
+        raise UserError(
+            "analysis.heads.recent_window", f"must be < the model's n_ctx = {n_ctx}", cfg.recent_window
+        )
     repeated = repeated_tokens(cfg, model.cfg.d_vocab, seed)
     heldout = heldout_tokens(model, data_cfg, cfg.eval_sequences, seed)
     return analyse_batches(model, hw, repeated, heldout, cfg, source)
@@ -182,7 +219,12 @@ def analyse(
 
 @torch.no_grad()
 def analyse_batches(
-    model: AttnOnlyTransformer, hw: HeadWeights, repeated: Tensor, heldout: Tensor, cfg: HeadsConfig, source: str = "model"
+    model: AttnOnlyTransformer,
+    hw: HeadWeights,
+    repeated: Tensor,
+    heldout: Tensor,
+    cfg: HeadsConfig,
+    source: str = "model",
 ) -> HeadsResult:
     """`analyse` on given batches: `repeated` [batch, 1 + 2 repeat_length], `heldout` [batch, pos]."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
@@ -198,9 +240,15 @@ def analyse_batches(
     table = classify(table, cfg.thresholds)
     effects = ablation.path_ablation(model, repeated, cfg.repeat_length)
     # finite weights can still overflow a forward pass; a NaN here would silently take no role
-    must_be_finite = [table[list(PATTERN_SCORES)].to_numpy(), effects[["attn_effect", "loss_effect"]].to_numpy()]
+    must_be_finite = [
+        table[list(PATTERN_SCORES)].to_numpy(),
+        effects[["attn_effect", "loss_effect"]].to_numpy(),
+    ]
     if not all(np.isfinite(x).all() for x in must_be_finite):
-        raise UserError(source, "attention patterns or losses are not finite on the evaluation batches: weights too large for float64")
+        raise UserError(
+            source,
+            "attention patterns or losses are not finite on the evaluation batches: weights too large for float64",
+        )
     return HeadsResult(table, effects, example)
 
 

@@ -12,8 +12,9 @@ import errno
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from pipeline.errors import UserError
 
@@ -21,7 +22,9 @@ TMP_MARK = ".tmp-"
 
 # Failures of the storage, not of the code: a full disk or quota, a file-size limit, a
 # read-only or vanished filesystem. They end a stage in one line naming the file.
-STORAGE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+STORAGE_ERRORS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+)
 
 
 def ensure_dir(path: str | Path) -> Path:
@@ -87,7 +90,8 @@ def write_json(path: str | Path, obj: Any) -> Path:
 def write_csv(path: str | Path, frame: Any, sep: str = ",", float_format: str = "%.10g") -> Path:
     """A pandas DataFrame as CSV (or TSV), no index, fixed float format (stable bytes)."""
     return write_with(
-        path, lambda tmp: frame.to_csv(tmp, sep=sep, index=False, float_format=float_format, lineterminator="\n")
+        path,
+        lambda tmp: frame.to_csv(tmp, sep=sep, index=False, float_format=float_format, lineterminator="\n"),
     )
 
 

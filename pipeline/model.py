@@ -137,7 +137,9 @@ class AttnOnlyTransformer(nn.Module):
         """(every W_*, the rest: biases and LayerNorm), in named_parameters order."""
         named = list(self.named_parameters())
         is_matrix = [name.rsplit(".", 1)[-1].startswith("W_") for name, _ in named]
-        return [p for (_, p), m in zip(named, is_matrix) if m], [p for (_, p), m in zip(named, is_matrix) if not m]
+        return [p for (_, p), m in zip(named, is_matrix) if m], [
+            p for (_, p), m in zip(named, is_matrix) if not m
+        ]
 
     def reset_parameters(self) -> None:
         """Normal(0, init_range) for every W_*, as TransformerLens's GPT-2 init."""
@@ -187,11 +189,17 @@ class AttnOnlyTransformer(nn.Module):
         for block in self.blocks:
             a = block.attn
             x = block.ln1(resid).reshape(B * T, -1)  # [batch * pos, d_model]
-            W_QKV = torch.cat([a.W_Q, a.W_K, a.W_V]).transpose(0, 1).reshape(x.shape[1], 3 * H * d)  # [d_model, 3 * head * d_head]
+            W_QKV = (
+                torch.cat([a.W_Q, a.W_K, a.W_V]).transpose(0, 1).reshape(x.shape[1], 3 * H * d)
+            )  # [d_model, 3 * head * d_head]
             b_QKV = torch.cat([a.b_Q, a.b_K, a.b_V]).reshape(3 * H * d)
-            qkv = torch.addmm(b_QKV, x, W_QKV).view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)  # [3, batch, head, pos, d_head]
+            qkv = (
+                torch.addmm(b_QKV, x, W_QKV).view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)
+            )  # [3, batch, head, pos, d_head]
             if self.shortformer:  # (x + pos) W = x W + pos W: positions only in queries and keys
-                pos_qk = (W_pos @ W_QKV[:, : 2 * H * d]).view(T, 2, H, d).permute(1, 2, 0, 3)  # [2, head, pos, d_head]
+                pos_qk = (
+                    (W_pos @ W_QKV[:, : 2 * H * d]).view(T, 2, H, d).permute(1, 2, 0, 3)
+                )  # [2, head, pos, d_head]
                 qkv = qkv + torch.cat([pos_qk, torch.zeros_like(pos_qk[:1])])[:, None]
             q, k, v = qkv.reshape(3, B * H, T, d).unbind(0)  # each [batch * head, pos, d_head]
             z = _CausalAttention.apply(q, k, v, causal, 1 / math.sqrt(d))  # [batch * head, pos, d_head]
@@ -219,7 +227,9 @@ class _CausalAttention(torch.autograd.Function):
     CHUNK_BYTES = 1 << 20
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:  # q, k, v: [n, pos, d_head]
+    def forward(
+        ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float
+    ) -> Tensor:  # q, k, v: [n, pos, d_head]
         N, T, d = q.shape
         q_scaled = q * scale
         pattern = q.new_empty(N, T, T)  # [n, query, key]

@@ -15,8 +15,9 @@ import argparse
 import dataclasses
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -137,7 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = from_dict(params, source="override")
         if args.check:
             if load(args.out) != cfg:
-                raise UserError(args.out, f"differs from a fresh compose of {args.conf}/: run python -m pipeline.params")
+                raise UserError(
+                    args.out, f"differs from a fresh compose of {args.conf}/: run python -m pipeline.params"
+                )
             print(f"{args.out} matches {args.conf}/")
             return 0
         io.write_text(args.out, dump(params))

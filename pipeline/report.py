@@ -16,18 +16,35 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import pandas as pd
 
 from pipeline.compare import CLAIMS, describe
-from pipeline.tables import KINDS, VARIANTS
 from pipeline.errors import UserError
+from pipeline.tables import KINDS, VARIANTS
 
-MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
-PACKAGES = ("torch", "numpy", "pandas", "scipy", "matplotlib", "hydra-core", "omegaconf", "dvc", "safetensors", "transformer-lens")
+MIME = {
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+}
+PACKAGES = (
+    "torch",
+    "numpy",
+    "pandas",
+    "scipy",
+    "matplotlib",
+    "hydra-core",
+    "omegaconf",
+    "dvc",
+    "safetensors",
+    "transformer-lens",
+)
 ENVIRONMENT_NOTE = (
     "This table describes the machine and the git commit that built this page, not necessarily those "
     "that trained the models (DVC rebuilds the page only when its inputs change, and may restore it "
@@ -86,11 +103,15 @@ def environment(train_threads: int | None, cwd: str | Path = ".") -> dict[str, s
     env["platform"] = f"{platform.system()} {platform.machine()}"
     visible = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     env["cpus (visible / total)"] = f"{visible} / {os.cpu_count()}"
-    env["torch threads (train.threads)"] = str(train_threads) if train_threads else "torch's default (one per physical core)"
+    env["torch threads (train.threads)"] = (
+        str(train_threads) if train_threads else "torch's default (one per physical core)"
+    )
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # they change torch's default
         env[var] = os.environ.get(var, "unset")
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=30)
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=30
+        )
         env["git revision"] = rev.stdout.strip() if rev.returncode == 0 else "unknown (not a git checkout)"
     except (OSError, subprocess.TimeoutExpired):
         env["git revision"] = "unknown (git not available)"
@@ -134,7 +155,7 @@ def claims_table(summary: Mapping, thresholds: Mapping[str, float], ci: float) -
         rows.append(
             f"<tr><td>({name})</td><td>{html.escape(claim['statement'])}</td><td>{html.escape(claim['meaning'])}</td>"
             f"<td>&gt; {_number(thresholds[name])}</td><td>{s['seeds_holding']} / {s['seeds_tested']}</td>"
-            f"<td>{html.escape(_interval(s))}</td><td class=\"{v}\">{v}</td></tr>"
+            f'<td>{html.escape(_interval(s))}</td><td class="{v}">{v}</td></tr>'
         )
     head = (
         "<tr><th>claim</th><th>statement</th><th>statistic (per seed)</th><th>holds when</th>"
@@ -147,7 +168,13 @@ def composition_table(groups: pd.DataFrame) -> str:
     """Max excess per role-group pair (rows) and kind x variant (columns), with the pair count."""
     if groups.empty:
         return "<p>No head pairs.</p>"
-    wide = groups.pivot_table(index=["dst_role", "src_role"], columns=["kind", "variant"], values="max_excess", sort=False, dropna=False)
+    wide = groups.pivot_table(
+        index=["dst_role", "src_role"],
+        columns=["kind", "variant"],
+        values="max_excess",
+        sort=False,
+        dropna=False,
+    )
     wide = wide.reindex(columns=[(k, v) for k in KINDS for v in VARIANTS if (k, v) in wide.columns])
     wide.columns = [f"{k} {v}" for k, v in wide.columns]
     n_pairs = groups.drop_duplicates(["dst_role", "src_role"]).set_index(["dst_role", "src_role"])["n_pairs"]

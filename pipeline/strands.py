@@ -44,7 +44,9 @@ class Strand:
             raise ValueError("a strand needs at least one factor")
         for i, f in enumerate(self.factors):
             if f.ndim < 2:
-                raise ValueError(f"factor {i} has shape {list(f.shape)}: a factor is a matrix [..., rows, cols]")
+                raise ValueError(
+                    f"factor {i} has shape {list(f.shape)}: a factor is a matrix [..., rows, cols]"
+                )
         for i, (x, y) in enumerate(zip(self.factors, self.factors[1:])):
             if x.shape[-1] != y.shape[-2]:
                 raise ValueError(
@@ -66,10 +68,10 @@ class Strand:
         return self.batch_shape + (self.dims[0], self.dims[-1])
 
     @property
-    def T(self) -> "Strand":
+    def T(self) -> Strand:
         return transpose(self)
 
-    def __matmul__(self, other: "Strand") -> "Strand":
+    def __matmul__(self, other: Strand) -> Strand:
         return Strand(self.factors + other.factors)
 
     def __len__(self) -> int:
@@ -139,7 +141,9 @@ def materialize(s: Strand) -> Tensor:
 def _smallest_cycle(s: Strand) -> Tensor:
     """The square strand rotated to start at its smallest boundary dim k, multiplied out: [..., k, k]."""
     if s.dims[0] != s.dims[-1]:
-        raise ValueError(f"trace and eigenvalues need a square strand; this one is {s.dims[0]} x {s.dims[-1]}")
+        raise ValueError(
+            f"trace and eigenvalues need a square strand; this one is {s.dims[0]} x {s.dims[-1]}"
+        )
     cut = min(range(len(s)), key=lambda i: s.dims[i])  # boundary d_cut sits before factor `cut`
     return materialize(rotate(s, cut))
 
@@ -327,7 +331,9 @@ def all_pairs_norms(left: Strand, right: Strand, max_block: int = 2**22, method:
     n_a, n_b = A_shape.numel(), B_shape.numel()
     r = min(left.dims[0], left.dims[1])  # rows of the folded left strand
     s = min(right.dims[-1], right.dims[-2])  # columns of the folded right strand
-    if method == "grams" or (method == "auto" and grams_are_cheaper(n_a, n_b, n_a * n_b, r, left.dims[-1], s)):
+    if method == "grams" or (
+        method == "auto" and grams_are_cheaper(n_a, n_b, n_a * n_b, r, left.dims[-1], s)
+    ):
         L = gram_vectors(left, "left", max_block).reshape(n_a, -1)  # [A, N]
         R = gram_vectors(right, "right", max_block).reshape(n_b, -1)  # [B, N]
         squares = L @ R.T

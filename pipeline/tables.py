@@ -4,8 +4,8 @@ with one-line errors naming the file."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
@@ -14,9 +14,28 @@ from pipeline.errors import UserError
 KINDS = ("Q", "K", "V")  # composition kinds
 VARIANTS = ("true", "errata_bcda", "errata_dabc")  # the correct score, and the errata's two rotations
 ERRATA = VARIANTS[1:]
-ROLES = ("previous_token", "recent_window", "induction", "duplicate_token", "current_token", "first_token", "other")
+ROLES = (
+    "previous_token",
+    "recent_window",
+    "induction",
+    "duplicate_token",
+    "current_token",
+    "first_token",
+    "other",
+)
 
-SCORES_COLUMNS = ("kind", "variant", "src_layer", "src_head", "dst_layer", "dst_head", "score", "baseline_mean", "baseline_std", "z")
+SCORES_COLUMNS = (
+    "kind",
+    "variant",
+    "src_layer",
+    "src_head",
+    "dst_layer",
+    "dst_head",
+    "score",
+    "baseline_mean",
+    "baseline_std",
+    "z",
+)
 ABLATION_COLUMNS = ("kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect")
 CURVE_COLUMNS = ("step", "tokens", "train_loss", "eval_loss", "induction", "prev_token", "icl")
 
@@ -37,5 +56,7 @@ def read_csv(path: str | Path, required: Sequence[str] = (), sep: str = ",") -> 
         raise UserError(str(path), f"not a readable table ({str(e).splitlines()[0]})") from None
     missing = [c for c in required if c not in frame.columns]
     if missing:
-        raise UserError(str(path), f"missing column {missing[0]!r} (has {', '.join(map(str, frame.columns))})")
+        raise UserError(
+            str(path), f"missing column {missing[0]!r} (has {', '.join(map(str, frame.columns))})"
+        )
     return frame

@@ -57,11 +57,18 @@ def _chunked_loss(model: AttnOnlyTransformer, tokens: torch.Tensor) -> torch.Ten
     vocabulary's logits stay small (~64 MB per chunk)."""
     B, T = tokens.shape
     chunk = max(1, (1 << 24) // max(1, T * model.cfg.d_vocab))
-    return torch.cat([next_token_loss(model(tokens[i : i + chunk]), tokens[i : i + chunk], reduce=False) for i in range(0, B, chunk)])
+    return torch.cat(
+        [
+            next_token_loss(model(tokens[i : i + chunk]), tokens[i : i + chunk], reduce=False)
+            for i in range(0, B, chunk)
+        ]
+    )
 
 
 @torch.no_grad()
-def evaluate(model: AttnOnlyTransformer, eval_tokens: torch.Tensor, probe: torch.Tensor, probe_length: int) -> dict:
+def evaluate(
+    model: AttnOnlyTransformer, eval_tokens: torch.Tensor, probe: torch.Tensor, probe_length: int
+) -> dict:
     """Held-out loss; in-context learning (mean loss over the last fifth of positions minus
     the first fifth: negative when later tokens are predicted better); the best induction
     head of layers >= 1 and the best previous-token head of the layers before the last,
@@ -105,7 +112,11 @@ def _setup(t: TrainConfig) -> torch.device:
 def _check_probe_fits(t: TrainConfig, model: ModelConfig, where: str) -> None:
     need = 1 + 2 * t.probe_length
     if need > model.n_ctx:
-        raise UserError("train.probe_length", f"the probe ({need} tokens) does not fit in n_ctx = {model.n_ctx} of {where}", t.probe_length)
+        raise UserError(
+            "train.probe_length",
+            f"the probe ({need} tokens) does not fit in n_ctx = {model.n_ctx} of {where}",
+            t.probe_length,
+        )
 
 
 def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
@@ -128,9 +139,13 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
     batches = torch.Generator().manual_seed(seed + 1)
     rows: list[dict] = []
     eval_seconds: list[float] = []
-    losses: list[torch.Tensor] = []  # training losses since the last evaluation (no .item(): no sync per step)
+    losses: list[
+        torch.Tensor
+    ] = []  # training losses since the last evaluation (no .item(): no sync per step)
     start = time.perf_counter()
-    bar = tqdm(range(t.steps + 1), desc=f"train seed {seed}", disable=not progress, mininterval=1.0, unit="step")
+    bar = tqdm(
+        range(t.steps + 1), desc=f"train seed {seed}", disable=not progress, mininterval=1.0, unit="step"
+    )
     for step in bar:
         if step % t.eval_every == 0 or step == t.steps:
             train_loss = torch.stack(losses).mean().item() if losses else float("nan")
@@ -140,9 +155,16 @@ def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
             row.update(evaluate(model, eval_seqs, probe, t.probe_length))
             rows.append(row)
             eval_seconds.append(time.perf_counter() - start)
-            bar.set_postfix(loss=f"{row['eval_loss']:.3f}", induction=f"{row['induction']:.2f}", prev=f"{row['prev_token']:.2f}", refresh=False)
+            bar.set_postfix(
+                loss=f"{row['eval_loss']:.3f}",
+                induction=f"{row['induction']:.2f}",
+                prev=f"{row['prev_token']:.2f}",
+                refresh=False,
+            )
             if not math.isfinite(row["eval_loss"]):
-                raise UserError("train.lr", f"the held-out loss became {row['eval_loss']} at step {step}: {_ADVICE}", t.lr)
+                raise UserError(
+                    "train.lr", f"the held-out loss became {row['eval_loss']} at step {step}: {_ADVICE}", t.lr
+                )
             losses = []
         if step == t.steps:
             break
@@ -177,9 +199,17 @@ def checkpoint_path(t: TrainConfig, seed: int) -> Path:
     root = Path(t.checkpoint_dir)
     path = root / relative
     if not path.resolve().is_relative_to(root.resolve()):
-        raise UserError("train.checkpoint", f"must stay inside train.checkpoint_dir = {t.checkpoint_dir!r} (a DVC dependency)", t.checkpoint)
+        raise UserError(
+            "train.checkpoint",
+            f"must stay inside train.checkpoint_dir = {t.checkpoint_dir!r} (a DVC dependency)",
+            t.checkpoint,
+        )
     if not path.is_file():
-        raise UserError("train.checkpoint", f"{path} not found (relative to train.checkpoint_dir = {t.checkpoint_dir!r})", t.checkpoint)
+        raise UserError(
+            "train.checkpoint",
+            f"{path} not found (relative to train.checkpoint_dir = {t.checkpoint_dir!r})",
+            t.checkpoint,
+        )
     return path
 
 

@@ -13,9 +13,9 @@ checkpoint in that format can be analysed directly; `HeadWeights` stacks layers:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Mapping
 
 import torch
 from torch import Tensor
@@ -59,19 +59,26 @@ class HeadWeights:
     def d_head(self) -> int:
         return self.W_Q.shape[3]
 
-    def to(self, dtype: torch.dtype) -> "HeadWeights":
+    def to(self, dtype: torch.dtype) -> HeadWeights:
         return HeadWeights(**{f.name: getattr(self, f.name).to(dtype) for f in fields(self)})
 
     def state_dict(self) -> dict[str, Tensor]:
         """TransformerLens names, one entry per layer for the head matrices."""
-        out = {"embed.W_E": self.W_E, "pos_embed.W_pos": self.W_pos, "unembed.W_U": self.W_U, "unembed.b_U": self.b_U}
+        out = {
+            "embed.W_E": self.W_E,
+            "pos_embed.W_pos": self.W_pos,
+            "unembed.W_U": self.W_U,
+            "unembed.b_U": self.b_U,
+        }
         for layer in range(self.n_layers):
             for name in HEAD_MATRICES + HEAD_BIASES + ("b_O",):
                 out[f"blocks.{layer}.attn.{name}"] = getattr(self, name)[layer]
         return out
 
 
-def from_state_dict(state: Mapping[str, Tensor], source: str = "weights", dtype: torch.dtype = torch.float64) -> HeadWeights:
+def from_state_dict(
+    state: Mapping[str, Tensor], source: str = "weights", dtype: torch.dtype = torch.float64
+) -> HeadWeights:
     """Stack a TransformerLens-named state dict into `HeadWeights`, checking names and shapes."""
     layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
     if not layers:
@@ -91,20 +98,39 @@ def from_state_dict(state: Mapping[str, Tensor], source: str = "weights", dtype:
     L, H, D, d = stacked["W_Q"].shape
     for name in HEAD_BIASES:
         key0 = f"blocks.0.attn.{name}"
-        stacked[name] = torch.stack([get(f"blocks.{l}.attn.{name}") for l in layers]) if key0 in state else torch.zeros(L, H, d, dtype=dtype)
-    stacked["b_O"] = torch.stack([get(f"blocks.{l}.attn.b_O") for l in layers]) if "blocks.0.attn.b_O" in state else torch.zeros(L, D, dtype=dtype)
+        stacked[name] = (
+            torch.stack([get(f"blocks.{l}.attn.{name}") for l in layers])
+            if key0 in state
+            else torch.zeros(L, H, d, dtype=dtype)
+        )
+    stacked["b_O"] = (
+        torch.stack([get(f"blocks.{l}.attn.b_O") for l in layers])
+        if "blocks.0.attn.b_O" in state
+        else torch.zeros(L, D, dtype=dtype)
+    )
     W_E, W_pos, W_U = get("embed.W_E"), get("pos_embed.W_pos"), get("unembed.W_U")
     b_U = get("unembed.b_U") if "unembed.b_U" in state else torch.zeros(W_U.shape[1], dtype=dtype)
     hw = HeadWeights(W_E=W_E, W_pos=W_pos, W_U=W_U, b_U=b_U, **stacked)
     expected = {
-        "W_Q": (L, H, D, d), "W_K": (L, H, D, d), "W_V": (L, H, D, d), "W_O": (L, H, d, D),
-        "b_Q": (L, H, d), "b_K": (L, H, d), "b_V": (L, H, d), "b_O": (L, D),
-        "W_E": (W_E.shape[0], D), "W_pos": (W_pos.shape[0], D), "W_U": (D, W_E.shape[0]), "b_U": (W_E.shape[0],),
+        "W_Q": (L, H, D, d),
+        "W_K": (L, H, D, d),
+        "W_V": (L, H, D, d),
+        "W_O": (L, H, d, D),
+        "b_Q": (L, H, d),
+        "b_K": (L, H, d),
+        "b_V": (L, H, d),
+        "b_O": (L, D),
+        "W_E": (W_E.shape[0], D),
+        "W_pos": (W_pos.shape[0], D),
+        "W_U": (D, W_E.shape[0]),
+        "b_U": (W_E.shape[0],),
     }
     for name, shape in expected.items():
         got = tuple(getattr(hw, name).shape)
         if got != shape:
-            raise UserError(f"{source}: {name}", f"shape {list(got)} disagrees with {list(shape)} implied by W_Q and W_E")
+            raise UserError(
+                f"{source}: {name}", f"shape {list(got)} disagrees with {list(shape)} implied by W_Q and W_E"
+            )
     return hw
 
 
@@ -127,7 +153,12 @@ def power_of_two_scaled(hw: HeadWeights) -> HeadWeights:
     return replace(hw, W_E=scaled(hw.W_E, (0, 1)), W_U=scaled(hw.W_U, (0, 1)), **heads)
 
 
-def save(path: str | Path, hw: HeadWeights, metadata: Mapping[str, str] | None = None, extra: Mapping[str, Tensor] | None = None) -> Path:
+def save(
+    path: str | Path,
+    hw: HeadWeights,
+    metadata: Mapping[str, str] | None = None,
+    extra: Mapping[str, Tensor] | None = None,
+) -> Path:
     """Write `heads.safetensors`: the stacked weights under TransformerLens names, plus `extra` tensors."""
     return save_state(path, {**hw.state_dict(), **(extra or {})}, metadata)
 
@@ -166,13 +197,17 @@ def _mean_out(t: Tensor, dim: int) -> Tensor:
     return t - t.mean(dim, keepdim=True)
 
 
-def prepare(state: Mapping[str, Tensor], model: ModelConfig, source: str = "checkpoint") -> tuple[HeadWeights, list[str]]:
+def prepare(
+    state: Mapping[str, Tensor], model: ModelConfig, source: str = "checkpoint"
+) -> tuple[HeadWeights, list[str]]:
     """Analysis-ready weights from a checkpoint, and the list of processing steps applied.
 
     Use `positional_terms` for the extra tensors a shortformer + LayerNorm model needs.
     """
     steps: list[str] = ["stacked heads per layer in float64"]
-    sd = {k: v.detach().to(torch.float64) for k, v in state.items() if not k.endswith(TL_BUFFERS)}  # a raw HookedTransformer state dict has them
+    sd = {
+        k: v.detach().to(torch.float64) for k, v in state.items() if not k.endswith(TL_BUFFERS)
+    }  # a raw HookedTransformer state dict has them
     L = model.n_layers
     ln = model.normalization_type == "LN"
     shortformer = model.positional_embedding_type == "shortformer"
@@ -186,8 +221,10 @@ def prepare(state: Mapping[str, Tensor], model: ModelConfig, source: str = "chec
         w, b = sd.pop("ln_final.w"), sd.pop("ln_final.b")
         sd["unembed.b_U"] = sd["unembed.b_U"] + b @ sd["unembed.W_U"]
         sd["unembed.W_U"] = _mean_out(sd["unembed.W_U"] * w[:, None], dim=0)
-        steps.append("folded LayerNorm: ln1.w into W_Q, W_K, W_V and ln1.b into b_Q, b_K, b_V per layer; "
-                     "ln_final.w into W_U and ln_final.b into b_U; reading weights centred over d_model")
+        steps.append(
+            "folded LayerNorm: ln1.w into W_Q, W_K, W_V and ln1.b into b_Q, b_K, b_V per layer; "
+            "ln_final.w into W_U and ln_final.b into b_U; reading weights centred over d_model"
+        )
         sd["embed.W_E"] = _mean_out(sd["embed.W_E"], dim=-1)
         written = "W_E, W_O, b_O"
         if not shortformer:
@@ -198,9 +235,11 @@ def prepare(state: Mapping[str, Tensor], model: ModelConfig, source: str = "chec
             sd[f"blocks.{l}.attn.b_O"] = _mean_out(sd[f"blocks.{l}.attn.b_O"], dim=-1)
         steps.append(f"centred writing weights over d_model ({written})")
         if shortformer:
-            steps.append("shortformer + LayerNorm: positions enter after ln1, unscaled by ln1.w, so W_pos W_Q (folded) "
-                         "is not the model's positional term; exact terms W_pos W_Q^h, W_pos W_K^h stored as "
-                         "blocks.{l}.attn.pos_Q, pos_K; W_pos kept as trained (never normalised, not centred)")
+            steps.append(
+                "shortformer + LayerNorm: positions enter after ln1, unscaled by ln1.w, so W_pos W_Q (folded) "
+                "is not the model's positional term; exact terms W_pos W_Q^h, W_pos W_K^h stored as "
+                "blocks.{l}.attn.pos_Q, pos_K; W_pos kept as trained (never normalised, not centred)"
+            )
     else:
         steps.append("no LayerNorm: nothing to fold; writing weights not centred (nothing removes the mean)")
     sd["unembed.W_U"] = _mean_out(sd["unembed.W_U"], dim=-1)

@@ -19,16 +19,25 @@ from pipeline.figures import compare as compare_figures
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.compare", __doc__)
-    parser.add_argument("--train", required=True, help="train stage directory (seed<N>/metrics.json, curve.tsv)")
-    parser.add_argument("--composition", required=True, help="composition stage directory (seed<N>/scores.csv)")
-    parser.add_argument("--heads", required=True, help="heads stage directory (seed<N>/heads.csv, summary.json)")
+    parser.add_argument(
+        "--train", required=True, help="train stage directory (seed<N>/metrics.json, curve.tsv)"
+    )
+    parser.add_argument(
+        "--composition", required=True, help="composition stage directory (seed<N>/scores.csv)"
+    )
+    parser.add_argument(
+        "--heads", required=True, help="heads stage directory (seed<N>/heads.csv, summary.json)"
+    )
     parser.add_argument("--out", required=True, help="output directory")
 
     def body(args) -> None:
         cfg = params.load(args.params)
         dirs = Path(args.train), Path(args.composition), Path(args.heads)
         for stale in compare.stale_seed_dirs(dirs, cfg.seeds):
-            print(f"note: {stale} is not in seeds {cfg.seeds}: left out (delete it to keep outputs/ tidy)", file=sys.stderr)
+            print(
+                f"note: {stale} is not in seeds {cfg.seeds}: left out (delete it to keep outputs/ tidy)",
+                file=sys.stderr,
+            )
         result = compare.compare([compare.read_seed(seed, *dirs) for seed in cfg.seeds], cfg.analysis.compare)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
@@ -39,9 +48,15 @@ def main(argv: list[str] | None = None) -> int:
         c = cfg.analysis.compare
         figs = io.ensure_dir(out / "figures")
         io.clean_stale(figs)
-        figures.save(compare_figures.claims_figure(result.seeds, result.stats, c.z_threshold, c.ci), figs / "claims", dpi=c.dpi)
+        figures.save(
+            compare_figures.claims_figure(result.seeds, result.stats, c.z_threshold, c.ci),
+            figs / "claims",
+            dpi=c.dpi,
+        )
         figures.save(compare_figures.roles_figure(result.seeds, result.stats), figs / "roles", dpi=c.dpi)
-        figures.save(compare_figures.curves_figure(result.curves, result.mean_curve), figs / "curves", dpi=c.dpi)
+        figures.save(
+            compare_figures.curves_figure(result.curves, result.mean_curve), figs / "curves", dpi=c.dpi
+        )
 
     return run_cli(parser, body, argv)
 

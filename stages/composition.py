@@ -15,7 +15,9 @@ from pipeline.cli import run_cli, stage_parser
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.composition", __doc__)
-    parser.add_argument("--weights", required=True, help="heads.safetensors (or any attention-only checkpoint)")
+    parser.add_argument(
+        "--weights", required=True, help="heads.safetensors (or any attention-only checkpoint)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random baselines and nulls")
     parser.add_argument("--out", required=True, help="output directory")
 

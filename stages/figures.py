@@ -32,23 +32,38 @@ def main(argv: list[str] | None = None) -> int:
         cfg = params.load(args.params).analysis.figures
         # every input is read (and checked) before anything is written
         scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS)
-        heads = tables.read_csv(args.heads, ("layer", "head", "role", "copying", "qk_positivity")) if args.heads else None
-        pattern = heads_figures.read_example(args.patterns) if args.heads and args.patterns else None  # [layer, head, pos, pos]
+        heads = (
+            tables.read_csv(args.heads, ("layer", "head", "role", "copying", "qk_positivity"))
+            if args.heads
+            else None
+        )
+        pattern = (
+            heads_figures.read_example(args.patterns) if args.heads and args.patterns else None
+        )  # [layer, head, pos, pos]
         effects = tables.read_csv(args.ablation, tables.ABLATION_COLUMNS) if args.ablation else None
         summary = io.read_json(args.heads_summary) if args.heads_summary else {}
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
-        diagram = composition_figures.errata_diagram(scores, cfg.edge_threshold, heads, (cfg.errata_variant, "true"))
+        diagram = composition_figures.errata_diagram(
+            scores, cfg.edge_threshold, heads, (cfg.errata_variant, "true")
+        )
         figures.save(diagram, out / "errata_diagram", dpi=cfg.dpi)
         for kind in composition_figures.KINDS:
-            figures.save(composition_figures.composition_heatmap(scores, kind), out / f"composition_{kind}", dpi=cfg.dpi)
+            figures.save(
+                composition_figures.composition_heatmap(scores, kind),
+                out / f"composition_{kind}",
+                dpi=cfg.dpi,
+            )
         if heads is not None:
             figures.save(heads_figures.copying_vs_qk(heads), out / "copying_vs_qk", dpi=cfg.dpi)
             if pattern is not None:  # pos = 1 + 2 x span
                 fig = heads_figures.attention_patterns(pattern, heads, (pattern.shape[-1] - 1) // 2)
                 figures.save(fig, out / "attention_patterns", dpi=cfg.dpi)
         if effects is not None:
-            for effect, kinds in (("loss_effect", ("Q", "K", "V")), ("attn_effect", ("Q", "K"))):  # V cannot move a pattern
+            for effect, kinds in (
+                ("loss_effect", ("Q", "K", "V")),
+                ("attn_effect", ("Q", "K")),
+            ):  # V cannot move a pattern
                 rho = summary.get("spearman" if effect == "loss_effect" else "spearman_attn")
                 fig = heads_figures.ablation_vs_composition(effects, scores, effect, rho, kinds)
                 figures.save(fig, out / f"ablation_{effect.removesuffix('_effect')}", dpi=cfg.dpi)

@@ -21,9 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.heads", __doc__)
     parser.add_argument("--model", required=True, help="checkpoint (.safetensors)")
     parser.add_argument("--config", required=True, help="its config.json")
-    parser.add_argument("--weights", required=True, help="analysis-ready heads.safetensors of the weights stage")
+    parser.add_argument(
+        "--weights", required=True, help="analysis-ready heads.safetensors of the weights stage"
+    )
     parser.add_argument("--scores", required=True, help="scores.csv of the composition stage")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the evaluation batches (the training seed)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the evaluation batches (the training seed)"
+    )
     parser.add_argument("--out", required=True, help="output directory")
 
     def body(args) -> None:
@@ -32,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         hw, _ = weights.load(args.weights)
         if (hw.n_layers, hw.n_heads) != (model.cfg.n_layers, model.cfg.n_heads):
             shape = f"{model.cfg.n_layers} layers x {model.cfg.n_heads} heads"
-            raise UserError(args.weights, f"has {hw.n_layers} layers x {hw.n_heads} heads, but {args.model} has {shape}")
+            raise UserError(
+                args.weights, f"has {hw.n_layers} layers x {hw.n_heads} heads, but {args.model} has {shape}"
+            )
         scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS)
         result = heads.analyse(model, hw, cfg.data, cfg.analysis.heads, args.seed, source=args.model)
         summary = heads.summarize(result, scores)

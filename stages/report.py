@@ -19,7 +19,9 @@ from pipeline.tables import read_csv
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.report", __doc__)
-    parser.add_argument("--compare", required=True, help="compare stage directory (tables, summary.json, figures/)")
+    parser.add_argument(
+        "--compare", required=True, help="compare stage directory (tables, summary.json, figures/)"
+    )
     parser.add_argument("--figures", required=True, help="figures stage directory (seed<N>/*.png|svg)")
     parser.add_argument("--out", required=True, help="the HTML file to write")
 

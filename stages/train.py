@@ -20,11 +20,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.train", __doc__)
     parser.add_argument("--seed", type=int, required=True, help="training seed")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)"
+    )
 
     def body(args) -> None:
         cfg = params.load(args.params)
-        result = train.run(cfg, args.seed, progress=not args.no_progress and sys.stderr.isatty())  # no bar in logs
+        result = train.run(
+            cfg, args.seed, progress=not args.no_progress and sys.stderr.isatty()
+        )  # no bar in logs
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         meta = {"seed": args.seed, "source": cfg.train.source}
@@ -34,8 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         io.write_json(out / "metrics.json", result.metrics)
         io.write_json(out / "manifest.json", result.manifest)
         m = result.metrics
-        print(f"seed {args.seed}: induction {m['induction']:.2f} (>= 0.5 from step {m['induction_step']}), "
-              f"prev_token {m['prev_token']:.2f}, eval_loss {m['eval_loss']:.3f}, {result.seconds:.0f} s", file=sys.stderr)
+        print(
+            f"seed {args.seed}: induction {m['induction']:.2f} (>= 0.5 from step {m['induction_step']}), "
+            f"prev_token {m['prev_token']:.2f}, eval_loss {m['eval_loss']:.3f}, {result.seconds:.0f} s",
+            file=sys.stderr,
+        )
 
     return run_cli(parser, body, argv)
 

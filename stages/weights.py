@@ -27,8 +27,15 @@ def main(argv: list[str] | None = None) -> int:
         config = checkpoint.tl_config(model_cfg)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
-        weights.save(out / "heads.safetensors", hw, {"steps": json.dumps(steps), "config": json.dumps(config, sort_keys=True)}, extra)
-        io.write_json(out / "summary.json", {"steps": steps, "config": config, "extra_tensors": sorted(extra)})
+        weights.save(
+            out / "heads.safetensors",
+            hw,
+            {"steps": json.dumps(steps), "config": json.dumps(config, sort_keys=True)},
+            extra,
+        )
+        io.write_json(
+            out / "summary.json", {"steps": steps, "config": config, "extra_tensors": sorted(extra)}
+        )
 
     return run_cli(parser, body, argv)
 

@@ -26,8 +26,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from omegaconf import OmegaConf
 
@@ -75,20 +75,28 @@ def env(repo: Path) -> dict[str, str]:
     return e
 
 
-def run(repo: Path, *cmd: str, check: bool = True, timeout: float = 600, capture: bool = True) -> subprocess.CompletedProcess:
+def run(
+    repo: Path, *cmd: str, check: bool = True, timeout: float = 600, capture: bool = True
+) -> subprocess.CompletedProcess:
     """Run `cmd` in `repo`; on failure (with `check`) fail with its output.
 
     `capture=False` discards the output instead: needed for commands that leave background
     processes (`dvc queue start`), which would otherwise hold the pipes open until they exit.
     """
     out = subprocess.PIPE if capture else subprocess.DEVNULL
-    proc = subprocess.run(list(cmd), cwd=repo, env=env(repo), stdout=out, stderr=out, text=True, timeout=timeout)
+    proc = subprocess.run(
+        list(cmd), cwd=repo, env=env(repo), stdout=out, stderr=out, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
     return proc
 
 
-def dvc(repo: Path, *args: str, check: bool = True, timeout: float = 600, capture: bool = True) -> subprocess.CompletedProcess:
+def dvc(
+    repo: Path, *args: str, check: bool = True, timeout: float = 600, capture: bool = True
+) -> subprocess.CompletedProcess:
     return run(repo, str(BIN / "dvc"), *args, check=check, timeout=timeout, capture=capture)
 
 
@@ -99,7 +107,10 @@ def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
 def project_files() -> list[str]:
     out = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return sorted(p for p in out.split("\0") if p and (ROOT / p).is_file())
 

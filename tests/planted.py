@@ -53,7 +53,9 @@ def state_dict() -> dict[str, torch.Tensor]:
     """TransformerLens names and shapes; float64."""
     eye = torch.eye(16, dtype=torch.float64)
     shift = torch.diag(torch.ones(15, dtype=torch.float64), 1)  # pos j -> head dim j + 1
-    window = sum(torch.linalg.matrix_power(shift, o) for o in range(1, WINDOW + 1))  # pos j -> dims j+1 .. j+4
+    window = sum(
+        torch.linalg.matrix_power(shift, o) for o in range(1, WINDOW + 1)
+    )  # pos j -> dims j+1 .. j+4
     to_first = torch.zeros(16, 16, dtype=torch.float64)
     to_first[:, 0] = 1.0  # every pos -> head dim 0
     first_key = torch.zeros(16, 16, dtype=torch.float64)

@@ -21,7 +21,14 @@ import pandas as pd
 
 from pipeline.compare import KINDS, VARIANTS, SeedInputs
 
-ROLES = {(0, 0): "previous_token", (0, 1): "recent_window", (0, 2): "other", (1, 0): "induction", (1, 1): "induction", (1, 2): "other"}
+ROLES = {
+    (0, 0): "previous_token",
+    (0, 1): "recent_window",
+    (0, 2): "other",
+    (1, 0): "induction",
+    (1, 1): "induction",
+    (1, 2): "other",
+}
 BASELINE = {"true": (0.1, 0.01), "errata_bcda": (0.02, 0.001), "errata_dabc": (0.03, 0.001)}
 PLANTED = {
     ("K", "true"): {(0, 0): 0.30, (1, 0): 0.25, (0, 1): 0.20, (1, 1): 0.05},  # {(dst_head, src_head): excess}
@@ -46,31 +53,57 @@ def scores(scale: float = 1.0) -> pd.DataFrame:
                 for dst in range(3):
                     excess = scale * PLANTED.get((kind, variant), {}).get((dst, src), background)
                     rows.append(
-                        {"kind": kind, "variant": variant, "src_layer": 0, "src_head": src, "dst_layer": 1, "dst_head": dst,
-                         "score": mean + excess, "baseline_mean": mean, "baseline_std": std, "z": excess / std}
+                        {
+                            "kind": kind,
+                            "variant": variant,
+                            "src_layer": 0,
+                            "src_head": src,
+                            "dst_layer": 1,
+                            "dst_head": dst,
+                            "score": mean + excess,
+                            "baseline_mean": mean,
+                            "baseline_std": std,
+                            "z": excess / std,
+                        }
                     )
     return pd.DataFrame(rows)
 
 
 def heads() -> pd.DataFrame:
     return pd.DataFrame(
-        [{"layer": l, "head": h, "role": r, "prev_token": 0.9 if r == "previous_token" else 0.1, "induction": 0.8 if r == "induction" else 0.0}
-         for (l, h), r in ROLES.items()]
+        [
+            {
+                "layer": l,
+                "head": h,
+                "role": r,
+                "prev_token": 0.9 if r == "previous_token" else 0.1,
+                "induction": 0.8 if r == "induction" else 0.0,
+            }
+            for (l, h), r in ROLES.items()
+        ]
     )
 
 
 def curve(seed: int) -> pd.DataFrame:
     return pd.DataFrame(
-        {"step": [0, 10, 20], "tokens": [0, 640, 1280], "train_loss": [float("nan"), 3.0, 2.5 - 0.1 * seed],
-         "eval_loss": [4.0, 3.0, 2.0 - 0.1 * seed], "induction": [0.0, 0.3, 0.6 + 0.05 * seed],
-         "prev_token": [0.1, 0.5, 0.9], "icl": [0.0, -0.2, -0.5]}
+        {
+            "step": [0, 10, 20],
+            "tokens": [0, 640, 1280],
+            "train_loss": [float("nan"), 3.0, 2.5 - 0.1 * seed],
+            "eval_loss": [4.0, 3.0, 2.0 - 0.1 * seed],
+            "induction": [0.0, 0.3, 0.6 + 0.05 * seed],
+            "prev_token": [0.1, 0.5, 0.9],
+            "icl": [0.0, -0.2, -0.5],
+        }
     )
 
 
 def seed_inputs(seed: int) -> SeedInputs:
     c = curve(seed)
     metrics = {k: float(c.iloc[-1][k]) for k in ("train_loss", "eval_loss", "induction", "prev_token", "icl")}
-    return SeedInputs(seed=seed, scores=scores(scale_of(seed)), heads=heads(), spearman=SPEARMAN, metrics=metrics, curve=c)
+    return SeedInputs(
+        seed=seed, scores=scores(scale_of(seed)), heads=heads(), spearman=SPEARMAN, metrics=metrics, curve=c
+    )
 
 
 def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:

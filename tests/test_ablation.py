@@ -3,10 +3,10 @@ equal to the direct single-edge ablation through per-head inputs."""
 
 from __future__ import annotations
 
+import planted
 import pytest
 import torch
 
-import planted
 from pipeline import ablation
 from pipeline.config import ModelConfig
 from pipeline.model import AttnOnlyTransformer
@@ -20,14 +20,20 @@ def planted_effects():
 
 
 def test_cutting_the_previous_token_head_from_the_induction_heads_keys_destroys_induction(planted_effects):
-    row = planted_effects.set_index(["kind", "src_layer", "src_head", "dst_layer", "dst_head"]).loc[("K", 0, 0, 1, 0)]
+    row = planted_effects.set_index(["kind", "src_layer", "src_head", "dst_layer", "dst_head"]).loc[
+        ("K", 0, 0, 1, 0)
+    ]
     assert row["attn_effect"] > 0.8  # clean induction score ~1.0 falls below 0.2
     assert row["loss_effect"] > 0.5  # and the second copy is no longer predicted
 
 
 def test_every_other_edge_has_exactly_no_effect(planted_effects):
     """Every other pair is orthogonal by construction: the ablated write is never read."""
-    planted_edge = (planted_effects["kind"] == "K") & (planted_effects["src_head"] == 0) & (planted_effects["dst_head"] == 0)
+    planted_edge = (
+        (planted_effects["kind"] == "K")
+        & (planted_effects["src_head"] == 0)
+        & (planted_effects["dst_head"] == 0)
+    )
     others = planted_effects[~planted_edge]
     assert len(others) == 3 * 3 * 3 - 1
     assert others["attn_effect"].abs().max() < 1e-12 and others["loss_effect"].abs().max() < 1e-12
@@ -40,7 +46,9 @@ def test_table_layout(planted_effects):
 
 
 def random_model(**overrides) -> AttnOnlyTransformer:
-    cfg = ModelConfig(n_layers=3, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=12, init_range=0.6, **overrides)
+    cfg = ModelConfig(
+        n_layers=3, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=12, init_range=0.6, **overrides
+    )
     torch.manual_seed(0)
     model = AttnOnlyTransformer(cfg).to(torch.float64)
     with torch.no_grad():  # non-zero biases and LayerNorm parameters, so every path is exercised
@@ -62,7 +70,9 @@ def test_fast_path_equals_single_edge_ablation(overrides, chunk, monkeypatch):
     monkeypatch.setattr(ablation, "_CHUNK", chunk)
     model = random_model(**overrides)
     gen = torch.Generator().manual_seed(1)
-    tokens = torch.cat([torch.zeros(6, 1, dtype=torch.long), torch.randint(0, 12, (6, 5), generator=gen).repeat(1, 2)], 1)
+    tokens = torch.cat(
+        [torch.zeros(6, 1, dtype=torch.long), torch.randint(0, 12, (6, 5), generator=gen).repeat(1, 2)], 1
+    )
     fast = ablation.path_ablation(model, tokens, 5)
     assert len(fast) == 3 * (3 * 3 * 2 + 3 * 3)  # kinds x (pairs 0->1, 0->2, 1->2)
     for row in fast.itertuples():

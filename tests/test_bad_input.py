@@ -20,17 +20,17 @@ import json
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
 import torch
 import yaml
-
 from dvc_repo import TINY
+
 from pipeline import checkpoint
 from pipeline import params as params_mod
 
@@ -90,7 +90,15 @@ def write_params(tmp: Path, good: Good, changes: dict | None = None, name: str =
 
 
 def train_args(tmp: Path, good: Good, changes: dict | None = None) -> list[str]:
-    return ["--params", str(write_params(tmp, good, changes)), "--seed", "0", "--out", str(tmp / "out"), "--no-progress"]
+    return [
+        "--params",
+        str(write_params(tmp, good, changes)),
+        "--seed",
+        "0",
+        "--out",
+        str(tmp / "out"),
+        "--no-progress",
+    ]
 
 
 def weights_args(tmp: Path, good: Good, model: Path | None = None, config: Path | None = None) -> list[str]:
@@ -137,14 +145,23 @@ def config_with(tmp: Path, good: Good, **changes) -> Path:
 def tokens_file(tmp: Path, good: Good, array: np.ndarray) -> list[str]:
     (tmp / "data").mkdir()
     np.save(tmp / "data" / "ids.npy", array)
-    return train_args(tmp, good, {"data.source": "tokens", "data.dir": str(tmp / "data"), "data.tokens.path": "ids.npy"})
+    return train_args(
+        tmp, good, {"data.source": "tokens", "data.dir": str(tmp / "data"), "data.tokens.path": "ids.npy"}
+    )
 
 
-def text_corpus(tmp: Path, good: Good, files: dict[str, bytes], glob: str = "*.txt", data_dir: str = "data") -> list[str]:
+def text_corpus(
+    tmp: Path, good: Good, files: dict[str, bytes], glob: str = "*.txt", data_dir: str = "data"
+) -> list[str]:
     (tmp / "data").mkdir()
     for name, content in files.items():
         (tmp / "data" / name).write_bytes(content)
-    changes = {"data.source": "text", "data.dir": str(tmp / data_dir), "data.text.glob": glob, "model.d_vocab": 256}
+    changes = {
+        "data.source": "text",
+        "data.dir": str(tmp / data_dir),
+        "data.text.glob": glob,
+        "model.d_vocab": 256,
+    }
     return train_args(tmp, good, changes)
 
 
@@ -170,7 +187,9 @@ def _load_args(tmp: Path, good: Good, change: Callable[[dict], None]) -> list[st
 def pickle_checkpoint(tmp: Path, good: Good) -> list[str]:
     """A .pth under train.checkpoint_dir that would create tmp/PWNED when loaded with pickle."""
     (tmp / "checkpoints").mkdir()
-    torch.save({**good.state(), "embed.W_E": RunsCodeWhenUnpickled(tmp / "PWNED")}, tmp / "checkpoints" / "model.pth")
+    torch.save(
+        {**good.state(), "embed.W_E": RunsCodeWhenUnpickled(tmp / "PWNED")}, tmp / "checkpoints" / "model.pth"
+    )
     (tmp / "checkpoints" / "config.json").write_text(good.config.read_text())
     return train_args(tmp, good, {"train.source": "load", "train.checkpoint": "model.pth",
                                   "train.checkpoint_dir": str(tmp / "checkpoints")})  # fmt: skip
@@ -211,82 +230,288 @@ def symlinked_corpus(tmp: Path, good: Good) -> list[str]:
 
 CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]] = {
     # --- config: params.yaml edited by hand, or an override -------------------------
-    "unknown-config-key": ("train", lambda t, g: train_args(t, g, {"model.n_head": 2}), ("params.yaml: model.n_head", "unknown key")),
-    "wrong-type": ("train", lambda t, g: train_args(t, g, {"model.n_heads": "four"}), ("model.n_heads", "'four'", "wrong type")),
-    "zero-size": ("train", lambda t, g: train_args(t, g, {"model.d_model": 0}), ("model.d_model = 0", "must be > 0")),
-    "negative-size": ("train", lambda t, g: train_args(t, g, {"train.batch_size": -8}), ("train.batch_size = -8", "must be > 0")),
-    "heads-exceed-d_model": ("params", lambda t, g: ["model.d_head=16", "--conf", str(ROOT / "conf"), "--out", str(t / "out" / "params.yaml")],
-                             ("override: model.d_head = 16", "8 x 16 = 128 exceeds d_model = 64")),
-    "n_ctx-below-eval-length": ("train", lambda t, g: train_args(t, g, {"model.n_ctx": 12}),
-                                ("analysis.heads.repeat_length = 6", "13 tokens", "model.n_ctx = 12")),
-    "unknown-data-source": ("train", lambda t, g: train_args(t, g, {"data.source": "web"}), ("data.source = 'web'", "synthetic, text, tokens")),
-    "empty-seeds": ("train", lambda t, g: train_args(t, g, {"seeds": []}), ("seeds = []", "at least one seed")),
-    "duplicate-seeds": ("train", lambda t, g: train_args(t, g, {"seeds": [0, 1, 0]}), ("seeds = [0, 1, 0]", "must not repeat")),
-    "threshold-above-1": ("heads", lambda t, g: heads_args(t, g, {"analysis.heads.thresholds.induction": 1.5}),
-                          ("analysis.heads.thresholds.induction = 1.5", "[0, 1]")),
-    "threshold-below-0": ("figures", lambda t, g: figures_args(t, g, {"analysis.figures.edge_threshold": -0.1}),
-                          ("analysis.figures.edge_threshold = -0.1", "[0, 1]")),
-    "load-without-checkpoint": ("train", lambda t, g: train_args(t, g, {"train.source": "load"}), ("train.checkpoint", "train.source = 'load'")),
-    "missing-params-file": ("composition", lambda t, g: ["--params", str(t / "nowhere.yaml"), "--weights", str(g.weights), "--out", str(t / "out")],
-                            ("nowhere.yaml", "params file not found")),
-    "params-not-yaml": ("composition", lambda t, g: ["--params", str(_write(t / "p.yaml", b"model: [oops\n")), "--weights", str(g.weights),
-                                                     "--out", str(t / "out")], ("p.yaml", "not valid YAML")),
+    "unknown-config-key": (
+        "train",
+        lambda t, g: train_args(t, g, {"model.n_head": 2}),
+        ("params.yaml: model.n_head", "unknown key"),
+    ),
+    "wrong-type": (
+        "train",
+        lambda t, g: train_args(t, g, {"model.n_heads": "four"}),
+        ("model.n_heads", "'four'", "wrong type"),
+    ),
+    "zero-size": (
+        "train",
+        lambda t, g: train_args(t, g, {"model.d_model": 0}),
+        ("model.d_model = 0", "must be > 0"),
+    ),
+    "negative-size": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.batch_size": -8}),
+        ("train.batch_size = -8", "must be > 0"),
+    ),
+    "heads-exceed-d_model": (
+        "params",
+        lambda t, g: [
+            "model.d_head=16",
+            "--conf",
+            str(ROOT / "conf"),
+            "--out",
+            str(t / "out" / "params.yaml"),
+        ],
+        ("override: model.d_head = 16", "8 x 16 = 128 exceeds d_model = 64"),
+    ),
+    "n_ctx-below-eval-length": (
+        "train",
+        lambda t, g: train_args(t, g, {"model.n_ctx": 12}),
+        ("analysis.heads.repeat_length = 6", "13 tokens", "model.n_ctx = 12"),
+    ),
+    "unknown-data-source": (
+        "train",
+        lambda t, g: train_args(t, g, {"data.source": "web"}),
+        ("data.source = 'web'", "synthetic, text, tokens"),
+    ),
+    "empty-seeds": (
+        "train",
+        lambda t, g: train_args(t, g, {"seeds": []}),
+        ("seeds = []", "at least one seed"),
+    ),
+    "duplicate-seeds": (
+        "train",
+        lambda t, g: train_args(t, g, {"seeds": [0, 1, 0]}),
+        ("seeds = [0, 1, 0]", "must not repeat"),
+    ),
+    "threshold-above-1": (
+        "heads",
+        lambda t, g: heads_args(t, g, {"analysis.heads.thresholds.induction": 1.5}),
+        ("analysis.heads.thresholds.induction = 1.5", "[0, 1]"),
+    ),
+    "threshold-below-0": (
+        "figures",
+        lambda t, g: figures_args(t, g, {"analysis.figures.edge_threshold": -0.1}),
+        ("analysis.figures.edge_threshold = -0.1", "[0, 1]"),
+    ),
+    "load-without-checkpoint": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.source": "load"}),
+        ("train.checkpoint", "train.source = 'load'"),
+    ),
+    "missing-params-file": (
+        "composition",
+        lambda t, g: [
+            "--params",
+            str(t / "nowhere.yaml"),
+            "--weights",
+            str(g.weights),
+            "--out",
+            str(t / "out"),
+        ],
+        ("nowhere.yaml", "params file not found"),
+    ),
+    "params-not-yaml": (
+        "composition",
+        lambda t, g: [
+            "--params",
+            str(_write(t / "p.yaml", b"model: [oops\n")),
+            "--weights",
+            str(g.weights),
+            "--out",
+            str(t / "out"),
+        ],
+        ("p.yaml", "not valid YAML"),
+    ),
     # --- data ------------------------------------------------------------------------
-    "missing-corpus-dir": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, data_dir="nowhere"), ("data.dir", "nowhere", "directory not found")),
-    "corpus-matches-nothing": ("train", lambda t, g: text_corpus(t, g, {"a.md": b"x" * 500}), ("data.text.glob = '*.txt'", "matches no files")),
-    "corpus-glob-leaves-data-dir": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, glob="../*.txt"),
-                                    ("data.text.glob = '../*.txt'", "relative to data.dir, without '..'")),
-    "corpus-symlink-leaves-data-dir": ("train", lambda t, g: symlinked_corpus(t, g), ("data.text.glob = 'link.txt'", "must stay inside data.dir")),
-    "empty-corpus": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"", "b.txt": b""}), ("data.text.glob = '*.txt'", "0 tokens")),
-    "corpus-too-short-for-n_ctx": ("train", lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 100}), ("100 tokens", "too few for n_ctx = 20")),
-    "token-ids-beyond-d_vocab": ("train", lambda t, g: tokens_file(t, g, np.arange(2000) % 40), ("ids.npy", "span [0, 39]", "model.d_vocab = 16")),
-    "token-ids-not-integers": ("train", lambda t, g: tokens_file(t, g, np.linspace(0, 1, 2000)), ("ids.npy", "must be integers", "float64")),
-    "token-file-missing": ("train", lambda t, g: train_args(t, g, {"data.source": "tokens", "data.dir": str(t), "data.tokens.path": "ids.npy"}),
-                           ("data.tokens.path = 'ids.npy'", "file not found")),
+    "missing-corpus-dir": (
+        "train",
+        lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, data_dir="nowhere"),
+        ("data.dir", "nowhere", "directory not found"),
+    ),
+    "corpus-matches-nothing": (
+        "train",
+        lambda t, g: text_corpus(t, g, {"a.md": b"x" * 500}),
+        ("data.text.glob = '*.txt'", "matches no files"),
+    ),
+    "corpus-glob-leaves-data-dir": (
+        "train",
+        lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, glob="../*.txt"),
+        ("data.text.glob = '../*.txt'", "relative to data.dir, without '..'"),
+    ),
+    "corpus-symlink-leaves-data-dir": (
+        "train",
+        lambda t, g: symlinked_corpus(t, g),
+        ("data.text.glob = 'link.txt'", "must stay inside data.dir"),
+    ),
+    "empty-corpus": (
+        "train",
+        lambda t, g: text_corpus(t, g, {"a.txt": b"", "b.txt": b""}),
+        ("data.text.glob = '*.txt'", "0 tokens"),
+    ),
+    "corpus-too-short-for-n_ctx": (
+        "train",
+        lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 100}),
+        ("100 tokens", "too few for n_ctx = 20"),
+    ),
+    "token-ids-beyond-d_vocab": (
+        "train",
+        lambda t, g: tokens_file(t, g, np.arange(2000) % 40),
+        ("ids.npy", "span [0, 39]", "model.d_vocab = 16"),
+    ),
+    "token-ids-not-integers": (
+        "train",
+        lambda t, g: tokens_file(t, g, np.linspace(0, 1, 2000)),
+        ("ids.npy", "must be integers", "float64"),
+    ),
+    "token-file-missing": (
+        "train",
+        lambda t, g: train_args(
+            t, g, {"data.source": "tokens", "data.dir": str(t), "data.tokens.path": "ids.npy"}
+        ),
+        ("data.tokens.path = 'ids.npy'", "file not found"),
+    ),
     # --- training --------------------------------------------------------------------
-    "nan-loss": ("train", lambda t, g: train_args(t, g, {"train.lr": 1e30, "train.grad_clip": 1e30}), ("train.lr = 1e+30", "loss became nan at step 1")),
+    "nan-loss": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.lr": 1e30, "train.grad_clip": 1e30}),
+        ("train.lr = 1e+30", "loss became nan at step 1"),
+    ),
     # --- checkpoints -------------------------------------------------------------------
-    "missing-checkpoint": ("weights", lambda t, g: weights_args(t, g, model=t / "model.safetensors"), ("model.safetensors", "checkpoint not found")),
-    "missing-config-json": ("weights", lambda t, g: weights_args(t, g, config=t / "config.json"), ("config.json", "file not found")),
+    "missing-checkpoint": (
+        "weights",
+        lambda t, g: weights_args(t, g, model=t / "model.safetensors"),
+        ("model.safetensors", "checkpoint not found"),
+    ),
+    "missing-config-json": (
+        "weights",
+        lambda t, g: weights_args(t, g, config=t / "config.json"),
+        ("config.json", "file not found"),
+    ),
     "truncated-safetensors": ("weights", truncated, ("model.safetensors", "not a readable safetensors file")),
     "corrupted-safetensors": ("weights", corrupted, ("model.safetensors", "not a readable safetensors file")),
-    "shapes-disagree-with-config": ("weights", lambda t, g: weights_args(t, g, config=config_with(t, g, n_heads=1, d_head=8)),
-                                    ("blocks.0.attn.W_Q", "[2, 16, 4] disagrees with [1, 16, 8]", "config.json")),
-    "mlp-weights": ("weights", lambda t, g: weights_args(t, g, model=spoiled_state(t, g, "m.safetensors", set_("blocks.0.mlp.W_in", torch.zeros(16, 64)))),
-                    ("m.safetensors: blocks.0.mlp.W_in", "not an attention-only model")),
-    "config-not-attention-only": ("weights", lambda t, g: weights_args(t, g, config=config_with(t, g, attn_only=False)),
-                                  ("config.json: attn_only = False", "not an attention-only model")),
-    "one-layer-checkpoint": ("weights", lambda t, g: weights_args(t, g, config=config_with(t, g, n_layers=1)),
-                             ("config.json: n_layers = 1", "must be >= 2")),
-    "pickle-that-runs-code": ("train", pickle_checkpoint, ("model.pth", "refused", "io.open", "could run code")),
-    "nan-in-checkpoint": ("weights", lambda t, g: weights_args(t, g, model=spoiled_state(
-        t, g, "m.safetensors", set_("blocks.1.attn.W_O", torch.full((2, 4, 16), float("nan"))))), ("m.safetensors: blocks.1.attn.W_O", "NaN or inf")),
-    "checkpoint-overflows-float32": ("train", lambda t, g: _load_args(t, g, lambda s: s.update(
-        {k: v.double() * 1e100 for k, v in s.items() if k.endswith(".W_Q")})), ("model.safetensors", "held-out loss is nan", "overflow float32")),
+    "shapes-disagree-with-config": (
+        "weights",
+        lambda t, g: weights_args(t, g, config=config_with(t, g, n_heads=1, d_head=8)),
+        ("blocks.0.attn.W_Q", "[2, 16, 4] disagrees with [1, 16, 8]", "config.json"),
+    ),
+    "mlp-weights": (
+        "weights",
+        lambda t, g: weights_args(
+            t, g, model=spoiled_state(t, g, "m.safetensors", set_("blocks.0.mlp.W_in", torch.zeros(16, 64)))
+        ),
+        ("m.safetensors: blocks.0.mlp.W_in", "not an attention-only model"),
+    ),
+    "config-not-attention-only": (
+        "weights",
+        lambda t, g: weights_args(t, g, config=config_with(t, g, attn_only=False)),
+        ("config.json: attn_only = False", "not an attention-only model"),
+    ),
+    "one-layer-checkpoint": (
+        "weights",
+        lambda t, g: weights_args(t, g, config=config_with(t, g, n_layers=1)),
+        ("config.json: n_layers = 1", "must be >= 2"),
+    ),
+    "pickle-that-runs-code": (
+        "train",
+        pickle_checkpoint,
+        ("model.pth", "refused", "io.open", "could run code"),
+    ),
+    "nan-in-checkpoint": (
+        "weights",
+        lambda t, g: weights_args(
+            t,
+            g,
+            model=spoiled_state(
+                t, g, "m.safetensors", set_("blocks.1.attn.W_O", torch.full((2, 4, 16), float("nan")))
+            ),
+        ),
+        ("m.safetensors: blocks.1.attn.W_O", "NaN or inf"),
+    ),
+    "checkpoint-overflows-float32": (
+        "train",
+        lambda t, g: _load_args(
+            t, g, lambda s: s.update({k: v.double() * 1e100 for k, v in s.items() if k.endswith(".W_Q")})
+        ),
+        ("model.safetensors", "held-out loss is nan", "overflow float32"),
+    ),
     # --- analysis inputs -----------------------------------------------------------------
-    "inf-in-weights-file": ("composition", lambda t, g: composition_args(t, g, spoiled_state(
-        t, g, "heads.safetensors", set_("embed.W_E", torch.full((16, 16), float("inf"))))), ("heads.safetensors: embed.W_E", "NaN or inf")),
-    "weights-file-missing-W_V": ("composition", lambda t, g: composition_args(t, g, spoiled_state(
-        t, g, "heads.safetensors", lambda s: s.pop("blocks.1.attn.W_V"))), ("heads.safetensors: blocks.1.attn.W_V", "missing")),
-    "weights-of-another-model": ("heads", lambda t, g: heads_args(t, g, weights=spoiled_state(
-        t, g, "heads.safetensors", lambda s: [s.pop(k) for k in list(s) if k.startswith("blocks.1.")])),
-        ("heads.safetensors", "1 layers x 2 heads", "2 layers x 2 heads")),
-    "checkpoint-n_ctx-below-eval-length": ("heads", lambda t, g: heads_args(
-        t, g, model=spoiled_state(t, g, "m.safetensors", lambda s: s.__setitem__("pos_embed.W_pos", s["pos_embed.W_pos"][:12])),
-        config=config_with(t, g, n_ctx=12)), ("analysis.heads.repeat_length = 6", "13 tokens", "n_ctx = 12")),
-    "weights-overflow-the-forward-pass": ("heads", lambda t, g: heads_args(t, g, model=spoiled_state(
-        t, g, "m.safetensors", lambda s: s.update({k: v.double() * 1e100 for k, v in s.items() if ".W_" in k}))),
-        ("m.safetensors", "not finite on the evaluation batches")),
-    "table-missing-a-column": ("figures", lambda t, g: figures_args(t, g, heads=_without_column(t, g, "copying")),
-                               ("heads.csv", "missing column 'copying'")),
-    "patterns-file-corrupted": ("figures", lambda t, g: figures_args(t, g, patterns=_write(t / "patterns.safetensors", b"\x00" * 64)),
-                                ("patterns.safetensors", "not a patterns file")),
+    "inf-in-weights-file": (
+        "composition",
+        lambda t, g: composition_args(
+            t,
+            g,
+            spoiled_state(t, g, "heads.safetensors", set_("embed.W_E", torch.full((16, 16), float("inf")))),
+        ),
+        ("heads.safetensors: embed.W_E", "NaN or inf"),
+    ),
+    "weights-file-missing-W_V": (
+        "composition",
+        lambda t, g: composition_args(
+            t, g, spoiled_state(t, g, "heads.safetensors", lambda s: s.pop("blocks.1.attn.W_V"))
+        ),
+        ("heads.safetensors: blocks.1.attn.W_V", "missing"),
+    ),
+    "weights-of-another-model": (
+        "heads",
+        lambda t, g: heads_args(
+            t,
+            g,
+            weights=spoiled_state(
+                t, g, "heads.safetensors", lambda s: [s.pop(k) for k in list(s) if k.startswith("blocks.1.")]
+            ),
+        ),
+        ("heads.safetensors", "1 layers x 2 heads", "2 layers x 2 heads"),
+    ),
+    "checkpoint-n_ctx-below-eval-length": (
+        "heads",
+        lambda t, g: heads_args(
+            t,
+            g,
+            model=spoiled_state(
+                t, g, "m.safetensors", lambda s: s.__setitem__("pos_embed.W_pos", s["pos_embed.W_pos"][:12])
+            ),
+            config=config_with(t, g, n_ctx=12),
+        ),
+        ("analysis.heads.repeat_length = 6", "13 tokens", "n_ctx = 12"),
+    ),
+    "weights-overflow-the-forward-pass": (
+        "heads",
+        lambda t, g: heads_args(
+            t,
+            g,
+            model=spoiled_state(
+                t,
+                g,
+                "m.safetensors",
+                lambda s: s.update({k: v.double() * 1e100 for k, v in s.items() if ".W_" in k}),
+            ),
+        ),
+        ("m.safetensors", "not finite on the evaluation batches"),
+    ),
+    "table-missing-a-column": (
+        "figures",
+        lambda t, g: figures_args(t, g, heads=_without_column(t, g, "copying")),
+        ("heads.csv", "missing column 'copying'"),
+    ),
+    "patterns-file-corrupted": (
+        "figures",
+        lambda t, g: figures_args(t, g, patterns=_write(t / "patterns.safetensors", b"\x00" * 64)),
+        ("patterns.safetensors", "not a patterns file"),
+    ),
     # --- outputs -----------------------------------------------------------------------
-    "out-dir-under-a-file": ("weights", lambda t, g: [*weights_args(t, g)[:-1], str(file_in_the_way(t) / "out")],
-                             ("a-file/out", "cannot create output directory")),
-    "out-dir-is-a-file": ("composition", lambda t, g: [*composition_args(t, g, g.weights)[:-1], str(file_in_the_way(t))],
-                          ("a-file", "cannot create output directory")),
-    "report-out-under-a-file": ("report", lambda t, g: _report_args(t, g), ("a-file/report", "cannot create output directory")),
+    "out-dir-under-a-file": (
+        "weights",
+        lambda t, g: [*weights_args(t, g)[:-1], str(file_in_the_way(t) / "out")],
+        ("a-file/out", "cannot create output directory"),
+    ),
+    "out-dir-is-a-file": (
+        "composition",
+        lambda t, g: [*composition_args(t, g, g.weights)[:-1], str(file_in_the_way(t))],
+        ("a-file", "cannot create output directory"),
+    ),
+    "report-out-under-a-file": (
+        "report",
+        lambda t, g: _report_args(t, g),
+        ("a-file/report", "cannot create output directory"),
+    ),
 }
 
 
@@ -333,7 +558,9 @@ def check_refusal(code: int, err: str, names: tuple[str, ...], before: dict, aft
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     for name in names:
         assert name in lines[0], f"{name!r} not in {lines[0]!r}"
-    assert after == before, f"written: {sorted(set(after) - set(before))}, changed: {[k for k in before if after.get(k) != before[k]]}"
+    assert after == before, (
+        f"written: {sorted(set(after) - set(before))}, changed: {[k for k in before if after.get(k) != before[k]]}"
+    )
     return lines[0]
 
 
@@ -372,12 +599,20 @@ def test_the_pickle_would_run_code_if_unpickled(good, tmp_path):
 
 # --- end to end: real processes --------------------------------------------------------
 
-SUBPROCESS = ["pickle-that-runs-code", "nan-loss", "truncated-safetensors", "heads-exceed-d_model", "report-out-under-a-file"]
+SUBPROCESS = [
+    "pickle-that-runs-code",
+    "nan-loss",
+    "truncated-safetensors",
+    "heads-exceed-d_model",
+    "report-out-under-a-file",
+]
 
 
 def run_module(stage: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     module = "pipeline.params" if stage == "params" else f"stages.{stage}"
-    return subprocess.run([sys.executable, "-m", module, *argv], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", module, *argv], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.parametrize("case", SUBPROCESS)

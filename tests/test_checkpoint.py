@@ -45,7 +45,17 @@ def test_safetensors_round_trip_keeps_tensors_and_metadata(tmp_path):
 
 def test_config_json_uses_hooked_transformer_field_names():
     cfg = checkpoint.tl_config(CFG)
-    for key in ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab", "positional_embedding_type", "normalization_type", "attn_only"):
+    for key in (
+        "n_layers",
+        "d_model",
+        "n_heads",
+        "d_head",
+        "n_ctx",
+        "d_vocab",
+        "positional_embedding_type",
+        "normalization_type",
+        "attn_only",
+    ):
         assert key in cfg
     assert cfg["attn_only"] is True
     assert checkpoint.from_tl_config(cfg) == CFG
@@ -129,12 +139,18 @@ def test_transformer_lens_buffers_are_ignored_and_lnpre_gets_identity_norms(tmp_
     state["blocks.0.attn.IGNORE"] = torch.tensor(-1e5)
     config = {**checkpoint.tl_config(CFG), "normalization_type": "LNPre"}
     loaded = checkpoint.load_model(*write(tmp_path, state, config))
-    assert torch.equal(loaded.blocks[0].ln1.w, torch.ones(8)) and torch.equal(loaded.ln_final.b, torch.zeros(8))
+    assert torch.equal(loaded.blocks[0].ln1.w, torch.ones(8)) and torch.equal(
+        loaded.ln_final.b, torch.zeros(8)
+    )
 
 
 def test_transformer_lens_own_config_spelling(tmp_path):
     """TransformerLens's attn-only checkpoints write `normalization` and `shortformer_pos`."""
-    config = {k: v for k, v in checkpoint.tl_config(CFG).items() if k not in ("normalization_type", "positional_embedding_type")}
+    config = {
+        k: v
+        for k, v in checkpoint.tl_config(CFG).items()
+        if k not in ("normalization_type", "positional_embedding_type")
+    }
     config.update(normalization="LN", shortformer_pos=True)
     assert checkpoint.from_tl_config(config).positional_embedding_type == "shortformer"
     assert checkpoint.from_tl_config(config).normalization_type == "LN"

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 import synthetic_seeds as syn
+
 from pipeline import compare, params
 from pipeline.config import CompareConfig
 from pipeline.errors import UserError
@@ -50,7 +50,9 @@ def test_group_composition_known_values():
 
 def test_group_composition_skips_undefined_errata_scores():
     s = scored()
-    errata_prev = (s["variant"] == "errata_bcda") & (s["kind"] == "K") & (s["dst_head"] == 0) & (s["src_head"] == 0)
+    errata_prev = (
+        (s["variant"] == "errata_bcda") & (s["kind"] == "K") & (s["dst_head"] == 0) & (s["src_head"] == 0)
+    )
     s.loc[errata_prev, ["score", "excess", "z"]] = math.nan  # a rotated strand that is exactly zero
     g = compare.group_composition(s).set_index(compare.GROUP_KEYS)
     cell = g.loc[("K", "errata_bcda", "induction", "previous_token")]
@@ -59,7 +61,9 @@ def test_group_composition_skips_undefined_errata_scores():
 
 def test_selectivity_known_values():
     s = scored()
-    assert compare.selectivity(s, "true") == pytest.approx((0.30 - 0.35) / (0.30 + 0.35))  # V other<-other wins
+    assert compare.selectivity(s, "true") == pytest.approx(
+        (0.30 - 0.35) / (0.30 + 0.35)
+    )  # V other<-other wins
     assert compare.selectivity(s, "errata_bcda") == pytest.approx((0.50 - 0.01) / (0.50 + 0.01))
     assert math.isnan(compare.selectivity(s, "true", dst="induction", src="duplicate_token"))  # no such heads
 
@@ -70,7 +74,13 @@ def test_seed_row_claims():
     row = compare.seed_row(inp, s, compare.group_composition(s))
     k = syn.scale_of(2)
     assert row["seed"] == 2
-    assert (row["n_previous_token"], row["n_recent_window"], row["n_induction"], row["n_other"], row["n_first_token"]) == (1, 1, 2, 2, 0)
+    assert (
+        row["n_previous_token"],
+        row["n_recent_window"],
+        row["n_induction"],
+        row["n_other"],
+        row["n_first_token"],
+    ) == (1, 1, 2, 2, 0)
     assert row["train_eval_loss"] == pytest.approx(1.8)
     assert row["K_true_ind_prev"] == pytest.approx(0.30 * k)
     assert row["K_true_ind_recent"] == pytest.approx(0.20 * k)
@@ -86,7 +96,9 @@ def test_seed_row_claims():
 def test_seed_without_recent_window_heads_leaves_claim_b_out():
     inp = syn.seed_inputs(0)
     inp.heads.loc[inp.heads["role"] == "recent_window", "role"] = "other"
-    inp.spearman = {"K": {"true": None, "errata_bcda": 0.2, "errata_dabc": 0.3}}  # undefined rho, absent kinds
+    inp.spearman = {
+        "K": {"true": None, "errata_bcda": 0.2, "errata_dabc": 0.3}
+    }  # undefined rho, absent kinds
     s = compare.with_roles(inp.scores, inp.heads)
     row = compare.seed_row(inp, s, compare.group_composition(s))
     assert math.isnan(row["b"]) and math.isnan(row["b_rel_true"]) and math.isnan(row["K_true_ind_recent"])
@@ -112,7 +124,9 @@ def test_bootstrap_known_answers():
     lo, hi = compare.bootstrap_ci([0.0, 1.0, 2.0], CFG)
     assert 0.0 <= lo < 1.0 < hi <= 2.0 and lo == pytest.approx(2.0 - hi, abs=0.05)  # symmetric data
     # a narrower level gives a narrower interval
-    lo80, hi80 = compare.bootstrap_ci([0.0, 1.0, 2.0, 5.0, 3.0], CompareConfig(ci=0.8, bootstrap_samples=2000))
+    lo80, hi80 = compare.bootstrap_ci(
+        [0.0, 1.0, 2.0, 5.0, 3.0], CompareConfig(ci=0.8, bootstrap_samples=2000)
+    )
     lo95, hi95 = compare.bootstrap_ci([0.0, 1.0, 2.0, 5.0, 3.0], CFG)
     assert lo95 <= lo80 < hi80 <= hi95
 
@@ -141,7 +155,11 @@ def test_verdict(stat, expected):
 def test_compare_across_seeds():
     result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG)
     assert list(result.seeds["seed"]) == [0, 1, 2]
-    assert list(result.groups["seed"].unique()) == [0, 1, 2] and list(result.roles["seed"].unique()) == [0, 1, 2]
+    assert list(result.groups["seed"].unique()) == [0, 1, 2] and list(result.roles["seed"].unique()) == [
+        0,
+        1,
+        2,
+    ]
     summary = result.summary
     assert summary["n_seeds"] == 3
     assert summary["b"]["mean"] == pytest.approx(22.0)
@@ -161,7 +179,14 @@ def test_compare_across_seeds():
 
 def test_one_seed_has_no_interval_and_no_verdict():
     result = compare.compare([syn.seed_inputs(0)], CFG)
-    assert result.summary["b"] == {"verdict": "inconclusive", "seeds_holding": 1, "seeds_tested": 1, "mean": 20.0, "lo": None, "hi": None}
+    assert result.summary["b"] == {
+        "verdict": "inconclusive",
+        "seeds_holding": 1,
+        "seeds_tested": 1,
+        "mean": 20.0,
+        "lo": None,
+        "hi": None,
+    }
     json.loads(compare.summary_json(result.summary))
 
 
@@ -194,17 +219,39 @@ def write_params(path: Path, overrides: list[str]) -> Path:
 
 
 def run_stage(tmp_path: Path, dirs: dict, out: Path, seeds: str) -> int:
-    p = write_params(tmp_path / f"params-{out.name}.yaml", [f"seeds={seeds}", "analysis.compare.bootstrap_samples=500", "analysis.compare.dpi=40"])
+    p = write_params(
+        tmp_path / f"params-{out.name}.yaml",
+        [f"seeds={seeds}", "analysis.compare.bootstrap_samples=500", "analysis.compare.dpi=40"],
+    )
     return compare_stage.main(
-        ["--params", str(p), "--train", str(dirs["train"]), "--composition", str(dirs["composition"]),
-         "--heads", str(dirs["heads"]), "--out", str(out)]
+        [
+            "--params",
+            str(p),
+            "--train",
+            str(dirs["train"]),
+            "--composition",
+            str(dirs["composition"]),
+            "--heads",
+            str(dirs["heads"]),
+            "--out",
+            str(out),
+        ]
     )
 
 
 EXPECTED_FILES = {
-    "seeds.csv", "stats.csv", "groups.csv", "roles.csv", "curves.tsv", "summary.json",
-    "figures/claims.png", "figures/claims.svg", "figures/roles.png", "figures/roles.svg",
-    "figures/curves.png", "figures/curves.svg",
+    "seeds.csv",
+    "stats.csv",
+    "groups.csv",
+    "roles.csv",
+    "curves.tsv",
+    "summary.json",
+    "figures/claims.png",
+    "figures/claims.svg",
+    "figures/roles.png",
+    "figures/roles.svg",
+    "figures/curves.png",
+    "figures/curves.svg",
 }
 
 
@@ -262,7 +309,13 @@ def test_figures_show_every_seed():
     result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG)
     fig = compare_figures.claims_figure(result.seeds, result.stats, 3.0, 0.95)
     b_axis = fig.axes[1]
-    dots = np.concatenate([c.get_offsets() for c in b_axis.collections if hasattr(c, "get_offsets") and len(c.get_offsets()) == 3])
+    dots = np.concatenate(
+        [
+            c.get_offsets()
+            for c in b_axis.collections
+            if hasattr(c, "get_offsets") and len(c.get_offsets()) == 3
+        ]
+    )
     assert sorted(dots[:, 1]) == pytest.approx([20.0, 22.0, 24.0])
     import matplotlib.pyplot as plt
 

@@ -141,7 +141,9 @@ def test_zero_rotated_strand_gives_nan_without_crashing_or_warning() -> None:
         assert summary[kind]["errata_bcda"]["n_undefined"] == 2
     json.dumps(summary, allow_nan=False)
     # with the true denominators the errata scores are defined again
-    true_denominators = CompositionConfig(baseline_samples=8, null_samples=4, errata_rotate_denominators=False)
+    true_denominators = CompositionConfig(
+        baseline_samples=8, null_samples=4, errata_rotate_denominators=False
+    )
     df = composition_scores(hw, true_denominators, seed=0)
     assert df["score"].notna().all()
 
@@ -152,7 +154,9 @@ def test_zero_rotated_strand_gives_nan_without_crashing_or_warning() -> None:
 @pytest.mark.parametrize("rotate_denominators", [True, False])
 def test_errata_variants_equal_dense_paper_order(rotate_denominators: bool) -> None:
     hw = random_heads(4, L=3, H=2, D=10, d=3)
-    cfg = CompositionConfig(baseline_samples=8, null_samples=4, errata_rotate_denominators=rotate_denominators)
+    cfg = CompositionConfig(
+        baseline_samples=8, null_samples=4, errata_rotate_denominators=rotate_denominators
+    )
     df = composition_scores(hw, cfg, seed=0)
     # the paper's column-vector matrices are the transposes of our row-vector ones
     Wq, Wk, Wv, Wo = hw.W_Q.mT, hw.W_K.mT, hw.W_V.mT, hw.W_O.mT  # [d_head, d_model] x3, [d_model, d_head]
@@ -275,7 +279,13 @@ def test_summary_is_json_and_counts() -> None:
             assert s[kind][v]["n_z_above_3"] == int((sub["z"] > 3).sum())
             assert s[kind][v]["n_pairs"] == len(sub)
     empty = summarize(df.iloc[:0])
-    assert empty["Q"]["true"] == {"n_pairs": 0, "n_undefined": 0, "max_score": None, "max_pair": None, "n_z_above_3": 0}
+    assert empty["Q"]["true"] == {
+        "n_pairs": 0,
+        "n_undefined": 0,
+        "max_score": None,
+        "max_pair": None,
+        "n_z_above_3": 0,
+    }
 
 
 # --- the oracle ---------------------------------------------------------------------------

@@ -89,7 +89,9 @@ def test_batches_are_seeded_rows():
 
 
 def text_config(tmp_path, glob: str = "**/*.txt", eval_fraction: float = 0.25) -> DataConfig:
-    return DataConfig(source="text", dir=str(tmp_path), eval_fraction=eval_fraction, text=TextDataConfig(glob=glob))
+    return DataConfig(
+        source="text", dir=str(tmp_path), eval_fraction=eval_fraction, text=TextDataConfig(glob=glob)
+    )
 
 
 def test_text_is_bytes_in_sorted_file_order_with_a_sha256_manifest(tmp_path):
@@ -120,7 +122,9 @@ def test_text_needs_a_byte_vocabulary_and_matching_files(tmp_path):
 
 
 def tokens_config(tmp_path, name: str = "ids.npy") -> DataConfig:
-    return DataConfig(source="tokens", dir=str(tmp_path), eval_fraction=0.1, tokens=TokensDataConfig(path=name))
+    return DataConfig(
+        source="tokens", dir=str(tmp_path), eval_fraction=0.1, tokens=TokensDataConfig(path=name)
+    )
 
 
 def test_tokens_file_is_memory_mapped_with_a_manifest(tmp_path):
@@ -128,7 +132,9 @@ def test_tokens_file_is_memory_mapped_with_a_manifest(tmp_path):
     np.save(tmp_path / "ids.npy", ids)
     ds = data.load(tokens_config(tmp_path), ModelConfig(n_ctx=20), seed=0, n_eval=64)
     assert isinstance(ds.train.tokens, np.memmap)
-    assert ds.manifest["files"][0]["sha256"] == hashlib.sha256((tmp_path / "ids.npy").read_bytes()).hexdigest()
+    assert (
+        ds.manifest["files"][0]["sha256"] == hashlib.sha256((tmp_path / "ids.npy").read_bytes()).hexdigest()
+    )
     assert ds.manifest["train_tokens"] == 900 and ds.eval.shape == (5, 20)
     assert torch.equal(ds.eval[0], torch.from_numpy(ids[900:920].astype(np.int64)))
     assert ds.train.batch(4, torch.Generator().manual_seed(1)).dtype == torch.long

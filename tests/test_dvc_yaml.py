@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from dvc_repo import TINY
+
 from pipeline import config, params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,9 +63,13 @@ def stage_script(stage: dict) -> Path:
 def test_stage_deps_are_exactly_the_modules_it_imports(name):
     stage = DVC["stages"][name]
     script = stage_script(stage)
-    expected = {str(module_file(m).relative_to(ROOT)) for m in imported_by(script)} | {str(script.relative_to(ROOT))}
+    expected = {str(module_file(m).relative_to(ROOT)) for m in imported_by(script)} | {
+        str(script.relative_to(ROOT))
+    }
     listed = {d for d in stage["deps"] if d.endswith(".py")}
-    assert listed == expected, f"{name}: missing {sorted(expected - listed)}, extra {sorted(listed - expected)}"
+    assert listed == expected, (
+        f"{name}: missing {sorted(expected - listed)}, extra {sorted(listed - expected)}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(DVC["stages"]))
@@ -131,7 +135,11 @@ def reads(tmp_path_factory) -> dict[str, set[str]]:
     def recording_getattribute(self, name):
         value = real_getattribute(self, name)
         prefix = paths.get(id(self))
-        if prefix is not None and name in type(self).__dataclass_fields__ and not isinstance(value, config.Section):
+        if (
+            prefix is not None
+            and name in type(self).__dataclass_fields__
+            and not isinstance(value, config.Section)
+        ):
             seen.add(f"{prefix}.{name}".lstrip("."))
         return value
 
@@ -157,7 +165,9 @@ def test_stage_reads_no_param_it_does_not_declare(name, reads):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(DVC["stages"]) - {"report"}))  # the report prints params.yaml whole
+@pytest.mark.parametrize(
+    "name", sorted(set(DVC["stages"]) - {"report"})
+)  # the report prints params.yaml whole
 def test_stage_declares_no_param_it_does_not_read(name, reads):
     """Else changing that key would rerun the stage for nothing."""
     unread = {p for p in declared_params(DVC["stages"][name]) if not any(under(k, {p}) for k in reads[name])}

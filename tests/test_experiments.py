@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from dvc_repo import BIN, dvc, git, make_repo, run, stages_run
 
 pytestmark = pytest.mark.slow

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import planted
 import pytest
 import torch
 
-import planted
 from pipeline import checkpoint, composition, heads, params, weights
 from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, ModelConfig, RoleThresholds
 from pipeline.model import AttnOnlyTransformer
@@ -28,7 +28,9 @@ PLANTED_ROLES = {
 @pytest.fixture(scope="module")
 def planted_result():
     model, hw = planted.model(), weights.from_state_dict(planted.state_dict())
-    return heads.analyse_batches(model, hw, planted.repeated(32, LENGTH, 0), planted.random_tokens(32, planted.N_CTX, 1), CFG)
+    return heads.analyse_batches(
+        model, hw, planted.repeated(32, LENGTH, 0), planted.random_tokens(32, planted.N_CTX, 1), CFG
+    )
 
 
 def test_planted_heads_get_their_roles(planted_result):
@@ -139,7 +141,13 @@ def test_scores_are_invariant_to_the_order_of_the_evaluation_batches():
     model = random_model(seed=1)
     hw = weights.from_state_dict(model.state_dict())
     gen = torch.Generator().manual_seed(0)
-    rep = torch.cat([torch.zeros(16, 1, dtype=torch.long), torch.randint(0, 12, (16, LENGTH), generator=gen).repeat(1, 2)], 1)
+    rep = torch.cat(
+        [
+            torch.zeros(16, 1, dtype=torch.long),
+            torch.randint(0, 12, (16, LENGTH), generator=gen).repeat(1, 2),
+        ],
+        1,
+    )
     held = torch.randint(0, 12, (16, 16), generator=gen)
     perm = torch.randperm(16, generator=gen)
     a = heads.analyse_batches(model, hw, rep, held, CFG)
@@ -169,9 +177,15 @@ def test_spearman_known_answers_and_nan_safety():
     effects["loss_effect"] = [-0.1, 0.2, 0.3, 0.4] * 3  # |effect| ranks 1..4
     effects["attn_effect"] = 0.0
     rows = []
-    for variant, score in (("true", [1, 2, 3, 4]), ("errata_bcda", [4, 3, 2, 1]), ("errata_dabc", [1, np.nan, 3, 2])):
+    for variant, score in (
+        ("true", [1, 2, 3, 4]),
+        ("errata_bcda", [4, 3, 2, 1]),
+        ("errata_dabc", [1, np.nan, 3, 2]),
+    ):
         for (kind, i, a, j, b), s in zip(keys, score * 3):
-            rows.append(dict(kind=kind, variant=variant, src_layer=i, src_head=a, dst_layer=j, dst_head=b, score=s))
+            rows.append(
+                dict(kind=kind, variant=variant, src_layer=i, src_head=a, dst_layer=j, dst_head=b, score=s)
+            )
     scores = pd.DataFrame(rows)
     rho = heads.spearman(effects, scores, "loss_effect")
     assert rho["K"]["true"] == pytest.approx(1.0) and rho["Q"]["errata_bcda"] == pytest.approx(-1.0)
@@ -181,7 +195,9 @@ def test_spearman_known_answers_and_nan_safety():
 
 def test_summary_counts_roles(planted_result):
     scores = composition.composition_scores(
-        weights.from_state_dict(planted.state_dict()), CompositionConfig(baseline_samples=8, null_samples=4), seed=0
+        weights.from_state_dict(planted.state_dict()),
+        CompositionConfig(baseline_samples=8, null_samples=4),
+        seed=0,
     )
     summary = heads.summarize(planted_result, scores)
     assert summary["roles"] == {role: (0 if role == "other" else 1) for role in heads.ROLES}
@@ -227,13 +243,27 @@ def test_stage_writes_the_interface_and_is_byte_identical_on_rerun(tmp_path):
     assert list(table.columns[:3]) == ["layer", "head", "role"] and list(table.columns) == heads.COLUMNS
     assert dict(zip(zip(table["layer"], table["head"]), table["role"])) == PLANTED_ROLES
     ablated = pd.read_csv(out / "ablation.csv")
-    assert list(ablated.columns) == ["kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect"]
+    assert list(ablated.columns) == [
+        "kind",
+        "src_layer",
+        "src_head",
+        "dst_layer",
+        "dst_head",
+        "attn_effect",
+        "loss_effect",
+    ]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["roles"]["induction"] == 1 and summary["spearman"]["K"].keys() == {"true", "errata_bcda", "errata_dabc"}
+    assert summary["roles"]["induction"] == 1 and summary["spearman"]["K"].keys() == {
+        "true",
+        "errata_bcda",
+        "errata_dabc",
+    }
     rho = summary["spearman"]["K"]["true"]
     assert rho is not None and rho > 0  # the one K edge with an effect is the one that composes
     example, _ = checkpoint.load_state(out / "patterns.safetensors")
-    assert example["pattern"].shape == (2, 3, 2 * LENGTH + 1, 2 * LENGTH + 1) and example["tokens"].shape == (2 * LENGTH + 1,)
+    assert example["pattern"].shape == (2, 3, 2 * LENGTH + 1, 2 * LENGTH + 1) and example["tokens"].shape == (
+        2 * LENGTH + 1,
+    )
 
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert stage.main([*args, "--out", str(out)]) == 0
@@ -279,12 +309,18 @@ def test_ablation_figure_shows_each_variants_rho(planted_result):
     from pipeline.figures import heads as heads_figures
 
     scores = composition.composition_scores(
-        weights.from_state_dict(planted.state_dict()), CompositionConfig(baseline_samples=8, null_samples=4), seed=0
+        weights.from_state_dict(planted.state_dict()),
+        CompositionConfig(baseline_samples=8, null_samples=4),
+        seed=0,
     )
     rho = {"K": {"true": 0.5, "errata_bcda": None}}
     fig = heads_figures.ablation_vs_composition(planted_result.ablation, scores, "attn_effect", rho, ("K",))
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["K true: Spearman ρ = 0.50", "K errata_bcda: Spearman ρ = undefined", "K errata_dabc: Spearman ρ = undefined"]
+    assert titles == [
+        "K true: Spearman ρ = 0.50",
+        "K errata_bcda: Spearman ρ = undefined",
+        "K errata_dabc: Spearman ρ = undefined",
+    ]
     k_true = fig.axes[0].collections[0].get_offsets()
     assert len(k_true) == 9 and k_true[:, 1].max() > 0.8  # 3 x 3 pairs; the planted edge's induction drop
 

@@ -23,7 +23,7 @@ VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"]))
 SHAPE = {"n_layers": 2, "n_heads": 4, "d_head": 8, "d_model": 32, "n_ctx": 16, "d_vocab": 50}
 
 
-def hooked(config: dict, seed: int = 0) -> "tl.HookedTransformer":
+def hooked(config: dict, seed: int = 0) -> tl.HookedTransformer:
     """A HookedTransformer for a config.json dict, every parameter random (LN too)."""
     cfg = tl.HookedTransformerConfig(**{k: v for k, v in config.items() if k != "eps"}, seed=seed)
     model = tl.HookedTransformer(cfg)
@@ -34,7 +34,7 @@ def hooked(config: dict, seed: int = 0) -> "tl.HookedTransformer":
     return model.eval()
 
 
-def tl_config_json(model: "tl.HookedTransformer") -> dict:
+def tl_config_json(model: tl.HookedTransformer) -> dict:
     """What a user writes with json.dump(model.cfg.to_dict()): dtypes as strings."""
     return json.loads(json.dumps(model.cfg.to_dict(), default=str))
 
@@ -51,7 +51,9 @@ def test_our_checkpoint_loads_into_hooked_transformer(tmp_path, pos, norm):
     (tmp_path / "config.json").write_text(json.dumps(checkpoint.tl_config(cfg)))
 
     config = json.loads((tmp_path / "config.json").read_text())
-    theirs = tl.HookedTransformer(tl.HookedTransformerConfig(**{k: v for k, v in config.items() if k != "eps"}))
+    theirs = tl.HookedTransformer(
+        tl.HookedTransformerConfig(**{k: v for k, v in config.items() if k != "eps"})
+    )
     state, _ = checkpoint.load_state(tmp_path / "model.safetensors")
     missing, unexpected = theirs.load_state_dict(state, strict=False)
     assert not unexpected and all(k.endswith((".mask", ".IGNORE")) for k in missing)
@@ -62,7 +64,13 @@ def test_our_checkpoint_loads_into_hooked_transformer(tmp_path, pos, norm):
 
 @pytest.mark.parametrize("pos,norm", VARIANTS)
 def test_hooked_transformer_checkpoint_loads_into_ours(tmp_path, pos, norm):
-    config = {**SHAPE, "positional_embedding_type": pos, "normalization_type": norm, "attn_only": True, "act_fn": None}
+    config = {
+        **SHAPE,
+        "positional_embedding_type": pos,
+        "normalization_type": norm,
+        "attn_only": True,
+        "act_fn": None,
+    }
     theirs = hooked(config, seed=3)
     state = theirs.state_dict()  # includes the mask and IGNORE buffers
     assert any(k.endswith(".mask") for k in state)
@@ -77,7 +85,13 @@ def test_hooked_transformer_checkpoint_loads_into_ours(tmp_path, pos, norm):
 
 def test_processed_hooked_transformer_lnpre_loads(tmp_path):
     """TransformerLens folds LayerNorm on from_pretrained, leaving normalization_type LNPre."""
-    config = {**SHAPE, "positional_embedding_type": "standard", "normalization_type": "LN", "attn_only": True, "act_fn": None}
+    config = {
+        **SHAPE,
+        "positional_embedding_type": "standard",
+        "normalization_type": "LN",
+        "attn_only": True,
+        "act_fn": None,
+    }
     theirs = hooked(config, seed=5)
     tokens = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
@@ -94,11 +108,19 @@ def test_processed_hooked_transformer_lnpre_loads(tmp_path):
 @pytest.mark.parametrize("pos,norm", [("standard", "LN"), ("standard", None), ("shortformer", None)])
 def test_our_folding_equals_transformer_lens_processing(pos, norm):
     """Where TransformerLens's processing is valid, our prepared weights are its weights."""
-    config = {**SHAPE, "positional_embedding_type": pos, "normalization_type": norm, "attn_only": True, "act_fn": None}
+    config = {
+        **SHAPE,
+        "positional_embedding_type": pos,
+        "normalization_type": norm,
+        "attn_only": True,
+        "act_fn": None,
+    }
     theirs = hooked(config, seed=7)
     state = {k: v.clone() for k, v in theirs.state_dict().items()}
     hw, _ = weights.prepare(state, checkpoint.from_tl_config(config))
-    theirs.load_and_process_state_dict(state, fold_ln=True, center_writing_weights=True, center_unembed=True, fold_value_biases=True)
+    theirs.load_and_process_state_dict(
+        state, fold_ln=True, center_writing_weights=True, center_unembed=True, fold_value_biases=True
+    )
     processed = theirs.state_dict()
     for name, ours in hw.state_dict().items():
         assert torch.allclose(ours, processed[name].double(), atol=1e-5), name
@@ -112,9 +134,21 @@ def test_transformer_lens_checkpoint_runs_the_whole_pipeline_to_figures(tmp_path
     with train.source=load produces every figure and the report."""
     from dvc_repo import dvc, git, make_repo
 
-    repo = make_repo(tmp_path / "repo", ["train.source=load", "train.checkpoint=attn-only-2l/model.pth"], commit=False)
-    config = {"n_layers": 2, "n_heads": 4, "d_head": 8, "d_model": 32, "n_ctx": 32, "d_vocab": 300,
-              "positional_embedding_type": "standard", "normalization_type": "LN", "attn_only": True, "act_fn": None}
+    repo = make_repo(
+        tmp_path / "repo", ["train.source=load", "train.checkpoint=attn-only-2l/model.pth"], commit=False
+    )
+    config = {
+        "n_layers": 2,
+        "n_heads": 4,
+        "d_head": 8,
+        "d_model": 32,
+        "n_ctx": 32,
+        "d_vocab": 300,
+        "positional_embedding_type": "standard",
+        "normalization_type": "LN",
+        "attn_only": True,
+        "act_fn": None,
+    }
     theirs = hooked(config, seed=11)
     (repo / "checkpoints" / "attn-only-2l").mkdir(parents=True)
     torch.save(theirs.state_dict(), repo / "checkpoints" / "attn-only-2l" / "model.pth")

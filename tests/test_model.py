@@ -15,7 +15,9 @@ from pipeline.model import AttnOnlyTransformer, next_token_loss
 VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"], [True, False]))
 
 
-def random_model(pos: str, norm: str | None, bias: bool = True, seed: int = 0, **shape) -> AttnOnlyTransformer:
+def random_model(
+    pos: str, norm: str | None, bias: bool = True, seed: int = 0, **shape
+) -> AttnOnlyTransformer:
     """A small model with every parameter random (LN weights and biases too), in float64."""
     shape = {"n_layers": 2, "n_heads": 4, "d_head": 4, "d_model": 16, "n_ctx": 12, "d_vocab": 20, **shape}
     cfg = ModelConfig(positional_embedding_type=pos, normalization_type=norm, use_bias=bias, **shape)
@@ -69,7 +71,9 @@ def test_per_head_inputs_equal_shared_inputs_when_identical():
     x = torch.randn(2, 12, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     q, k, v = block.attn_inputs(x, model.pos_embed.W_pos[:12])
     shared = block.attn(q, k, v)
-    per_head = block.attn(*(t[:, :, None, :].expand(-1, -1, 4, -1) for t in (q, k, v)))  # [batch, pos, head, d_model]
+    per_head = block.attn(
+        *(t[:, :, None, :].expand(-1, -1, 4, -1) for t in (q, k, v))
+    )  # [batch, pos, head, d_model]
     assert torch.allclose(shared.result, per_head.result, atol=1e-12)
     assert torch.allclose(shared.pattern, per_head.pattern, atol=1e-12)
     # changing head 2's key input changes only head 2's pattern
@@ -81,7 +85,9 @@ def test_per_head_inputs_equal_shared_inputs_when_identical():
 
 
 def test_no_bias_model_keeps_zero_biases_in_its_state_dict():
-    model = AttnOnlyTransformer(ModelConfig(use_bias=False, n_heads=2, d_head=4, d_model=8, n_ctx=8, d_vocab=10))
+    model = AttnOnlyTransformer(
+        ModelConfig(use_bias=False, n_heads=2, d_head=4, d_model=8, n_ctx=8, d_vocab=10)
+    )
     state = model.state_dict()
     for name in ("blocks.0.attn.b_Q", "blocks.1.attn.b_O", "unembed.b_U"):
         assert name in state and state[name].abs().max() == 0
@@ -109,7 +115,9 @@ def test_fast_forward_gradients_equal_autograd_through_the_cached_forward(monkey
 
     monkeypatch.setattr(_CausalAttention, "CHUNK_BYTES", 5 * 12 * 12 * 8)  # 5 heads' scores per chunk
     model = random_model("shortformer", "LN")
-    tokens = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(5))  # 12 (batch, head) pairs
+    tokens = torch.randint(
+        0, 20, (3, 12), generator=torch.Generator().manual_seed(5)
+    )  # 12 (batch, head) pairs
     grads = []
     for forward in (model.forward, lambda t: model.run_with_cache(t)[0]):
         model.zero_grad()

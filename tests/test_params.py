@@ -66,7 +66,11 @@ def test_bad_overrides_name_the_key(override, key):
 def test_a_loaded_model_is_not_held_to_the_unused_model_section():
     """train.source=load takes its shape from the checkpoint: model.n_ctx does not limit the
     evaluation lengths (the train and heads stages check them against the loaded model)."""
-    cfg = params.from_dict(params.compose(["train.source=load", "train.checkpoint=tl.safetensors", "model.n_ctx=16"], conf_dir=ROOT / "conf"))
+    cfg = params.from_dict(
+        params.compose(
+            ["train.source=load", "train.checkpoint=tl.safetensors", "model.n_ctx=16"], conf_dir=ROOT / "conf"
+        )
+    )
     assert cfg.model.n_ctx == 16 and 2 * cfg.analysis.heads.repeat_length + 1 > 16
 
 
@@ -91,7 +95,9 @@ def test_missing_and_malformed_params_files(tmp_path):
 
 
 def run_params_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.params", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.params", *args], cwd=cwd, capture_output=True, text=True
+    )
 
 
 def test_cli_writes_params_with_overrides(tmp_path):

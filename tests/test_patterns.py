@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
+import planted
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import planted
 from pipeline import patterns
 
 
@@ -108,7 +108,9 @@ def tl_model(tmp_path_factory):
 
     word_level = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<bos>"))
     word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=word_level, bos_token="<bos>", eos_token="<bos>", pad_token="<bos>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=word_level, bos_token="<bos>", eos_token="<bos>", pad_token="<bos>"
+    )
     path = tmp_path_factory.mktemp("tokenizer")
     fast.save_pretrained(path)  # TransformerLens reloads it by path to add BOS handling
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -166,4 +168,6 @@ def test_duplicate_and_induction_agree_with_detect_head_on_repeated_distinct_spa
         ours = torch.stack([ours_fn(p) for p in cache.pattern])  # [layer, head]
         theirs = detect_head(tl_model, texts(tokens), name, error_measure="mul")
         torch.testing.assert_close(ours * length / T, theirs, rtol=0, atol=1e-4)
-        assert theirs[planted_head] > 0.4 and theirs[planted_head] == theirs.max()  # not a comparison of zeros
+        assert (
+            theirs[planted_head] > 0.4 and theirs[planted_head] == theirs.max()
+        )  # not a comparison of zeros

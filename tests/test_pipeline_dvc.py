@@ -10,7 +10,6 @@ import io
 import json
 
 import pytest
-
 from dvc_repo import BIN, dvc, git, make_repo, run, stages_run
 
 pytestmark = pytest.mark.slow
@@ -20,7 +19,13 @@ ARTIFACTS = {
     "weights": ("heads.safetensors", "summary.json"),
     "composition": ("scores.csv", "summary.json"),
     "heads": ("heads.csv", "summary.json", "ablation.csv"),
-    "figures": ("errata_diagram.png", "errata_diagram.svg", "composition_Q.png", "composition_K.png", "composition_V.png"),
+    "figures": (
+        "errata_diagram.png",
+        "errata_diagram.svg",
+        "composition_Q.png",
+        "composition_K.png",
+        "composition_V.png",
+    ),
 }
 
 
@@ -76,7 +81,9 @@ def test_experiment_runs_and_is_listed_with_metrics(repo):
     assert metric_columns and all(row[c] not in ("", "-") for c in metric_columns), row
 
 
-@pytest.mark.parametrize("override,key", [("model.n_head=4", "model.n_head"), ("model.n_heads=four", "model.n_heads")])
+@pytest.mark.parametrize(
+    "override,key", [("model.n_head=4", "model.n_head"), ("model.n_heads=four", "model.n_heads")]
+)
 def test_bad_experiment_override_fails_in_one_line_naming_the_key(repo, override, key):
     path, _ = repo
     before = (path / "params.yaml").read_text()

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from dvc_repo import BIN, TINY, dvc, env, git, make_repo, stages_run
+
 from pipeline import io
 from pipeline import params as params_mod
 
@@ -70,12 +70,21 @@ def test_a_fresh_clone_reproduces_every_output_byte_for_byte(reference, tmp_path
 def kill_when_writing(cmd: list[str], cwd: Path, directory: Path, timeout: float = 300) -> subprocess.Popen:
     """Start `cmd` in its own process group; SIGKILL the whole group as soon as a temporary
     file appears in `directory` (an artifact is being written)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env(cwd),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + timeout
     while not leftovers(directory):
         if proc.poll() is not None or time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
-            pytest.fail(f"{' '.join(cmd)} wrote no temporary file in {directory} (exit code {proc.returncode})")
+            pytest.fail(
+                f"{' '.join(cmd)} wrote no temporary file in {directory} (exit code {proc.returncode})"
+            )
         time.sleep(0.001)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -94,7 +103,18 @@ def test_sigkill_mid_write_leaves_no_partial_artifact_and_repro_completes(refere
     big_params = tmp_path / "big.yaml"
     big_params.write_text(params_mod.dump(params_mod.compose(big, conf_dir=ROOT / "conf")))
     seed0 = outputs / "train" / "seed0"
-    cmd = [str(BIN / "python"), "-m", "stages.train", "--params", str(big_params), "--seed", "0", "--out", str(seed0), "--no-progress"]
+    cmd = [
+        str(BIN / "python"),
+        "-m",
+        "stages.train",
+        "--params",
+        str(big_params),
+        "--seed",
+        "0",
+        "--out",
+        str(seed0),
+        "--no-progress",
+    ]
     for _ in range(5):
         kill_when_writing(cmd, repo, seed0)
         if leftovers(seed0):
@@ -129,7 +149,9 @@ def test_sigkill_mid_write_leaves_no_partial_artifact_and_repro_completes(refere
 
 # --- the mechanism, without DVC --------------------------------------------------------------
 
-WRITES = re.compile(r"\.write_(text|bytes)\(|\bopen\([^)]*[\"'][wax]|\.savefig\(|\.to_csv\(|torch\.save\(|np\.save\(|save_file\(|json\.dump\(")
+WRITES = re.compile(
+    r"\.write_(text|bytes)\(|\bopen\([^)]*[\"'][wax]|\.savefig\(|\.to_csv\(|torch\.save\(|np\.save\(|save_file\(|json\.dump\("
+)
 
 
 def test_every_write_goes_through_pipeline_io():
@@ -164,8 +186,23 @@ def test_a_full_disk_ends_the_stage_in_one_line_naming_the_file_and_leaves_no_pa
     out = tmp_path / "out"
     limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))  # noqa: E731
     done = subprocess.run(
-        [sys.executable, "-m", "stages.train", "--params", str(params), "--seed", "0", "--out", str(out), "--no-progress"],
-        cwd=ROOT, capture_output=True, text=True, preexec_fn=limit, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "stages.train",
+            "--params",
+            str(params),
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,
+        timeout=300,
     )
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2, done.stderr

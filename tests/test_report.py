@@ -19,14 +19,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 import synthetic_seeds as syn
+
 from pipeline import params
 from stages import compare as compare_stage
 from stages import report as report_stage
 
 SEEDS = [0, 1]
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+CHROMIUM = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None
+)
 
 
 class Page(HTMLParser):
@@ -54,14 +56,47 @@ class Page(HTMLParser):
 def build(root: Path, seeds=SEEDS) -> Path:
     dirs = syn.write_stage_outputs(root / "outputs", seeds)
     p = root / "params.yaml"
-    p.write_text(params.dump(params.compose([f"seeds={seeds}", "analysis.compare.bootstrap_samples=500", "analysis.compare.dpi=40"])))
+    p.write_text(
+        params.dump(
+            params.compose(
+                [f"seeds={seeds}", "analysis.compare.bootstrap_samples=500", "analysis.compare.dpi=40"]
+            )
+        )
+    )
     compare_out = root / "outputs" / "compare"
-    assert compare_stage.main(
-        ["--params", str(p), "--train", str(dirs["train"]), "--composition", str(dirs["composition"]),
-         "--heads", str(dirs["heads"]), "--out", str(compare_out)]
-    ) == 0
+    assert (
+        compare_stage.main(
+            [
+                "--params",
+                str(p),
+                "--train",
+                str(dirs["train"]),
+                "--composition",
+                str(dirs["composition"]),
+                "--heads",
+                str(dirs["heads"]),
+                "--out",
+                str(compare_out),
+            ]
+        )
+        == 0
+    )
     page = root / "outputs" / "report" / "index.html"
-    assert report_stage.main(["--params", str(p), "--compare", str(compare_out), "--figures", str(dirs["figures"]), "--out", str(page)]) == 0
+    assert (
+        report_stage.main(
+            [
+                "--params",
+                str(p),
+                "--compare",
+                str(compare_out),
+                "--figures",
+                str(dirs["figures"]),
+                "--out",
+                str(page),
+            ]
+        )
+        == 0
+    )
     return page
 
 
@@ -74,7 +109,12 @@ def expected_images(root: Path) -> dict[str, bytes]:
     """What the page must embed: every PNG of the compare stage and of each seed's figures (SVGs have a PNG twin)."""
     out = {p.name: p.read_bytes() for p in sorted((root / "compare" / "figures").glob("*.png"))}
     for seed in SEEDS:
-        out.update({f"seed{seed}/{p.name}": p.read_bytes() for p in sorted((root / "figures" / f"seed{seed}").glob("*.png"))})
+        out.update(
+            {
+                f"seed{seed}/{p.name}": p.read_bytes()
+                for p in sorted((root / "figures" / f"seed{seed}").glob("*.png"))
+            }
+        )
     return out
 
 
@@ -85,7 +125,11 @@ def test_page_is_self_contained(page):
     for tag, attrs in html.tags:
         for name in ("src", "href", "srcset", "poster", "data"):
             if name in attrs:
-                assert tag == "img" and name == "src" and attrs[name].startswith("data:"), (tag, name, attrs[name][:60])
+                assert tag == "img" and name == "src" and attrs[name].startswith("data:"), (
+                    tag,
+                    name,
+                    attrs[name][:60],
+                )
     assert "url(" not in html.style and "@import" not in html.style
     assert not re.search(r"https?://", page.read_text().split("<body", 1)[1].split("<pre>", 1)[0])
 
@@ -107,7 +151,9 @@ def test_page_shows_claims_tables_config_and_environment(page):
     assert text.count('class="holds">holds<') == 3  # the three claims, planted to hold
     for seed in SEEDS:
         assert f'<h2 id="seed{seed}">Seed {seed}</h2>' in text
-    assert "induction &lt;- previous_token" in text and "recent_window" in text  # composition and roles tables
+    assert (
+        "induction &lt;- previous_token" in text and "recent_window" in text
+    )  # composition and roles tables
     assert "bootstrap_samples: 500" in text  # the config
     assert f"<td>{importlib.metadata.version('torch')}</td>" in text and "git revision" in text
 
@@ -120,8 +166,16 @@ def test_page_is_byte_stable(page, tmp_path):
 def test_missing_figures_are_named(page, tmp_path, capsys):
     root = page.parents[1]
     code = report_stage.main(
-        ["--params", str(root.parent / "params.yaml"), "--compare", str(root / "compare"),
-         "--figures", str(tmp_path / "nowhere"), "--out", str(tmp_path / "index.html")]
+        [
+            "--params",
+            str(root.parent / "params.yaml"),
+            "--compare",
+            str(root / "compare"),
+            "--figures",
+            str(tmp_path / "nowhere"),
+            "--out",
+            str(tmp_path / "index.html"),
+        ]
     )
     assert code == 2
     assert "nowhere/seed0" in capsys.readouterr().err
@@ -136,11 +190,21 @@ def test_a_compare_table_missing_a_column_is_named(page, tmp_path, capsys, table
     frame = pd.read_csv(compare / f"{table}.csv")
     frame.drop(columns=[column]).to_csv(compare / f"{table}.csv", index=False)
     code = report_stage.main(
-        ["--params", str(root.parent / "params.yaml"), "--compare", str(compare),
-         "--figures", str(root / "figures"), "--out", str(tmp_path / "index.html")]
+        [
+            "--params",
+            str(root.parent / "params.yaml"),
+            "--compare",
+            str(compare),
+            "--figures",
+            str(root / "figures"),
+            "--out",
+            str(tmp_path / "index.html"),
+        ]
     )
     err = capsys.readouterr().err
-    assert code == 2 and f"{table}.csv" in err and repr(column) in err and len(err.strip().splitlines()) == 1, err
+    assert (
+        code == 2 and f"{table}.csv" in err and repr(column) in err and len(err.strip().splitlines()) == 1
+    ), err
     assert not (tmp_path / "index.html").exists()
 
 
@@ -160,12 +224,24 @@ def chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProces
     if CHROMIUM is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed (CI must install the Debian package chromium)")
-        pytest.skip("chromium is not installed: apt-get install -y chromium (the Debian package) to run this test")
+        pytest.skip(
+            "chromium is not installed: apt-get install -y chromium (the Debian package) to run this test"
+        )
     cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-        f"--user-data-dir={tmp_path / 'profile'}", "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-        *args, url,
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-extensions",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--proxy-server=http://127.0.0.1:9",
+        "--proxy-bypass-list=<-loopback>",
+        *args,
+        url,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
@@ -197,7 +273,9 @@ def test_report_opens_offline_in_chromium_with_every_image(page, tmp_path):
     n = len(expected_images(page.parents[1]))
     assert images_loaded(tmp_path, page.read_text()) == {"n": n, "bad": []}
     shot = tmp_path / "report.png"
-    proc = chromium(tmp_path, page.as_uri(), "--window-size=1280,2400", "--hide-scrollbars", f"--screenshot={shot}")
+    proc = chromium(
+        tmp_path, page.as_uri(), "--window-size=1280,2400", "--hide-scrollbars", f"--screenshot={shot}"
+    )
     assert shot.is_file(), proc.stderr[-2000:]
     import matplotlib.image
 

@@ -80,7 +80,9 @@ def zero_circuits(hw: weights.HeadWeights, frame: pd.DataFrame) -> tuple[np.ndar
 @given(random_models())
 def test_composition_scores_are_in_range_and_undefined_only_for_zero_circuits(model):
     hw = head_weights(model)
-    frame = composition.composition_scores(hw.to(torch.float32), COMPOSITION, seed=0)  # float32 in, float64 out
+    frame = composition.composition_scores(
+        hw.to(torch.float32), COMPOSITION, seed=0
+    )  # float32 in, float64 out
     assert all(frame[c].dtype == np.float64 for c in ("score", "baseline_mean", "baseline_std", "z"))
     score = frame["score"].to_numpy()
     true = (frame["variant"] == "true").to_numpy()
@@ -112,10 +114,14 @@ def test_scaling_any_head_matrix_by_a_power_of_two_changes_no_score(model, data)
         **{name: getattr(hw, name) * factor for name, factor in per_head.items()},
     )  # fmt: skip
     pd.testing.assert_frame_equal(
-        composition.composition_scores(scaled, COMPOSITION, seed=1), composition.composition_scores(hw, COMPOSITION, seed=1), check_exact=True
+        composition.composition_scores(scaled, COMPOSITION, seed=1),
+        composition.composition_scores(hw, COMPOSITION, seed=1),
+        check_exact=True,
     )
     assert torch.equal(heads.copying(scaled).nan_to_num(7.0), heads.copying(hw).nan_to_num(7.0))
-    assert torch.equal(heads.qk_positivity(scaled)[0].nan_to_num(7.0), heads.qk_positivity(hw)[0].nan_to_num(7.0))
+    assert torch.equal(
+        heads.qk_positivity(scaled)[0].nan_to_num(7.0), heads.qk_positivity(hw)[0].nan_to_num(7.0)
+    )
 
 
 @PROPERTY
@@ -150,7 +156,9 @@ def test_the_analysis_reads_float64_checkpoints_unrounded(tmp_path):
     state["blocks.1.attn.W_Q"][0, 0, 0] = 1 + 2**-40  # rounds to 1.0 in float32
     checkpoint.save_state(tmp_path / "model.safetensors", state)
     (tmp_path / "config.json").write_text(json.dumps(checkpoint.tl_config(cfg)))
-    model = checkpoint.load_model(tmp_path / "model.safetensors", tmp_path / "config.json", dtype=torch.float64)
+    model = checkpoint.load_model(
+        tmp_path / "model.safetensors", tmp_path / "config.json", dtype=torch.float64
+    )
     assert model.blocks[1].attn.W_Q[0, 0, 0].item() == 1 + 2**-40
     hw, _ = weights.load(tmp_path / "model.safetensors")
     assert hw.W_Q.dtype == torch.float64 and hw.W_Q[1, 0, 0, 0].item() == 1 + 2**-40

@@ -21,9 +21,19 @@ from stages import train as stage
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
-    "model.n_heads=2", "model.d_head=4", "model.d_model=16", "model.n_ctx=20", "model.d_vocab=16",
-    "data.n_train_sequences=64", "train.steps=12", "train.warmup_steps=2", "train.eval_every=5",
-    "train.batch_size=4", "train.eval_batch_size=4", "train.probe_length=6", "train.threads=1",
+    "model.n_heads=2",
+    "model.d_head=4",
+    "model.d_model=16",
+    "model.n_ctx=20",
+    "model.d_vocab=16",
+    "data.n_train_sequences=64",
+    "train.steps=12",
+    "train.warmup_steps=2",
+    "train.eval_every=5",
+    "train.batch_size=4",
+    "train.eval_batch_size=4",
+    "train.probe_length=6",
+    "train.threads=1",
     "analysis.heads.repeat_length=6",
 ]
 
@@ -35,7 +45,17 @@ def write_params(tmp_path: Path, overrides: list[str] = ()) -> Path:
 
 
 def run_stage(tmp_path: Path, seed: int, out: str, overrides: list[str] = ()) -> Path:
-    code = stage.main(["--seed", str(seed), "--out", str(tmp_path / out), "--params", str(write_params(tmp_path, overrides)), "--no-progress"])
+    code = stage.main(
+        [
+            "--seed",
+            str(seed),
+            "--out",
+            str(tmp_path / out),
+            "--params",
+            str(write_params(tmp_path, overrides)),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     return tmp_path / out
 
@@ -102,14 +122,20 @@ def test_load_converts_each_seeds_checkpoint_into_the_same_files(tmp_path, monke
         curve = pd.read_csv(out / "curve.tsv", sep="\t")
         assert list(curve.columns) == list(train.CURVE_COLUMNS) and curve["step"].tolist() == [0]
         manifest = json.loads((out / "manifest.json").read_text())
-        expected = hashlib.sha256((tmp_path / "checkpoints" / f"run{seed}" / f"model{suffix}").read_bytes()).hexdigest()
+        expected = hashlib.sha256(
+            (tmp_path / "checkpoints" / f"run{seed}" / f"model{suffix}").read_bytes()
+        ).hexdigest()
         assert manifest["checkpoint"]["sha256"] == expected
 
 
 def test_load_refuses_missing_and_outside_checkpoints(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "checkpoints").mkdir()
-    cfg = params.from_dict(params.compose([*TINY, "train=load", "train.checkpoint='seed{seed}/model.safetensors'"], conf_dir=ROOT / "conf"))
+    cfg = params.from_dict(
+        params.compose(
+            [*TINY, "train=load", "train.checkpoint='seed{seed}/model.safetensors'"], conf_dir=ROOT / "conf"
+        )
+    )
     with pytest.raises(UserError, match=r"train.checkpoint.*checkpoints/seed3/model.safetensors not found"):
         train.run(cfg, 3)
     outside = replace(cfg, train=replace(cfg.train, checkpoint="../elsewhere.safetensors"))
@@ -119,7 +145,9 @@ def test_load_refuses_missing_and_outside_checkpoints(tmp_path, monkeypatch):
 
 def test_checkpoint_suffix_is_validated():
     with pytest.raises(UserError, match="train.checkpoint"):
-        params.from_dict(params.compose(["train=load", "train.checkpoint=model.ckpt"], conf_dir=ROOT / "conf"))
+        params.from_dict(
+            params.compose(["train=load", "train.checkpoint=model.ckpt"], conf_dir=ROOT / "conf")
+        )
 
 
 @pytest.mark.slow
@@ -129,7 +157,9 @@ def test_default_config_grows_previous_token_and_induction_heads():
     result = train.train(cfg, seed=0, progress=False)
     from pipeline import heads  # as the heads stage measures them
 
-    table = heads.analyse(result.model.double(), heads_weights(result), cfg.data, cfg.analysis.heads, seed=0).table
+    table = heads.analyse(
+        result.model.double(), heads_weights(result), cfg.data, cfg.analysis.heads, seed=0
+    ).table
     layer0, layer1 = table[table.layer == 0], table[table.layer == 1]
     assert layer1["induction"].max() >= 0.5
     assert layer0["prev_token"].max() >= 0.5

@@ -7,10 +7,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
-from pathlib import Path
 
 from pipeline import checkpoint, weights
 from pipeline.config import ModelConfig
@@ -20,8 +20,16 @@ VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"]))
 
 
 def random_model(pos: str, norm: str | None, seed: int = 0) -> AttnOnlyTransformer:
-    cfg = ModelConfig(n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=10, d_vocab=20,
-                      positional_embedding_type=pos, normalization_type=norm)
+    cfg = ModelConfig(
+        n_layers=2,
+        n_heads=3,
+        d_head=4,
+        d_model=16,
+        n_ctx=10,
+        d_vocab=20,
+        positional_embedding_type=pos,
+        normalization_type=norm,
+    )
     torch.manual_seed(seed)
     model = AttnOnlyTransformer(cfg).double()
     with torch.no_grad():
@@ -36,7 +44,9 @@ def normalise(x: torch.Tensor) -> torch.Tensor:
     return ln(x).detach()
 
 
-def forward_from_heads(hw: weights.HeadWeights, extra: dict, cfg: ModelConfig, tokens: torch.Tensor) -> torch.Tensor:
+def forward_from_heads(
+    hw: weights.HeadWeights, extra: dict, cfg: ModelConfig, tokens: torch.Tensor
+) -> torch.Tensor:
     """Log-probabilities computed from prepared weights only, in float64."""
     T = tokens.shape[1]
     ln = cfg.normalization_type == "LN"
@@ -117,10 +127,22 @@ def test_weights_stage_records_every_step(tmp_path):
     params = tmp_path / "params.yaml"
     from pipeline import params as params_mod
 
-    params.write_text(params_mod.dump(params_mod.compose(conf_dir=Path(__file__).resolve().parents[1] / "conf")))
+    params.write_text(
+        params_mod.dump(params_mod.compose(conf_dir=Path(__file__).resolve().parents[1] / "conf"))
+    )
     for out in ("out", "again"):
-        code = stage.main(["--model", str(tmp_path / "model.safetensors"), "--config", str(tmp_path / "config.json"),
-                           "--out", str(tmp_path / out), "--params", str(params)])
+        code = stage.main(
+            [
+                "--model",
+                str(tmp_path / "model.safetensors"),
+                "--config",
+                str(tmp_path / "config.json"),
+                "--out",
+                str(tmp_path / out),
+                "--params",
+                str(params),
+            ]
+        )
         assert code == 0
     for name in ("heads.safetensors", "summary.json"):  # byte-identical when run again
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()

@@ -7,8 +7,8 @@ deterministically (no dates, fixed SVG ids) and atomically.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
@@ -28,7 +28,9 @@ def save(fig: Figure, base: str | Path, formats: Sequence[str] = FORMATS, dpi: i
     for fmt in formats:
         meta = {"Date": None} if fmt == "svg" else {"Software": None} if fmt == "png" else {}
         path = Path(f"{base}.{fmt}")
-        io.write_with(path, lambda tmp, fmt=fmt, meta=meta: fig.savefig(tmp, format=fmt, dpi=dpi, metadata=meta))
+        io.write_with(
+            path, lambda tmp, fmt=fmt, meta=meta: fig.savefig(tmp, format=fmt, dpi=dpi, metadata=meta)
+        )
         paths.append(path)
     plt.close(fig)
     return paths

@@ -14,7 +14,11 @@ from matplotlib.figure import Figure
 
 from pipeline.tables import ROLES, VARIANTS
 
-VARIANT_LABELS = {"true": "corrected", "errata_bcda": "original\n(B C D A)", "errata_dabc": "original\n(D A B C)"}
+VARIANT_LABELS = {
+    "true": "corrected",
+    "errata_bcda": "original\n(B C D A)",
+    "errata_dabc": "original\n(D A B C)",
+}
 
 
 def dots_with_ci(
@@ -35,13 +39,31 @@ def dots_with_ci(
         ax.scatter(i + offsets, values, s=18, color="0.45", zorder=2, label="seed" if i == 0 else None)
         s = by_column.loc[column]
         if pd.notna(s["mean"]):
-            ax.hlines(s["mean"], i - 0.28, i + 0.28, color="black", lw=2, zorder=3, label="mean" if i == 0 else None)
+            ax.hlines(
+                s["mean"], i - 0.28, i + 0.28, color="black", lw=2, zorder=3, label="mean" if i == 0 else None
+            )
         if pd.notna(s["lo"]) and pd.notna(s["hi"]):
-            ax.vlines(i + 0.3, s["lo"], s["hi"], color="#d62728", lw=2, zorder=3, label=f"{ci:.0%} CI" if i == 0 else None)
+            ax.vlines(
+                i + 0.3,
+                s["lo"],
+                s["hi"],
+                color="#d62728",
+                lw=2,
+                zorder=3,
+                label=f"{ci:.0%} CI" if i == 0 else None,
+            )
     if threshold is not None:
         ax.axhline(threshold, color="0.6", lw=1, ls="--", zorder=1)
     if seeds[columns].isna().all().all():  # say why the panel is empty
-        ax.text(0.5, 0.5, "no seed has the heads\nthis needs", transform=ax.transAxes, ha="center", va="center", color="0.4")
+        ax.text(
+            0.5,
+            0.5,
+            "no seed has the heads\nthis needs",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="0.4",
+        )
     ax.set_xticks(range(len(columns)), labels)
     ax.set_xlim(-0.6, len(columns) - 0.4)
 
@@ -50,7 +72,9 @@ def claims_figure(seeds: pd.DataFrame, stats: pd.DataFrame, z_threshold: float, 
     """The errata's three claims, per seed and across seeds."""
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.8))
     labels = [VARIANT_LABELS[v] for v in VARIANTS]
-    dots_with_ci(axes[0], seeds, stats, [f"a_selectivity_{v}" for v in VARIANTS], labels, threshold=0.0, ci=ci)
+    dots_with_ci(
+        axes[0], seeds, stats, [f"a_selectivity_{v}" for v in VARIANTS], labels, threshold=0.0, ci=ci
+    )
     axes[0].set_title("(a) K induction <- prev-token:\nselectivity (> 0: strongest of all)", fontsize=10)
     dots_with_ci(axes[1], seeds, stats, ["b"], ["corrected"], threshold=z_threshold, ci=ci)
     axes[1].set_title("(b) K induction <- recent-window:\nmax z against the null", fontsize=10)
@@ -78,7 +102,11 @@ def roles_figure(seeds: pd.DataFrame, stats: pd.DataFrame) -> Figure:
 
 def curves_figure(curves: pd.DataFrame, mean: pd.DataFrame) -> Figure:
     """Training curves: a thin line per seed, the mean over seeds thick."""
-    panels = [("eval_loss", "held-out loss"), ("induction", "best induction score"), ("prev_token", "best previous-token score")]
+    panels = [
+        ("eval_loss", "held-out loss"),
+        ("induction", "best induction score"),
+        ("prev_token", "best previous-token score"),
+    ]
     fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.4))
     for ax, (column, title) in zip(axes, panels):
         for seed, curve in curves.groupby("seed", sort=True):
@@ -89,4 +117,3 @@ def curves_figure(curves: pd.DataFrame, mean: pd.DataFrame) -> Figure:
     axes[0].legend(fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
-

@@ -14,7 +14,11 @@ from matplotlib.lines import Line2D
 
 from pipeline.tables import KINDS, VARIANTS, excess
 
-KIND_COLORS = {"Q": "#1f77b4", "K": "#d62728", "V": "#2ca02c"}  # the paper's Q/K/V colouring differs; ours is fixed
+KIND_COLORS = {
+    "Q": "#1f77b4",
+    "K": "#d62728",
+    "V": "#2ca02c",
+}  # the paper's Q/K/V colouring differs; ours is fixed
 VARIANT_TITLES = {
     "true": "corrected (true Frobenius norm)",
     "errata_bcda": "original (rotated strand B C D A)",
@@ -34,7 +38,9 @@ def composition_heatmap(scores: pd.DataFrame, kind: str, variants: tuple[str, ..
         for col, (src, dst) in enumerate(pairs):
             ax = axes[row][col]
             block = sel[(sel["variant"] == variant) & (sel["src_layer"] == src) & (sel["dst_layer"] == dst)]
-            grid = block.pivot(index="dst_head", columns="src_head", values="excess")  # [later head, earlier head]
+            grid = block.pivot(
+                index="dst_head", columns="src_head", values="excess"
+            )  # [later head, earlier head]
             finite = np.abs(grid.values[np.isfinite(grid.values)])
             vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
             im = ax.imshow(grid.values, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
@@ -58,7 +64,9 @@ def _head_label(layer: int, head: int, roles: pd.DataFrame | None) -> str:
     return label
 
 
-def _diagram_panel(ax, edges: pd.DataFrame, n_layers: int, n_heads: int, max_excess: float, roles: pd.DataFrame | None) -> None:
+def _diagram_panel(
+    ax, edges: pd.DataFrame, n_layers: int, n_heads: int, max_excess: float, roles: pd.DataFrame | None
+) -> None:
     """Heads as dots in columns by layer; an edge per composing pair, coloured by kind."""
     for layer in range(n_layers):
         for head in range(n_heads):
@@ -66,8 +74,12 @@ def _diagram_panel(ax, edges: pd.DataFrame, n_layers: int, n_heads: int, max_exc
             ax.plot(layer, y, "o", color="0.2", markersize=6, zorder=3)
             left = layer == 0
             ax.text(
-                layer + (-0.06 if left else 0.06), y, _head_label(layer, head, roles),
-                ha="right" if left else "left", va="center", fontsize=7,
+                layer + (-0.06 if left else 0.06),
+                y,
+                _head_label(layer, head, roles),
+                ha="right" if left else "left",
+                va="center",
+                fontsize=7,
             )
     offsets = {"Q": -0.12, "K": 0.0, "V": 0.12}  # Q, K, V edges of one pair drawn side by side
     for row in edges.itertuples():
@@ -75,7 +87,14 @@ def _diagram_panel(ax, edges: pd.DataFrame, n_layers: int, n_heads: int, max_exc
         mid = (row.src_layer + row.dst_layer) / 2
         xs = [row.src_layer, mid, row.dst_layer]
         ys = [y0, (y0 + y1) / 2 + offsets[row.kind], y1]
-        ax.plot(xs, ys, color=KIND_COLORS[row.kind], linewidth=0.5 + 4.5 * row.excess / max_excess, alpha=0.8, zorder=2)
+        ax.plot(
+            xs,
+            ys,
+            color=KIND_COLORS[row.kind],
+            linewidth=0.5 + 4.5 * row.excess / max_excess,
+            alpha=0.8,
+            zorder=2,
+        )
     ax.set_xlim(-0.8, n_layers - 1 + 0.8)
     ax.set_ylim(-0.8, n_heads - 0.2)
     ax.set_xticks(range(n_layers), [f"layer {layer}" for layer in range(n_layers)])
@@ -100,7 +119,9 @@ def errata_diagram(
     n_heads = int(max(scored["src_head"].max(), scored["dst_head"].max())) + 1
     edges = scored[(scored["excess"] > threshold) & scored["variant"].isin(variants)]
     max_excess = float(edges["excess"].max()) if len(edges) else 1.0
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.6 * len(variants), 0.45 * n_heads + 1.8), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(variants), figsize=(4.6 * len(variants), 0.45 * n_heads + 1.8), squeeze=False
+    )
     for ax, variant in zip(axes[0], variants):
         mine = edges[edges["variant"] == variant]
         _diagram_panel(ax, mine, n_layers, n_heads, max_excess, roles)
@@ -108,6 +129,9 @@ def errata_diagram(
         ax.set_title(f"{VARIANT_TITLES.get(variant, variant)}\nedges: {counts}", fontsize=9)
     handles = [Line2D([], [], color=KIND_COLORS[k], linewidth=3, label=f"{k}-composition") for k in KINDS]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.suptitle(f"Head composition: score - baseline > {threshold:g} (width: excess, max {max_excess:.3f})", fontsize=10)
+    fig.suptitle(
+        f"Head composition: score - baseline > {threshold:g} (width: excess, max {max_excess:.3f})",
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig

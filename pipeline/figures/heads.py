@@ -38,9 +38,13 @@ def read_example(path: str | Path) -> np.ndarray:
     try:
         pattern = load_file(str(path))["pattern"]
     except (SafetensorError, OSError, KeyError, ValueError) as e:
-        raise UserError(str(path), f"not a patterns file of the heads stage ({str(e).splitlines()[0][:200]})") from None
+        raise UserError(
+            str(path), f"not a patterns file of the heads stage ({str(e).splitlines()[0][:200]})"
+        ) from None
     if pattern.ndim != 4 or pattern.shape[-1] != pattern.shape[-2]:
-        raise UserError(str(path), f"pattern has shape {list(pattern.shape)}, expected [layer, head, pos, pos]")
+        raise UserError(
+            str(path), f"pattern has shape {list(pattern.shape)}, expected [layer, head, pos, pos]"
+        )
     return pattern
 
 
@@ -63,7 +67,9 @@ def attention_patterns(pattern: np.ndarray, heads: pd.DataFrame, repeat_length: 
                 q = np.arange(repeat_length + 1, T)
                 ax.plot(q - repeat_length + 1, q, ":", color="#d62728", lw=0.8)
             role = _role(heads, layer, head)
-            ax.set_title(f"{layer}.{head} {role.replace('_', ' ')}", fontsize=8, color=ROLE_COLORS.get(role, "black"))
+            ax.set_title(
+                f"{layer}.{head} {role.replace('_', ' ')}", fontsize=8, color=ROLE_COLORS.get(role, "black")
+            )
             ax.set_xticks([])
             ax.set_yticks([])
         axes[layer][0].set_ylabel(f"layer {layer}\nquery", fontsize=8)
@@ -78,7 +84,9 @@ def copying_vs_qk(heads: pd.DataFrame) -> Figure:
     """Heads of layer >= 1: copying (OV eigenvalue positivity) against the positivity of their
     K-composition QK term with the best-composing earlier head. Induction heads sit top right."""
     later = heads[heads["layer"] >= 1]
-    defined = np.isfinite(later["copying"].to_numpy(float)) & np.isfinite(later["qk_positivity"].to_numpy(float))
+    defined = np.isfinite(later["copying"].to_numpy(float)) & np.isfinite(
+        later["qk_positivity"].to_numpy(float)
+    )
     shown, undefined = later[defined], later[~defined]
     fig, ax = plt.subplots(figsize=(5.2, 4.8))
     ax.axhline(0, color="0.8", lw=0.8)
@@ -87,10 +95,24 @@ def copying_vs_qk(heads: pd.DataFrame) -> Figure:
         color, label = ROLE_COLORS.get(str(role), "black"), str(role).replace("_", " ")
         ax.scatter(group["copying"], group["qk_positivity"], s=36, color=color, label=label)
     for row in shown.itertuples():
-        ax.annotate(f"{row.layer}.{row.head}", (row.copying, row.qk_positivity), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.annotate(
+            f"{row.layer}.{row.head}",
+            (row.copying, row.qk_positivity),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     if len(undefined):  # an OV or QK term with no non-zero eigenvalue: say so rather than drop it silently
         names = ", ".join(f"{r.layer}.{r.head}" for r in undefined.itertuples())
-        ax.text(0.99, 0.01, f"undefined (not shown): {names}", transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
+        ax.text(
+            0.99,
+            0.01,
+            f"undefined (not shown): {names}",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=7,
+        )
     ax.set_xlim(-1.05, 1.05)
     ax.set_ylim(-1.05, 1.05)
     ax.set_xlabel("copying: sum(λ) / sum(|λ|) of W_E OV W_U")
@@ -112,15 +134,27 @@ def ablation_vs_composition(
     """|effect| of each path ablation against the pair's composition score minus baseline: a row
     per kind, a column per variant, Spearman rho (from the heads summary) in each title."""
     merged = effects.merge(scores, on=PAIR_KEYS, how="inner")
-    label = {"loss_effect": "|loss change|", "attn_effect": "|induction score change|"}.get(effect, f"|{effect}|")
-    fig, axes = plt.subplots(len(kinds), len(VARIANTS), figsize=(3.4 * len(VARIANTS), 2.9 * len(kinds)), squeeze=False)
+    label = {"loss_effect": "|loss change|", "attn_effect": "|induction score change|"}.get(
+        effect, f"|{effect}|"
+    )
+    fig, axes = plt.subplots(
+        len(kinds), len(VARIANTS), figsize=(3.4 * len(VARIANTS), 2.9 * len(kinds)), squeeze=False
+    )
     for r, kind in enumerate(kinds):
         for c, variant in enumerate(VARIANTS):
             ax = axes[r][c]
             rows = merged[(merged["kind"] == kind) & (merged["variant"] == variant)]
             ax.scatter(excess(rows), rows[effect].abs(), s=12, color="#444444")
             if not rows["score"].notna().any():  # e.g. rotated strands that vanish: NaN scores
-                ax.text(0.5, 0.5, "no defined scores", transform=ax.transAxes, ha="center", va="center", fontsize=8)
+                ax.text(
+                    0.5,
+                    0.5,
+                    "no defined scores",
+                    transform=ax.transAxes,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                )
             value = (rho or {}).get(kind, {}).get(variant)
             shown = "undefined" if value is None else f"{value:.2f}"
             ax.set_title(f"{kind} {variant}: Spearman ρ = {shown}", fontsize=8)
@@ -132,4 +166,3 @@ def ablation_vs_composition(
     fig.suptitle(f"Path ablation vs composition ({effect.replace('_', ' ')})")
     fig.tight_layout()
     return fig
-
