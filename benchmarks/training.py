@@ -3,7 +3,9 @@
 1. Throughput: tokens per second of one training step (forward, backward, AdamW step,
    gradient clipping) of our model and of TransformerLens 3.9's HookedTransformer with
    the same shapes and the same batches, alternating in rounds; the median of each.
-   Target: ours >= 1.5x TransformerLens.
+   Target: ours >= 1.5x TransformerLens. `--also REV` adds our model as it was at a git
+   revision (pipeline/model.py at REV, e.g. the hand-written attention autograd function
+   that one Block forward replaced), measured in the same rounds.
 2. Induction: the real training (`pipeline.train.train`) of each seed; the step and the
    wall seconds at which the best layer-1 head's induction score first reaches 0.5
    (curve.tsv's probe, as the heads stage measures it), and the final scores.
@@ -11,14 +13,18 @@
 
     python benchmarks/training.py                      # seeds of params.yaml
     python benchmarks/training.py --seeds 0 1 2 3 4 --threads 1
+    python benchmarks/training.py --override setup=kjv --also d2dfd71 --skip-induction
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+import types
 import warnings
 from pathlib import Path
 
@@ -27,9 +33,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import params, train  # noqa: E402
-from pipeline.checkpoint import tl_config  # noqa: E402
+from pipeline import io, params, tokenizer, train  # noqa: E402
 from pipeline.model import AttnOnlyTransformer, next_token_loss  # noqa: E402
+from pipeline.tl_checkpoint import tl_config  # noqa: E402
 
 TARGET_RATIO = 1.5
 TARGET_SECONDS = 60.0
@@ -68,12 +74,25 @@ def step_seconds(model, batches: list[torch.Tensor], lr: float) -> float:
     return (time.perf_counter() - start) / len(batches)
 
 
-def throughput(cfg, rounds: int, steps: int) -> list[tuple[str, float]]:
+def model_at(revision: str):
+    """pipeline/model.py as it was at a git revision, as a module (never imported as pipeline.model)."""
+    source = subprocess.run(
+        ["git", "show", f"{revision}:pipeline/model.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    module = types.ModuleType(f"model_at_{revision}")
+    exec(compile(source, f"{revision}:pipeline/model.py", "exec"), module.__dict__)
+    return module
+
+
+def throughput(cfg, rounds: int, steps: int, also: list[str] = ()) -> list[tuple[str, float]]:
     t, m = cfg.train, cfg.model
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, m.d_vocab, (t.batch_size, m.n_ctx), generator=gen) for _ in range(steps)]
     torch.manual_seed(0)
     models = {"ours": AttnOnlyTransformer(m)}
+    for revision in also:
+        torch.manual_seed(0)
+        models[f"ours at {revision}"] = model_at(revision).AttnOnlyTransformer(m)
     theirs = hooked_transformer(m)
     if theirs is not None:
         models["TransformerLens 3.9"] = theirs
@@ -85,11 +104,23 @@ def throughput(cfg, rounds: int, steps: int) -> list[tuple[str, float]]:
     return [(name, tokens / statistics.median(ts)) for name, ts in times.items()]
 
 
+def tokenized(cfg, directory: Path) -> Path | None:
+    """The tokenizer stage's output for a text config, written into `directory` (else None)."""
+    result, manifest = tokenizer.from_config(cfg.data)
+    if result is None:
+        return None
+    io.write_npy(directory / "tokens.npy", result.tokens)
+    io.write_json(directory / "manifest.json", manifest)
+    return directory
+
+
 def induction(cfg, seeds: list[int]) -> list[dict]:
     rows = []
+    scratch = Path(tempfile.mkdtemp(prefix="attn-circuits-bench-"))
+    text = tokenized(cfg, scratch)
     for seed in seeds:
         cpu = time.process_time()
-        result = train.train(cfg, seed, progress=False)
+        result = train.train(cfg, seed, text, progress=False)
         curve = result.curve
         reached = [i for i, v in enumerate(curve["induction"]) if v >= train.INDUCTION_THRESHOLD]
         first = reached[0] if reached else None
@@ -111,6 +142,12 @@ def induction(cfg, seeds: list[int]) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
+    parser.add_argument(
+        "--override", nargs="*", default=None, help="compose conf/ with these overrides instead of --params"
+    )
+    parser.add_argument(
+        "--also", nargs="*", default=[], help="git revisions of pipeline/model.py to measure too"
+    )
     parser.add_argument("--seeds", type=int, nargs="*", help="default: the seeds of params.yaml")
     parser.add_argument(
         "--threads", type=int, help="torch CPU threads (default: train.threads, else torch's)"
@@ -120,7 +157,10 @@ def main() -> int:
     parser.add_argument("--skip-induction", action="store_true")
     args = parser.parse_args()
 
-    cfg = params.load(args.params)
+    if args.override is not None:
+        cfg = params.from_dict(params.compose(args.override, conf_dir=ROOT / "conf"), source="override")
+    else:
+        cfg = params.load(args.params)
     if args.threads is not None:
         cfg.train.threads = args.threads
     if cfg.train.threads is not None:
@@ -128,20 +168,24 @@ def main() -> int:
     torch.use_deterministic_algorithms(True)  # as training runs, for both models
     m, t = cfg.model, cfg.train
     print(
-        f"model: {m.n_layers} layers x {m.n_heads} heads x {m.d_head}, d_model {m.d_model}, n_ctx {m.n_ctx}, "
-        f"d_vocab {m.d_vocab}, {m.positional_embedding_type}, norm {m.normalization_type}; batch {t.batch_size}; "
+        f"model: {m.n_layers} layers x {m.n_heads} heads x {m.d_head}, "
+        f"d_model {m.d_model}, n_ctx {m.n_ctx}, d_vocab {m.d_vocab}, "
+        f"{m.positional_embedding_type}, norm {m.normalization_type}; batch {t.batch_size}; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
 
-    speeds = throughput(cfg, args.rounds, args.steps)
+    torch.utils.deterministic.fill_uninitialized_memory = False  # as pipeline.train runs
+    speeds = throughput(cfg, args.rounds, args.steps, args.also)
     ours = speeds[0][1]
     print("\n| model | tokens/s | ours / model |\n|---|---:|---:|")
     for name, speed in speeds:
         print(f"| {name} | {speed:,.0f} | {ours / speed:.2f}x |")
-    if len(speeds) > 1:
-        ratio = ours / speeds[1][1]
+    tl = [speed for name, speed in speeds if name.startswith("TransformerLens")]
+    if tl:
+        ratio = ours / tl[0]
         print(
-            f"\nthroughput vs TransformerLens: {ratio:.2f}x (target >= {TARGET_RATIO}x): {'met' if ratio >= TARGET_RATIO else 'NOT met'}"
+            f"\nthroughput vs TransformerLens: {ratio:.2f}x (target >= {TARGET_RATIO}x): "
+            f"{'met' if ratio >= TARGET_RATIO else 'NOT met'}"
         )
 
     if not args.skip_induction:
@@ -149,13 +193,15 @@ def main() -> int:
         rows = induction(cfg, seeds)
         print(
             f"\n| seed | step at induction >= 0.5 | wall s at 0.5 | wall s (all {t.steps} steps) | CPU s | "
-            f"final induction | final prev-token | wall s at 0.5 / {TARGET_SECONDS:.0f} s |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+            f"final induction | final prev-token | wall s at 0.5 / {TARGET_SECONDS:.0f} s |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|"
         )
         for r in rows:
             at = f"{r['wall_s']:.1f}" if r["wall_s"] is not None else "never"
             ratio = f"{r['wall_s'] / TARGET_SECONDS:.2f}" if r["wall_s"] is not None else "-"
             print(
-                f"| {r['seed']} | {r['step'] if r['step'] is not None else 'never'} | {at} | {r['total_s']:.1f} | "
+                f"| {r['seed']} | {r['step'] if r['step'] is not None else 'never'} | {at} | "
+                f"{r['total_s']:.1f} | "
                 f"{r['cpu_s']:.1f} | {r['induction']:.2f} | {r['prev_token']:.2f} | {ratio} |"
             )
         ok = all(r["wall_s"] is not None and r["wall_s"] <= TARGET_SECONDS for r in rows)

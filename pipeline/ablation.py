@@ -12,12 +12,15 @@ only the one edge a -> b(kind) is cut. On repeated random tokens `[first, span, 
 
 V-ablation cannot change b's pattern, so its attn_effect is 0 (written as exactly 0).
 
-Fast path (`path_ablation`): head b's pattern and output depend only on b's own query,
-key and value inputs, so feeding the ablated input to *every* head of layer j at once
-(at one kind) gives each head b exactly its single-edge result. Several source heads a
-are stacked along the batch of one attention call. The loss then needs one forward pass
-per b (b's new output, every other head's clean one): all b are batched.
-`ablate_path` is the single-edge reference, through per-head inputs.
+On held-out text (`length` None) only the loss effect is measured: attn_effect is NaN.
+
+Both run through the model's one layer path, `Block.forward`, with its `replace`
+argument. Fast path (`path_ablation`): head b's pattern and output depend only on b's
+own query, key and value inputs, so feeding the ablated stream to *every* head of layer
+j at once (at one kind) gives each head b exactly its single-edge result. Several
+source heads a are stacked along the batch of one block call. The loss then needs one
+pass through the later layers per b (b's new output, every other head's clean one):
+all b are batched. `ablate_path` is the single-edge reference, through per-head inputs.
 """
 
 from __future__ import annotations
@@ -30,16 +33,8 @@ from pipeline import patterns
 from pipeline.model import AttnOnlyTransformer, Cache, next_token_loss
 from pipeline.tables import ABLATION_COLUMNS, KINDS
 
-COLUMNS = list(ABLATION_COLUMNS)
+COLUMNS = list(ABLATION_COLUMNS[:7])  # the heads stage adds heldout_loss_effect (held-out text)
 _CHUNK = 2**24  # elements of one stacked attention result, or of one batch of logits (128 MB in float64)
-
-
-def _finish(model: AttnOnlyTransformer, resid: Tensor, layer: int, pos: Tensor | None) -> Tensor:
-    """Logits from the residual stream after `layer`: the later layers, then the unembedding."""
-    for block in model.blocks[layer + 1 :]:
-        out = block.attn(*block.attn_inputs(resid, pos))
-        resid = resid + out.result.sum(dim=2) + block.attn.b_O
-    return model.logits_from(resid)
 
 
 def _mean_ablated(cache: Cache, src_layer: int, src_head: int, dst_layer: int) -> Tensor:
@@ -49,7 +44,7 @@ def _mean_ablated(cache: Cache, src_layer: int, src_head: int, dst_layer: int) -
 
 
 def _sources_per_chunk(batch: int, pos: int, n_heads: int, d_model: int) -> int:
-    """Source heads stacked into one attention call: its per-head result [n * batch, pos, head,
+    """Source heads stacked into one block call: its per-head result [n * batch, pos, head,
     d_model] stays under _CHUNK elements (memory), at least one."""
     return max(1, _CHUNK // (batch * pos * n_heads * d_model))
 
@@ -60,9 +55,17 @@ def _heads_per_loss_chunk(batch: int, pos: int, d_vocab: int) -> int:
     return max(1, _CHUNK // (batch * pos * d_vocab))
 
 
+def _induction(pattern: Tensor, length: int | None) -> Tensor:
+    """Induction score per head [head], or NaN without a repeated batch (`length` None)."""
+    if length is None:
+        return torch.full(pattern.shape[-3:-2], torch.nan, dtype=pattern.dtype)
+    return patterns.induction(pattern, length)
+
+
 @torch.no_grad()
-def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd.DataFrame:
-    """One row per (kind, a, b), b in a later layer than a: COLUMNS. `tokens` [batch, 1 + 2 length]."""
+def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None) -> pd.DataFrame:
+    """One row per (kind, a, b), b in a later layer than a: COLUMNS. `tokens` [batch, pos]:
+    repeated `[first, span, span]` with `length`-token spans, or held-out text (`length` None)."""
     logits, cache = model.run_with_cache(tokens)
     clean_loss = next_token_loss(logits, tokens)
     B, T = tokens.shape
@@ -70,12 +73,10 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
     rows = []
     for j in range(1, model.cfg.n_layers):
         block = model.blocks[j]
-        clean_in = block.attn_inputs(
-            cache.resid_pre[j], cache.pos
-        )  # (q_in, k_in, v_in), each [batch, pos, d_model]
-        clean_induction = patterns.induction(cache.pattern[j], length)  # [head]
+        resid = cache.resid_pre[j]  # [batch, pos, d_model]
+        clean_induction = _induction(cache.pattern[j], length)  # [head]
         clean_result = cache.result[j]  # [batch, pos, head, d_model]
-        resid_post = cache.resid_pre[j] + clean_result.sum(dim=2) + block.attn.b_O  # [batch, pos, d_model]
+        resid_post = resid + clean_result.sum(dim=2) + block.attn.b_O  # [batch, pos, d_model]
         step = _sources_per_chunk(B, T, H, clean_result.shape[-1])
         per_loss = _heads_per_loss_chunk(B, T, model.cfg.d_vocab)
         for i in range(j):
@@ -85,44 +86,36 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int) -> pd
                 n = len(sources)
                 # layer j's input with each source head's write replaced by its per-position mean
                 w = write[:, :, first : first + n]  # [batch, pos, n, d_model]
-                ablated = (
-                    cache.resid_pre[j][:, :, None] - w + w.mean(0, keepdim=True)
-                )  # [batch, pos, n, d_model]
+                ablated = resid[:, :, None] - w + w.mean(0, keepdim=True)  # [batch, pos, n, d_model]
                 ablated = ablated.permute(2, 0, 1, 3).reshape(n * B, T, -1)  # sources stacked along the batch
-                ablated_in = block.attn_inputs(ablated, cache.pos)
-                clean_stacked = [x.repeat(n, 1, 1) for x in clean_in]  # [n * batch, pos, d_model] each
-                for k, kind in enumerate(KINDS):
-                    # every head of layer j reads the ablated input at this kind (module doc)
-                    inputs = list(clean_stacked)
-                    inputs[k] = ablated_in[k]
-                    out = block.attn(*inputs)
+                clean = resid.repeat(n, 1, 1)  # [n * batch, pos, d_model]
+                for kind in KINDS:
+                    # every head of layer j reads the ablated stream at this kind (module doc)
+                    out = block(clean, cache.pos, replace={kind: ablated}, cache=True)
                     pattern = out.pattern.view(n, B, H, T, T)
                     delta = out.result.view(n, B, T, H, -1) - clean_result  # [n, batch, pos, head, d_model]
                     delta = delta.permute(0, 3, 1, 2, 4)  # [n, head, batch, pos, d_model]
                     for s, a in enumerate(sources):
-                        attn_effect = clean_induction - patterns.induction(pattern[s], length)  # [head]
+                        attn_effect = clean_induction - _induction(pattern[s], length)  # [head]
                         if kind == "V":  # values cannot move a pattern: 0, not rounding noise
-                            attn_effect = torch.zeros_like(attn_effect)
+                            attn_effect = torch.where(attn_effect.isnan(), attn_effect, 0.0)
                         # one copy of the batch per b: b's new write, the other heads' clean ones
                         loss_effect = torch.empty(H, dtype=clean_loss.dtype)
                         for g in range(0, H, per_loss):
                             heads = slice(g, min(g + per_loss, H))
                             m = heads.stop - heads.start
-                            resid = (resid_post + delta[s, heads]).reshape(
+                            stream = (resid_post + delta[s, heads]).reshape(
                                 m * B, T, -1
                             )  # [m * batch, pos, d_model]
-                            loss = next_token_loss(
-                                _finish(model, resid, j, cache.pos), tokens.repeat(m, 1), reduce=False
-                            )
+                            new_logits = model.logits_from(stream, j + 1, cache.pos)
+                            loss = next_token_loss(new_logits, tokens.repeat(m, 1), reduce=False)
                             loss_effect[heads] = loss.view(m, -1).mean(-1) - clean_loss
                         for b in range(H):
                             rows.append((kind, i, a, j, b, float(attn_effect[b]), float(loss_effect[b])))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     order = {kind: n for n, kind in enumerate(KINDS)}
-    frame = frame.sort_values(
-        COLUMNS[:5], key=lambda c: c.map(order) if c.name == "kind" else c
-    )  # KINDS order, then heads
-    return frame.reset_index(drop=True)
+    frame = frame.sort_values(COLUMNS[:5], key=lambda c: c.map(order) if c.name == "kind" else c)
+    return frame.reset_index(drop=True)  # KINDS order, then heads
 
 
 @torch.no_grad()
@@ -132,24 +125,19 @@ def ablate_path(
     src: tuple[int, int],
     dst: tuple[int, int],
     kind: str,
-    length: int,
+    length: int | None,
 ) -> tuple[float, float]:
     """(attn_effect, loss_effect) of cutting one edge a -> b(kind), the direct way: per-head
-    inputs to layer j in which only head b's `kind` input is ablated."""
+    inputs to layer j in which only head b's `kind` input reads the ablated stream."""
     (i, a), (j, b) = src, dst
     if not 0 <= i < j < model.cfg.n_layers:
         raise ValueError(f"the source layer {i} must come before the destination layer {j}")
-    k = KINDS.index(kind)
     logits, cache = model.run_with_cache(tokens)
-    block = model.blocks[j]
-    clean_in = block.attn_inputs(cache.resid_pre[j], cache.pos)
-    ablated = block.attn_inputs(_mean_ablated(cache, i, a, j), cache.pos)[k]
-    per_head = clean_in[k][:, :, None].repeat(1, 1, model.cfg.n_heads, 1)  # [batch, pos, head, d_model]
-    per_head[:, :, b] = ablated
-    inputs = list(clean_in)
-    inputs[k] = per_head
-    out = block.attn(*inputs)
-    resid = cache.resid_pre[j] + out.result.sum(dim=2) + block.attn.b_O
-    loss = next_token_loss(_finish(model, resid, j, cache.pos), tokens)
-    attn_effect = patterns.induction(cache.pattern[j], length)[b] - patterns.induction(out.pattern, length)[b]
+    per_head = cache.resid_pre[j][:, :, None].repeat(
+        1, 1, model.cfg.n_heads, 1
+    )  # [batch, pos, head, d_model]
+    per_head[:, :, b] = _mean_ablated(cache, i, a, j)
+    out = model.blocks[j](cache.resid_pre[j], cache.pos, replace={kind: per_head}, cache=True)
+    loss = next_token_loss(model.logits_from(out.resid, j + 1, cache.pos), tokens)
+    attn_effect = _induction(cache.pattern[j], length)[b] - _induction(out.pattern, length)[b]
     return float(attn_effect), float(loss - next_token_loss(logits, tokens))

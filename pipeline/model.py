@@ -1,7 +1,7 @@
 """A two-layer (any-layer) attention-only transformer, in the paper's notation.
 
 Row-vector convention and TransformerLens's state-dict names, so checkpoints move
-both ways (DESIGN.md, "Weight formats"). For head h of a layer:
+both ways (docs/design.md, "Weight formats"). For head h of a layer:
 
     q = x W_Q^h + b_Q^h        k = y W_K^h + b_K^h        scores = q k^T / sqrt(d_head)
     v = y W_V^h + b_V^h        result^h = pattern^h v W_O^h     out = sum_h result^h + b_O
@@ -12,9 +12,12 @@ residual stream carries token information only, as in the paper). With LayerNorm
 (`normalization_type: LN`, pre-LN as TransformerLens), shortformer positions are
 added after the norm.
 
-Attention takes separate query, key and value inputs, each either shared by all
-heads `[batch, pos, d_model]` or per head `[batch, pos, head, d_model]`: that is
-what path ablation needs (change only what reaches one head's keys).
+One path through a layer, `Block.forward`, serves training, `run_with_cache` and the
+path ablation. Its `replace` argument gives the query, key or value input its own
+residual stream, shared by all heads `[batch, pos, d_model]` or per head
+`[batch, pos, head, d_model]`: that is what path ablation needs (change only what
+reaches one head's keys). With `cache=False` (training) attention runs through a fused
+kernel (`_CausalAttention`) and no per-head result is kept.
 """
 
 from __future__ import annotations
@@ -26,9 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipeline.config import ModelConfig
-
-LN_EPS = 1e-5  # TransformerLens's default
+from pipeline.config import LN_EPS, ModelConfig
+from pipeline.tables import KINDS
 
 
 def _holder(**params: nn.Parameter) -> nn.Module:
@@ -53,45 +55,42 @@ class LayerNorm(nn.Module):
         return x / scale * self.w + self.b
 
 
-class AttentionOutput(NamedTuple):
-    result: Tensor  # [batch, pos, head, d_model]  each head's write, before b_O
-    pattern: Tensor  # [batch, head, query_pos, key_pos]
-
-
 class Attention(nn.Module):
+    """The heads of one layer: only their weights (`Block.forward` runs them)."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        H, D, d = cfg.n_heads, cfg.d_model, cfg.d_head
-        self.d_head = d
-        self.W_Q = nn.Parameter(torch.empty(H, D, d))
-        self.W_K = nn.Parameter(torch.empty(H, D, d))
-        self.W_V = nn.Parameter(torch.empty(H, D, d))
-        self.W_O = nn.Parameter(torch.empty(H, d, D))
-        biases = {"b_Q": (H, d), "b_K": (H, d), "b_V": (H, d), "b_O": (D,)}
+        H, d_model, d_head = cfg.n_heads, cfg.d_model, cfg.d_head
+        self.W_Q = nn.Parameter(torch.empty(H, d_model, d_head))
+        self.W_K = nn.Parameter(torch.empty(H, d_model, d_head))
+        self.W_V = nn.Parameter(torch.empty(H, d_model, d_head))
+        self.W_O = nn.Parameter(torch.empty(H, d_head, d_model))
+        biases = {"b_Q": (H, d_head), "b_K": (H, d_head), "b_V": (H, d_head), "b_O": (d_model,)}
         for name, shape in biases.items():
             if cfg.use_bias:
                 self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
             else:  # kept as zero buffers so the state dict has TransformerLens's keys
                 self.register_buffer(name, torch.zeros(shape))
 
-    @staticmethod
-    def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
-        """x W + b per head: x is [batch, pos, d_model] or [batch, pos, head, d_model]."""
+    def project(self, x: Tensor, kind: str) -> Tensor:
+        """x W + b of every head, `[batch, head, pos, d_head]`: x is the kind's input,
+        `[batch, pos, d_model]` (one matmul for all heads) or `[batch, pos, head, d_model]`."""
+        W, b = (
+            getattr(self, f"W_{kind}"),
+            getattr(self, f"b_{kind}"),
+        )  # [head, d_model, d_head], [head, d_head]
         if x.ndim == 3:
-            return torch.einsum("bpm,hmd->bphd", x, W) + b
-        return torch.einsum("bphm,hmd->bphd", x, W) + b
+            H, d_model, d_head = W.shape
+            flat = W.transpose(0, 1).reshape(d_model, H * d_head)  # [d_model, head * d_head]
+            out = torch.addmm(b.reshape(-1), x.reshape(-1, d_model), flat)  # [batch * pos, head * d_head]
+            return out.view(*x.shape[:2], H, d_head).transpose(1, 2)
+        return (torch.einsum("bphm,hmd->bphd", x, W) + b).transpose(1, 2)
 
-    def forward(self, q_in: Tensor, k_in: Tensor, v_in: Tensor) -> AttentionOutput:
-        q = self._project(q_in, self.W_Q, self.b_Q)  # [batch, pos, head, d_head]
-        k = self._project(k_in, self.W_K, self.b_K)
-        v = self._project(v_in, self.W_V, self.b_V)
-        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.d_head)
-        n = scores.shape[-1]
-        future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
-        pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-        z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)  # [batch, pos, head, d_head]
-        result = torch.einsum("bqhd,hdm->bqhm", z, self.W_O)  # [batch, pos, head, d_model]
-        return AttentionOutput(result, pattern)
+
+class BlockOutput(NamedTuple):
+    resid: Tensor  # [batch, pos, d_model]  the residual stream after the layer
+    result: Tensor | None  # [batch, pos, head, d_model]  each head's write, before b_O (cache only)
+    pattern: Tensor | None  # [batch, head, query_pos, key_pos]  (cache only)
 
 
 class Block(nn.Module):
@@ -100,11 +99,52 @@ class Block(nn.Module):
         self.ln1 = LayerNorm(cfg.d_model) if cfg.normalization_type == "LN" else nn.Identity()
         self.attn = Attention(cfg)
 
-    def attn_inputs(self, resid: Tensor, pos: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Query, key and value inputs from a residual stream; `pos` is given for shortformer."""
+    def forward(
+        self,
+        resid: Tensor,
+        pos: Tensor | None = None,
+        replace: dict[str, Tensor] | None = None,
+        cache: bool = False,
+    ) -> BlockOutput:
+        """resid + sum_h result^h + b_O for a residual stream `resid` `[batch, pos, d_model]`.
+
+        pos: the positional embeddings `[pos, d_model]` of a shortformer model, added to
+        the query and key inputs after ln1 (None: standard positions, already in resid).
+        replace: {"Q" | "K" | "V": a residual stream that input reads instead of `resid`},
+        `[batch, pos, d_model]` for every head or `[batch, pos, head, d_model]` per head.
+        cache: also return each head's result and pattern (explicit softmax); otherwise
+        attention runs fused (`_CausalAttention`), as in training.
+        """
+        a = self.attn
+        B, T, d_model = resid.shape
         x = self.ln1(resid)
-        qk = x if pos is None else x + pos  # shortformer: positions enter after the norm
-        return qk, qk, x
+        x_qk = x if pos is None else x + pos  # shortformer: positions only in queries and keys
+        q, k, v = (
+            a.project(self._input(replace[kind], pos, kind) if replace and kind in replace else clean, kind)
+            for kind, clean in zip(KINDS, (x_qk, x_qk, x), strict=True)
+        )  # each [batch, head, pos, d_head]
+        d_head = q.shape[-1]
+        if not cache:
+            H = q.shape[1]
+            causal = torch.full((T, T), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
+            flat = (t.reshape(B * H, T, d_head) for t in (q, k, v))  # [batch * head, pos, d_head]
+            z = _CausalAttention.apply(*flat, causal, 1 / math.sqrt(d_head))  # [batch * head, pos, d_head]
+            z = z.view(B, H, T, d_head).transpose(1, 2).reshape(B * T, -1)  # [batch * pos, head * d_head]
+            out = torch.addmm(a.b_O, z, a.W_O.reshape(-1, d_model))  # [batch * pos, d_model]
+            return BlockOutput(resid + out.view(B, T, d_model), None, None)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d_head)  # [batch, head, query_pos, key_pos]
+        future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
+        pattern = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+        z = pattern @ v  # [batch, head, pos, d_head]
+        result = torch.einsum("bhqd,hdm->bqhm", z, a.W_O)  # [batch, pos, head, d_model]
+        return BlockOutput(resid + result.sum(dim=2) + a.b_O, result, pattern)
+
+    def _input(self, stream: Tensor, pos: Tensor | None, kind: str) -> Tensor:
+        """A replacement residual stream as the `kind` input: ln1, then positions for Q and K."""
+        x = self.ln1(stream)
+        if pos is None or kind == "V":
+            return x
+        return x + (pos if x.ndim == 3 else pos[:, None])  # per head: [batch, pos, head, d_model]
 
 
 class Cache(NamedTuple):
@@ -135,11 +175,10 @@ class AttnOnlyTransformer(nn.Module):
 
     def weight_matrices(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
         """(every W_*, the rest: biases and LayerNorm), in named_parameters order."""
-        named = list(self.named_parameters())
-        is_matrix = [name.rsplit(".", 1)[-1].startswith("W_") for name, _ in named]
-        return [p for (_, p), m in zip(named, is_matrix) if m], [
-            p for (_, p), m in zip(named, is_matrix) if not m
-        ]
+        matrices, rest = [], []
+        for name, p in self.named_parameters():
+            (matrices if name.rsplit(".", 1)[-1].startswith("W_") else rest).append(p)
+        return matrices, rest
 
     def reset_parameters(self) -> None:
         """Normal(0, init_range) for every W_*, as TransformerLens's GPT-2 init."""
@@ -152,66 +191,45 @@ class AttnOnlyTransformer(nn.Module):
         """Positions enter only the queries' and keys' inputs, never the residual stream."""
         return self.cfg.positional_embedding_type == "shortformer"
 
-    def _embed(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+    def embed_tokens(self, tokens: Tensor) -> tuple[Tensor, Tensor | None]:
         """The residual stream's start `[batch, pos, d_model]` (token embeddings, plus the
-        positions unless shortformer) and the positional embeddings `[pos, d_model]`."""
+        positions unless shortformer) and what each block adds to its queries and keys
+        (shortformer: the positional embeddings `[pos, d_model]`; else None)."""
         T = tokens.shape[1]
         if T > self.cfg.n_ctx:
             raise ValueError(f"sequence length {T} exceeds n_ctx = {self.cfg.n_ctx}")
         W_pos = self.pos_embed.W_pos[:T]  # [pos, d_model]
         resid = self.embed.W_E[tokens]  # [batch, pos, d_model]
-        return (resid if self.shortformer else resid + W_pos), W_pos
+        return (resid, W_pos) if self.shortformer else (resid + W_pos, None)
 
-    def logits_from(self, resid: Tensor) -> Tensor:
-        """Logits `[..., d_vocab]` from the final residual stream `[..., d_model]`."""
+    def logits_from(self, resid: Tensor, layer: int = 0, pos: Tensor | None = None) -> Tensor:
+        """Logits `[batch, pos, d_vocab]` from the residual stream `resid` entering block `layer`
+        (`n_layers`: the final stream): the remaining blocks, then the unembedding."""
+        for block in self.blocks[layer:]:
+            resid = block(resid, pos).resid
         return self.ln_final(resid) @ self.unembed.W_U + self.unembed.b_U
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Logits `[batch, pos, d_vocab]` (training: fused attention, no activations kept)."""
+        resid, pos = self.embed_tokens(tokens)
+        return self.logits_from(resid, 0, pos)
 
     def run_with_cache(self, tokens: Tensor) -> tuple[Tensor, Cache]:
         """Logits `[batch, pos, d_vocab]` and the activations of every layer."""
-        resid, W_pos = self._embed(tokens)
-        pos = W_pos if self.shortformer else None
+        resid, pos = self.embed_tokens(tokens)
         cache = Cache([], [], [], pos)
         for block in self.blocks:
             cache.resid_pre.append(resid)
-            out = block.attn(*block.attn_inputs(resid, pos))
-            cache.result.append(out.result)
-            cache.pattern.append(out.pattern)
-            resid = resid + out.result.sum(dim=2) + block.attn.b_O
-        return self.logits_from(resid), cache
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        """Logits `[batch, pos, d_vocab]`: the same function as `run_with_cache`, computed
-        for training speed (one fused QKV matmul per layer, no per-head results kept)."""
-        B, T = tokens.shape
-        H, d = self.cfg.n_heads, self.cfg.d_head
-        resid, W_pos = self._embed(tokens)
-        causal = torch.full((T, T), float("-inf"), device=tokens.device, dtype=resid.dtype).triu(1)
-        for block in self.blocks:
-            a = block.attn
-            x = block.ln1(resid).reshape(B * T, -1)  # [batch * pos, d_model]
-            W_QKV = (
-                torch.cat([a.W_Q, a.W_K, a.W_V]).transpose(0, 1).reshape(x.shape[1], 3 * H * d)
-            )  # [d_model, 3 * head * d_head]
-            b_QKV = torch.cat([a.b_Q, a.b_K, a.b_V]).reshape(3 * H * d)
-            qkv = (
-                torch.addmm(b_QKV, x, W_QKV).view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)
-            )  # [3, batch, head, pos, d_head]
-            if self.shortformer:  # (x + pos) W = x W + pos W: positions only in queries and keys
-                pos_qk = (
-                    (W_pos @ W_QKV[:, : 2 * H * d]).view(T, 2, H, d).permute(1, 2, 0, 3)
-                )  # [2, head, pos, d_head]
-                qkv = qkv + torch.cat([pos_qk, torch.zeros_like(pos_qk[:1])])[:, None]
-            q, k, v = qkv.reshape(3, B * H, T, d).unbind(0)  # each [batch * head, pos, d_head]
-            z = _CausalAttention.apply(q, k, v, causal, 1 / math.sqrt(d))  # [batch * head, pos, d_head]
-            z = z.view(B, H, T, d).transpose(1, 2).reshape(B * T, H * d)  # [batch * pos, head * d_head]
-            out = torch.addmm(a.b_O, z, a.W_O.reshape(H * d, -1))  # [batch * pos, d_model]
-            resid = resid + out.view(B, T, -1)
-        return self.logits_from(resid)
+            resid, result, pattern = block(resid, pos, cache=True)
+            cache.result.append(result)
+            cache.pattern.append(pattern)
+        return self.logits_from(resid, len(self.blocks)), cache
 
 
 class _CausalAttention(torch.autograd.Function):
-    """softmax(q k^T * scale + mask) v for training, laid out for CPU speed (~25% faster
-    than autograd's own, measured):
+    """softmax(q k^T * scale + mask) v for training (`Block.forward` without cache), laid out
+    for CPU speed: `scaled_dot_product_attention` in its place makes a training step 14-23%
+    slower on these shapes (README, "Benchmarks"), so it stays:
 
     - every batched matmul's output is [pos, pos] or [d_head, pos]: with d_head much
       smaller than pos, BLAS runs a matmul whose output is [pos, d_head] ~3x slower;

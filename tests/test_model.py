@@ -1,5 +1,6 @@
-"""The model: the fast training forward equals the cached (analysis) forward; positions,
-causality and per-head inputs behave as documented. TransformerLens checks: test_interop.py."""
+"""The model: the fused training forward equals the cached (analysis) forward in logits and
+gradients; positions, causality and per-head replacements behave as documented.
+TransformerLens checks: test_interop.py."""
 
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ def test_fast_forward_equals_cached_forward(pos, norm, bias):
     logits, cache = model.run_with_cache(tokens)
     assert torch.allclose(model(tokens), logits, atol=1e-10, rtol=0)
     # the cache adds up: the final residual is the first plus every head's result and b_O
-    resid = cache.resid_pre[0] + sum(r.sum(2) + b.attn.b_O for r, b in zip(cache.result, model.blocks))
+    resid = cache.resid_pre[0] + sum(
+        r.sum(2) + b.attn.b_O for r, b in zip(cache.result, model.blocks, strict=True)
+    )
     assert torch.allclose(model.ln_final(resid) @ model.unembed.W_U + model.unembed.b_U, logits, atol=1e-10)
     for pattern in cache.pattern:  # [batch, head, query, key]: rows sum to 1, nothing from the future
         assert torch.allclose(pattern.sum(-1), torch.ones_like(pattern[..., 0]))
@@ -65,23 +68,30 @@ def test_causal_future_tokens_do_not_change_earlier_logits(pos):
     assert not torch.allclose(a[0, 7:], b[0, 7:])
 
 
-def test_per_head_inputs_equal_shared_inputs_when_identical():
+def test_per_head_replacements_equal_shared_ones_when_identical():
     model = random_model("shortformer", "LN")
-    block = model.blocks[1]
-    x = torch.randn(2, 12, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
-    q, k, v = block.attn_inputs(x, model.pos_embed.W_pos[:12])
-    shared = block.attn(q, k, v)
-    per_head = block.attn(
-        *(t[:, :, None, :].expand(-1, -1, 4, -1) for t in (q, k, v))
-    )  # [batch, pos, head, d_model]
-    assert torch.allclose(shared.result, per_head.result, atol=1e-12)
-    assert torch.allclose(shared.pattern, per_head.pattern, atol=1e-12)
-    # changing head 2's key input changes only head 2's pattern
-    k2 = k[:, :, None, :].repeat(1, 1, 4, 1)
-    k2[:, :, 2] = torch.randn_like(k2[:, :, 2])
-    ablated = block.attn(q, k2, v)
-    same = [h for h in range(4) if torch.allclose(ablated.pattern[:, h], shared.pattern[:, h])]
+    block, pos = model.blocks[1], model.pos_embed.W_pos[:12]
+    gen = torch.Generator().manual_seed(4)
+    resid, other = (torch.randn(2, 12, 16, dtype=torch.float64, generator=gen) for _ in range(2))
+    clean = block(resid, pos, cache=True)
+    # replacing an input by the stream it already reads changes nothing, shared or per head
+    for kind in "QKV":
+        for stream in (resid, resid[:, :, None].expand(-1, -1, 4, -1)):  # [batch, pos, (head,) d_model]
+            same = block(resid, pos, replace={kind: stream}, cache=True)
+            assert torch.allclose(same.result, clean.result, atol=1e-12)
+            assert torch.allclose(same.pattern, clean.pattern, atol=1e-12)
+    # a new key input for head 2 alone changes only head 2's pattern; values change no pattern
+    per_head = resid[:, :, None].repeat(1, 1, 4, 1)
+    per_head[:, :, 2] = other
+    keyed = block(resid, pos, replace={"K": per_head}, cache=True)
+    same = [h for h in range(4) if torch.allclose(keyed.pattern[:, h], clean.pattern[:, h])]
     assert same == [0, 1, 3]
+    valued = block(resid, pos, replace={"V": other}, cache=True)
+    assert torch.allclose(valued.pattern, clean.pattern, atol=1e-12)
+    assert not torch.allclose(valued.result, clean.result)
+    # the block's output adds every head's result and b_O to its input, cached or fused
+    assert torch.allclose(clean.resid, resid + clean.result.sum(2) + block.attn.b_O, atol=1e-12)
+    assert torch.allclose(block(resid, pos).resid, clean.resid, atol=1e-10)
 
 
 def test_no_bias_model_keeps_zero_biases_in_its_state_dict():
@@ -109,15 +119,16 @@ def test_next_token_loss_is_the_cross_entropy_of_the_following_token():
     assert loss[0, 0] < 1e-3 and abs(loss[0, 1].item() - math.log(4)) < 1e-12
 
 
-def test_fast_forward_gradients_equal_autograd_through_the_cached_forward(monkeypatch):
-    """The hand-written attention backward, over several chunks of heads (and a remainder)."""
+@pytest.mark.parametrize("pos,norm", [("shortformer", "LN"), ("standard", None)])
+def test_fused_forward_gradients_equal_autograd_through_the_cached_forward(pos, norm, monkeypatch):
+    """Training's fused attention (the hand-written kernel, over several chunks of heads and a
+    remainder) and autograd through the explicit softmax of the cache give the same gradients
+    for every parameter."""
     from pipeline.model import _CausalAttention
 
     monkeypatch.setattr(_CausalAttention, "CHUNK_BYTES", 5 * 12 * 12 * 8)  # 5 heads' scores per chunk
-    model = random_model("shortformer", "LN")
-    tokens = torch.randint(
-        0, 20, (3, 12), generator=torch.Generator().manual_seed(5)
-    )  # 12 (batch, head) pairs
+    model = random_model(pos, norm)
+    tokens = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(5))
     grads = []
     for forward in (model.forward, lambda t: model.run_with_cache(t)[0]):
         model.zero_grad()
@@ -129,6 +140,6 @@ def test_fast_forward_gradients_equal_autograd_through_the_cached_forward(monkey
 
 def test_fast_forward_in_float32_at_the_default_size():
     torch.manual_seed(0)
-    model = AttnOnlyTransformer(ModelConfig())  # float32; 20 x 8 (batch, head) pairs: several chunks
+    model = AttnOnlyTransformer(ModelConfig())  # float32
     tokens = torch.randint(0, 64, (20, 64), generator=torch.Generator().manual_seed(6))
     assert torch.allclose(model(tokens), model.run_with_cache(tokens)[0], atol=1e-5)
