@@ -1,33 +1,26 @@
-"""Checkpoints on disk: safetensors state dicts and HookedTransformerConfig-style config.json.
+"""Checkpoint files: safetensors state dicts, written byte-stable and atomically, and read
+without ever unpickling.
 
-Never unpickles: `.safetensors` is read by safetensors; `.pt`/`.pth` only through
+`.safetensors` is read by safetensors; `.pt`/`.pth` only through
 `torch.load(weights_only=True)`, which refuses anything but tensors and containers.
-
-`read_tl_config` accepts the config.json of a TransformerLens `HookedTransformer`
-(`cfg.to_dict()`, or the raw config.json of TransformerLens's own attn-only models,
-which spell two fields `normalization` and `shortformer_pos`) and refuses, naming the
-field, any setting our model does not compute the same way (MLPs, RMS norm, rotary
-positions, a custom attention scale, ...).
+This module knows files, not models: `pipeline.tl_checkpoint` checks a state dict
+against our model, so the analysis stages, which read only files, import no model code.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
 from pipeline import io
-from pipeline.config import ModelConfig
 from pipeline.errors import UserError
-from pipeline.model import LN_EPS, AttnOnlyTransformer
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 # Buffers a HookedTransformer keeps in its state dict: the causal mask and a constant.
@@ -101,7 +94,10 @@ def _refusal_reason(e: Exception) -> str:
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # it may hold terminal colour codes
     found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", text)
     if found:
-        return f"it would call or build {found.group(1)}: loading it could run code; save plain tensors or safetensors"
+        return (
+            f"it would call or build {found.group(1)}: loading it could run code; "
+            "save plain tensors or safetensors"
+        )
     lines = [line.strip().removeprefix("WeightsUnpickler error:").strip() for line in text.splitlines()]
     lines = [
         line
@@ -109,227 +105,3 @@ def _refusal_reason(e: Exception) -> str:
         if line and "weights_only" not in line and not line.startswith("Weights only load failed")
     ]
     return (lines[0].split(". ")[0] if lines else type(e).__name__)[:200]  # the first sentence
-
-
-# HookedTransformerConfig fields we write beside a checkpoint (and read back).
-TL_FIELDS = (
-    "n_layers",
-    "d_model",
-    "n_heads",
-    "d_head",
-    "n_ctx",
-    "d_vocab",
-    "positional_embedding_type",
-    "normalization_type",
-)
-
-
-def tl_config(model: ModelConfig) -> dict:
-    """config.json for a checkpoint: HookedTransformerConfig field names and values."""
-    out: dict[str, Any] = {name: getattr(model, name) for name in TL_FIELDS}
-    out.update(attn_only=True, act_fn=None, d_vocab_out=model.d_vocab, use_attn_scale=True, eps=LN_EPS)
-    return out
-
-
-def _unsupported(raw: Mapping[str, Any]) -> tuple[str, Any, str] | None:
-    """The first HookedTransformerConfig setting our model would compute differently."""
-    d_head = raw.get("d_head")
-    checks: list[tuple[str, Any, bool, str]] = [
-        (
-            "attn_only",
-            raw.get("attn_only", True),
-            raw.get("attn_only", True) is True,
-            "not an attention-only model (it has MLPs)",
-        ),
-        (
-            "use_attn_scale",
-            raw.get("use_attn_scale", True),
-            raw.get("use_attn_scale", True) is True,
-            "attention scores must be divided by sqrt(d_head)",
-        ),
-        (
-            "attention_dir",
-            raw.get("attention_dir", "causal"),
-            raw.get("attention_dir", "causal") == "causal",
-            "only causal attention is supported",
-        ),
-        (
-            "final_rms",
-            raw.get("final_rms", False),
-            not raw.get("final_rms", False),
-            "RMS norm is not supported",
-        ),
-        (
-            "use_local_attn",
-            raw.get("use_local_attn", False),
-            not raw.get("use_local_attn", False),
-            "local attention is not supported",
-        ),
-        (
-            "use_qk_norm",
-            raw.get("use_qk_norm", False),
-            not raw.get("use_qk_norm", False),
-            "query/key norms are not supported",
-        ),
-        (
-            "post_embedding_ln",
-            raw.get("post_embedding_ln", False),
-            not raw.get("post_embedding_ln", False),
-            "a LayerNorm after the embedding is not supported",
-        ),
-        (
-            "use_normalization_before_and_after",
-            raw.get("use_normalization_before_and_after", False),
-            not raw.get("use_normalization_before_and_after", False),
-            "post-attention norms are not supported",
-        ),
-        (
-            "scale_attn_by_inverse_layer_idx",
-            raw.get("scale_attn_by_inverse_layer_idx", False),
-            not raw.get("scale_attn_by_inverse_layer_idx", False),
-            "per-layer attention scaling is not supported",
-        ),
-        (
-            "n_key_value_heads",
-            raw.get("n_key_value_heads"),
-            raw.get("n_key_value_heads") in (None, raw.get("n_heads")),
-            "grouped-query attention is not supported",
-        ),
-        (
-            "attn_scores_soft_cap",
-            raw.get("attn_scores_soft_cap", -1.0),
-            (raw.get("attn_scores_soft_cap") or -1.0) <= 0,
-            "soft-capped scores are not supported",
-        ),
-        (
-            "output_logits_soft_cap",
-            raw.get("output_logits_soft_cap", -1.0),
-            (raw.get("output_logits_soft_cap") or -1.0) <= 0,
-            "soft-capped logits are not supported",
-        ),
-        (
-            "d_vocab_out",
-            raw.get("d_vocab_out"),
-            raw.get("d_vocab_out") in (None, -1, raw.get("d_vocab")),
-            "must equal d_vocab",
-        ),
-        ("eps", raw.get("eps", LN_EPS), raw.get("eps", LN_EPS) == LN_EPS, f"LayerNorm eps must be {LN_EPS}"),
-    ]
-    if raw.get("attn_scale") is not None and isinstance(d_head, int) and d_head > 0:
-        scale = raw["attn_scale"]
-        checks.append(
-            (
-                "attn_scale",
-                scale,
-                abs(float(scale) - math.sqrt(d_head)) < 1e-6,
-                f"must be sqrt(d_head) = {math.sqrt(d_head):g}",
-            )
-        )
-    for key, value, ok, problem in checks:
-        if not ok:
-            return key, value, problem
-    return None
-
-
-def read_tl_config(path: str | Path) -> ModelConfig:
-    """A ModelConfig from a HookedTransformerConfig-style config.json (refuses what we cannot run)."""
-    return from_tl_config(io.read_json(path), str(path))
-
-
-def from_tl_config(raw: Any, source: str = "config.json") -> ModelConfig:
-    """A ModelConfig from a dict of HookedTransformerConfig fields; `source` names it in errors."""
-    if not isinstance(raw, dict):
-        raise UserError(source, "must be a JSON object of HookedTransformerConfig fields")
-    raw = dict(raw)
-    # TransformerLens's own attn-only checkpoints spell two fields differently.
-    if "normalization_type" not in raw and "normalization" in raw:
-        raw["normalization_type"] = raw["normalization"]
-    if "positional_embedding_type" not in raw and "shortformer_pos" in raw:
-        raw["positional_embedding_type"] = "shortformer" if raw["shortformer_pos"] else "standard"
-    problem = _unsupported(raw)
-    if problem:
-        key, value, why = problem
-        raise UserError(f"{source}: {key}", why, value)
-    missing = [
-        name
-        for name in TL_FIELDS
-        if name not in raw and name not in ("normalization_type", "positional_embedding_type")
-    ]
-    if missing:
-        raise UserError(f"{source}: {missing[0]}", "missing from config.json")
-    fields = {name: raw.get(name) for name in TL_FIELDS}
-    fields["positional_embedding_type"] = raw.get("positional_embedding_type", "standard")  # TL's default
-    if fields["normalization_type"] == "LNPre":  # LN without weights: LN with w = 1, b = 0
-        fields["normalization_type"] = "LN"
-    for name in ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab"):
-        if not isinstance(fields[name], int) or isinstance(fields[name], bool):
-            raise UserError(f"{source}: {name}", "must be an integer", fields[name])
-    cfg = ModelConfig(**fields)
-    try:
-        cfg.validate()
-    except UserError as e:
-        raise UserError(f"{source}: {e.where}", e.problem, e.value) from None
-    return cfg
-
-
-def check_state(
-    state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], source: str, config_source: str
-) -> dict[str, torch.Tensor]:
-    """Names and shapes of a checkpoint against our model's: the state dict to load, or a one-line refusal.
-
-    Only shapes are read from `expected` (it may live on the meta device); tensors keep
-    their own floating dtype and must be finite. TransformerLens's buffers (`*.mask`,
-    `*.IGNORE`) are dropped; a checkpoint with no LayerNorm weights at all
-    (TransformerLens's LNPre) gets the identity (w = 1, b = 0).
-    """
-    mlp = sorted(k for k in state if ".mlp." in k)
-    if mlp:
-        raise UserError(f"{source}: {mlp[0]}", "not an attention-only model (it has MLP weights)")
-    is_norm = lambda name: name.startswith("ln_final.") or ".ln1." in name  # noqa: E731
-    lnpre = not any(is_norm(k) for k in state)  # LayerNorm without weights (TransformerLens's LNPre)
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in expected.items():
-        if name not in state:
-            if lnpre and is_norm(name):
-                out[name] = torch.ones(tensor.shape) if name.endswith(".w") else torch.zeros(tensor.shape)
-                continue
-            raise UserError(f"{source}: {name}", "missing from the checkpoint")
-        got = state[name]
-        if tuple(got.shape) != tuple(tensor.shape):
-            raise UserError(
-                f"{source}: {name}",
-                f"shape {list(got.shape)} disagrees with {list(tensor.shape)} from {config_source}",
-            )
-        if not got.is_floating_point():
-            raise UserError(f"{source}: {name}", f"must be floating point, got {got.dtype}")
-        if not torch.isfinite(got).all():
-            raise UserError(f"{source}: {name}", "contains NaN or inf")
-        out[name] = got
-    extra = sorted(set(state) - set(expected) - {k for k in state if k.endswith(TL_BUFFERS)})
-    if extra:
-        raise UserError(
-            f"{source}: {extra[0]}",
-            f"unexpected key: not an attention-only model with the shape in {config_source}",
-        )
-    return out
-
-
-def read_checkpoint(
-    model_path: str | Path, config_path: str | Path
-) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """config.json and the checkpoint's state dict, checked against it (`check_state`)."""
-    cfg = read_tl_config(config_path)
-    state, _ = load_state(model_path)
-    with torch.device("meta"):  # only the expected names and shapes: allocates nothing
-        expected = AttnOnlyTransformer(cfg).state_dict()
-    return cfg, check_state(state, expected, str(model_path), str(config_path))
-
-
-def load_model(
-    model_path: str | Path, config_path: str | Path, dtype: torch.dtype = torch.float32
-) -> AttnOnlyTransformer:
-    """Our model with a checkpoint's weights, in `dtype`; names and shapes checked against config.json."""
-    cfg, state = read_checkpoint(model_path, config_path)
-    model = AttnOnlyTransformer(cfg).to(dtype)  # float64 weights reach a float64 analysis unrounded
-    model.load_state_dict(state)
-    return model

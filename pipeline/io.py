@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import tempfile
@@ -87,6 +88,19 @@ def write_json(path: str | Path, obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
 
 
+def write_npy(path: str | Path, array: Any) -> Path:
+    """A numpy array as `.npy` (never pickled). Through a file object: `np.save` given a path
+    would append ".npy" to the temporary name."""
+
+    def save(tmp: Path) -> None:
+        import numpy as np
+
+        with open(tmp, "wb") as f:
+            np.save(f, array, allow_pickle=False)
+
+    return write_with(path, save)
+
+
 def write_csv(path: str | Path, frame: Any, sep: str = ",", float_format: str = "%.10g") -> Path:
     """A pandas DataFrame as CSV (or TSV), no index, fixed float format (stable bytes)."""
     return write_with(
@@ -101,6 +115,14 @@ def clean_stale(directory: str | Path) -> None:
     if directory.is_dir():
         for leftover in directory.glob(f".*{TMP_MARK}*"):
             leftover.unlink(missing_ok=True)
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_json(path: str | Path) -> Any:

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from pipeline.config import Config
-from pipeline.errors import UserError
+from pipeline.errors import UserError, within
 
 CONF_DIR = "conf"
 CONFIG_NAME = "config"
@@ -36,23 +36,19 @@ def from_dict(raw: Any, source: str = "params.yaml") -> Config:
     """
     if not isinstance(raw, dict):
         raise UserError(source, "must be a YAML mapping of config groups", type(raw).__name__)
-    schema = OmegaConf.structured(Config)
-    try:
-        merged = OmegaConf.merge(schema, raw)
-        cfg = OmegaConf.to_object(merged)
-    except ConfigKeyError as e:
-        raise UserError(f"{source}: {e.full_key}", "unknown key") from None
-    except ValidationError as e:
-        expected = _schema_type(e.full_key)
-        raise UserError(f"{source}: {e.full_key}", f"wrong type, expected {expected}", e.value) from None
-    except OmegaConfBaseException as e:
-        first = str(e).splitlines()[0]
-        raise UserError(f"{source}: {getattr(e, 'full_key', '') or '?'}", first) from None
-    assert isinstance(cfg, Config)
-    try:
+    with within(source):
+        schema = OmegaConf.structured(Config)
+        try:
+            merged = OmegaConf.merge(schema, raw)
+            cfg = OmegaConf.to_object(merged)
+        except ConfigKeyError as e:
+            raise UserError(e.full_key, "unknown key") from None
+        except ValidationError as e:
+            raise UserError(e.full_key, f"wrong type, expected {_schema_type(e.full_key)}", e.value) from None
+        except OmegaConfBaseException as e:
+            raise UserError(getattr(e, "full_key", "") or "?", str(e).splitlines()[0]) from None
+        assert isinstance(cfg, Config)
         cfg.validate()
-    except UserError as e:
-        raise UserError(f"{source}: {e.where}", e.problem, e.value) from None
     return cfg
 
 

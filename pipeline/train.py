@@ -17,8 +17,8 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline import checkpoint, data, patterns
-from pipeline.config import Config, ModelConfig, TrainConfig
+from pipeline import data, origin, patterns, tl_checkpoint
+from pipeline.config import Config, TrainConfig, require_fits_context
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer, next_token_loss
 from pipeline.tables import CURVE_COLUMNS
@@ -87,11 +87,6 @@ def evaluate(
     return {"eval_loss": loss.mean().item(), "icl": icl.item(), "induction": induction, "prev_token": prev}
 
 
-def probe_tokens(n: int, length: int, d_vocab: int, seed: int) -> torch.Tensor:
-    """The induction probe: as `pipeline.heads` draws it for the same seed and sizes."""
-    return data.repeated_random_tokens(n, length, d_vocab, torch.Generator().manual_seed(seed))
-
-
 def _summary(curve: pd.DataFrame) -> dict:
     last = curve.iloc[-1]
     metrics = {k: float(last[k]) for k in CURVE_COLUMNS[2:]}
@@ -106,27 +101,23 @@ def _setup(t: TrainConfig) -> torch.device:
     if t.threads is not None:
         torch.set_num_threads(t.threads)
     torch.use_deterministic_algorithms(True)
+    # deterministic mode also fills every new tensor with NaN (to expose reads of
+    # uninitialised memory): ~14% of a training step here, and nothing reads one
+    torch.utils.deterministic.fill_uninitialized_memory = False
     return resolve_device(t.device)
 
 
-def _check_probe_fits(t: TrainConfig, model: ModelConfig, where: str) -> None:
-    need = 1 + 2 * t.probe_length
-    if need > model.n_ctx:
-        raise UserError(
-            "train.probe_length",
-            f"the probe ({need} tokens) does not fit in n_ctx = {model.n_ctx} of {where}",
-            t.probe_length,
-        )
-
-
-def train(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
-    """Train one model on the configured data; evaluate every `train.eval_every` steps."""
+def train(cfg: Config, seed: int, tokenized: str | Path | None = None, progress: bool = True) -> TrainResult:
+    """Train one model on the configured data; evaluate every `train.eval_every` steps.
+    `tokenized`: the tokenizer stage's output (data.source = text)."""
     t = cfg.train
     device = _setup(t)
-    dataset = data.load(cfg.data, cfg.model, seed, n_eval=t.eval_batch_size)
+    dataset = data.load(cfg.data, cfg.model, seed, n_eval=t.eval_batch_size, tokenized=tokenized)
     assert dataset.train is not None
     eval_seqs = dataset.eval.to(device)
-    probe = probe_tokens(t.eval_batch_size, t.probe_length, cfg.model.d_vocab, seed).to(device)
+    probe = data.repeated_probe(dataset, t.eval_batch_size, t.probe_length, cfg.model.d_vocab, seed).to(
+        device
+    )
 
     torch.manual_seed(seed)
     model = AttnOnlyTransformer(cfg.model).to(device)
@@ -192,53 +183,34 @@ def _diverged(losses: torch.Tensor, first_step: int, t: TrainConfig) -> None:
     raise UserError("train.lr", f"the training loss became {value} at step {step}: {_ADVICE}", t.lr)
 
 
-def checkpoint_path(t: TrainConfig, seed: int) -> Path:
-    """`train.checkpoint` under `train.checkpoint_dir`, with "{seed}" replaced by the seed."""
-    assert t.checkpoint is not None  # TrainConfig.check requires it for source = load
-    relative = t.checkpoint.replace("{seed}", str(seed))
-    root = Path(t.checkpoint_dir)
-    path = root / relative
-    if not path.resolve().is_relative_to(root.resolve()):
-        raise UserError(
-            "train.checkpoint",
-            f"must stay inside train.checkpoint_dir = {t.checkpoint_dir!r} (a DVC dependency)",
-            t.checkpoint,
-        )
-    if not path.is_file():
-        raise UserError(
-            "train.checkpoint",
-            f"{path} not found (relative to train.checkpoint_dir = {t.checkpoint_dir!r})",
-            t.checkpoint,
-        )
-    return path
-
-
-def load(cfg: Config, seed: int) -> TrainResult:
-    """A checkpoint trained elsewhere and its config.json (beside it), evaluated like a trained model.
+def load(cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = None) -> TrainResult:
+    """A checkpoint trained elsewhere and its config.json (beside it), evaluated like a trained
+    model; `chosen` is the origin stage's record of them (`pipeline.origin`).
 
     `cfg.model` is not used: the shape comes from config.json. The curve has one row (step 0).
     """
     t = cfg.train
     device = _setup(t)
-    path = checkpoint_path(t, seed)
-    config_path = path.parent / "config.json"
-    model = checkpoint.load_model(path, config_path).to(device)
-    _check_probe_fits(t, model.cfg, str(config_path))
-    dataset = data.load(cfg.data, model.cfg, seed, n_eval=t.eval_batch_size, need_train=False)
-    probe = probe_tokens(t.eval_batch_size, t.probe_length, model.cfg.d_vocab, seed).to(device)
+    path, config_path = origin.checked(chosen)
+    model = tl_checkpoint.load_model(path, config_path).to(device)
+    require_fits_context("train.probe_length", t.probe_length, model.cfg.n_ctx, f"n_ctx of {config_path}")
+    dataset = data.load(cfg.data, model.cfg, seed, t.eval_batch_size, tokenized, need_train=False)
+    probe = data.repeated_probe(dataset, t.eval_batch_size, t.probe_length, model.cfg.d_vocab, seed).to(
+        device
+    )
     row = {"step": 0, "tokens": 0, "train_loss": float("nan")}
     row.update(evaluate(model, dataset.eval.to(device), probe, t.probe_length))
     if not math.isfinite(row["eval_loss"]):  # its weights are finite (check_state), but too large for float32
         raise UserError(str(path), f"the held-out loss is {row['eval_loss']}: its weights overflow float32")
     curve = pd.DataFrame([row], columns=CURVE_COLUMNS)
-    manifest = {
-        "checkpoint": {"path": path.as_posix(), "sha256": data.sha256_file(path)},
-        "config": {"path": config_path.as_posix(), "sha256": data.sha256_file(config_path)},
-        "eval_data": dataset.manifest,
-    }
+    manifest = {"checkpoint": chosen["checkpoint"], "config": chosen["config"], "eval_data": dataset.manifest}
     return TrainResult(model.cpu(), curve, _summary(curve), manifest)
 
 
-def run(cfg: Config, seed: int, progress: bool = True) -> TrainResult:
-    """`train.source`: train a new model, or load a checkpoint."""
-    return load(cfg, seed) if cfg.train.source == "load" else train(cfg, seed, progress)
+def run(
+    cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = None, progress: bool = True
+) -> TrainResult:
+    """Train a new model, or load the checkpoint the origin stage chose (`chosen`)."""
+    if chosen["source"] == "load":
+        return load(cfg, seed, chosen, tokenized)
+    return train(cfg, seed, tokenized, progress)

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import checkpoint, io, params, train
+from pipeline import checkpoint, io, params, tl_checkpoint, train
 from pipeline.cli import run_cli, stage_parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.train", __doc__)
     parser.add_argument("--seed", type=int, required=True, help="training seed")
+    parser.add_argument("--origin", required=True, help="origin.json of the origin stage (train or load)")
+    parser.add_argument("--tokenized", help="the tokenizer stage's directory (data.source = text)")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument(
         "--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)"
@@ -26,14 +28,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
-        result = train.run(
-            cfg, args.seed, progress=not args.no_progress and sys.stderr.isatty()
-        )  # no bar in logs
+        progress = not args.no_progress and sys.stderr.isatty()  # no bar in logs
+        chosen = io.read_json(args.origin)
+        result = train.run(cfg, args.seed, chosen, args.tokenized, progress)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
-        meta = {"seed": args.seed, "source": cfg.train.source}
+        meta = {"seed": args.seed, "source": chosen["source"]}
         checkpoint.save_state(out / "model.safetensors", result.model.state_dict(), meta)
-        io.write_json(out / "config.json", checkpoint.tl_config(result.model.cfg))
+        io.write_json(out / "config.json", tl_checkpoint.tl_config(result.model.cfg))
         io.write_csv(out / "curve.tsv", result.curve, sep="\t")
         io.write_json(out / "metrics.json", result.metrics)
         io.write_json(out / "manifest.json", result.manifest)

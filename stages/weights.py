@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from pipeline import checkpoint, io, params, weights
+from pipeline import io, params, tl_checkpoint, weights
 from pipeline.cli import run_cli, stage_parser
 
 
@@ -21,10 +21,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         params.load(args.params)  # validated, though this stage reads no params
-        model_cfg, state = checkpoint.read_checkpoint(args.model, args.config)  # names, shapes, finite
+        model_cfg, state = tl_checkpoint.read_checkpoint(args.model, args.config)  # names, shapes, finite
         hw, steps = weights.prepare(state, model_cfg, source=args.model)
         extra = weights.positional_terms(state, model_cfg)
-        config = checkpoint.tl_config(model_cfg)
+        config = tl_checkpoint.tl_config(model_cfg)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         weights.save(

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from pipeline import checkpoint
+from pipeline import checkpoint, tl_checkpoint
 from pipeline.config import ModelConfig
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
@@ -22,7 +22,7 @@ def write(tmp_path, state, config: dict | None = None, name: str = "model.safete
         checkpoint.save_state(path, state)
     else:
         torch.save(state, path)
-    (tmp_path / "config.json").write_text(json.dumps(config or checkpoint.tl_config(CFG)))
+    (tmp_path / "config.json").write_text(json.dumps(config or tl_checkpoint.tl_config(CFG)))
     return path, tmp_path / "config.json"
 
 
@@ -38,13 +38,13 @@ def test_safetensors_round_trip_keeps_tensors_and_metadata(tmp_path):
     state, meta = checkpoint.load_state(path)
     assert meta == {"seed": "3"}
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
-    loaded = checkpoint.load_model(*write(tmp_path, model.state_dict()))
+    loaded = tl_checkpoint.load_model(*write(tmp_path, model.state_dict()))
     tokens = torch.randint(0, 10, (2, 8))
     assert torch.equal(loaded(tokens), model(tokens))
 
 
 def test_config_json_uses_hooked_transformer_field_names():
-    cfg = checkpoint.tl_config(CFG)
+    cfg = tl_checkpoint.tl_config(CFG)
     for key in (
         "n_layers",
         "d_model",
@@ -58,7 +58,7 @@ def test_config_json_uses_hooked_transformer_field_names():
     ):
         assert key in cfg
     assert cfg["attn_only"] is True
-    assert checkpoint.from_tl_config(cfg) == CFG
+    assert tl_checkpoint.from_tl_config(cfg) == CFG
 
 
 class NotATensor:  # unpickling this would run code in a real attack; weights_only must refuse it
@@ -74,7 +74,7 @@ def test_pickled_objects_are_refused(tmp_path):
 
 def test_plain_tensor_pth_loads_with_weights_only(tmp_path):
     model = AttnOnlyTransformer(CFG)
-    loaded = checkpoint.load_model(*write(tmp_path, model.state_dict(), name="model.pth"))
+    loaded = tl_checkpoint.load_model(*write(tmp_path, model.state_dict(), name="model.pth"))
     assert torch.equal(loaded.embed.W_E, model.embed.W_E)
 
 
@@ -90,7 +90,7 @@ def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
     state = AttnOnlyTransformer(CFG).state_dict()
     state["blocks.1.attn.W_K"] = torch.zeros(2, 8, 5)
     with pytest.raises(UserError) as caught:
-        checkpoint.load_model(*write(tmp_path, state))
+        tl_checkpoint.load_model(*write(tmp_path, state))
     text = one_line(caught)
     assert "blocks.1.attn.W_K" in text and "[2, 8, 5]" in text and "[2, 8, 4]" in text
 
@@ -109,16 +109,16 @@ def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
     ],
 )
 def test_config_we_cannot_run_is_refused_naming_the_field(tmp_path, change, key):
-    config = {**checkpoint.tl_config(CFG), **change}
+    config = {**tl_checkpoint.tl_config(CFG), **change}
     with pytest.raises(UserError) as caught:
-        checkpoint.load_model(*write(tmp_path, AttnOnlyTransformer(CFG).state_dict(), config))
+        tl_checkpoint.load_model(*write(tmp_path, AttnOnlyTransformer(CFG).state_dict(), config))
     assert f"config.json: {key}" in one_line(caught)
 
 
 def test_mlp_weights_are_refused_naming_the_key(tmp_path):
     state = {**AttnOnlyTransformer(CFG).state_dict(), "blocks.0.mlp.W_in": torch.zeros(8, 32)}
     with pytest.raises(UserError, match=r"blocks\.0\.mlp\.W_in.*not an attention-only model") as caught:
-        checkpoint.load_model(*write(tmp_path, state))
+        tl_checkpoint.load_model(*write(tmp_path, state))
     one_line(caught)
 
 
@@ -126,10 +126,10 @@ def test_missing_and_unexpected_keys_are_refused(tmp_path):
     state = AttnOnlyTransformer(CFG).state_dict()
     del state["blocks.1.attn.W_O"]
     with pytest.raises(UserError, match=r"blocks\.1\.attn\.W_O: missing"):
-        checkpoint.load_model(*write(tmp_path, state))
+        tl_checkpoint.load_model(*write(tmp_path, state))
     state = {**AttnOnlyTransformer(CFG).state_dict(), "blocks.2.attn.W_Q": torch.zeros(2, 8, 4)}
     with pytest.raises(UserError, match=r"blocks\.2\.attn\.W_Q: unexpected key"):
-        checkpoint.load_model(*write(tmp_path, state))
+        tl_checkpoint.load_model(*write(tmp_path, state))
 
 
 def test_transformer_lens_buffers_are_ignored_and_lnpre_gets_identity_norms(tmp_path):
@@ -137,8 +137,8 @@ def test_transformer_lens_buffers_are_ignored_and_lnpre_gets_identity_norms(tmp_
     state = {k: v for k, v in model.state_dict().items() if ".ln1." not in k and not k.startswith("ln_final")}
     state["blocks.0.attn.mask"] = torch.ones(8, 8, dtype=torch.bool).tril()
     state["blocks.0.attn.IGNORE"] = torch.tensor(-1e5)
-    config = {**checkpoint.tl_config(CFG), "normalization_type": "LNPre"}
-    loaded = checkpoint.load_model(*write(tmp_path, state, config))
+    config = {**tl_checkpoint.tl_config(CFG), "normalization_type": "LNPre"}
+    loaded = tl_checkpoint.load_model(*write(tmp_path, state, config))
     assert torch.equal(loaded.blocks[0].ln1.w, torch.ones(8)) and torch.equal(
         loaded.ln_final.b, torch.zeros(8)
     )
@@ -148,12 +148,12 @@ def test_transformer_lens_own_config_spelling(tmp_path):
     """TransformerLens's attn-only checkpoints write `normalization` and `shortformer_pos`."""
     config = {
         k: v
-        for k, v in checkpoint.tl_config(CFG).items()
+        for k, v in tl_checkpoint.tl_config(CFG).items()
         if k not in ("normalization_type", "positional_embedding_type")
     }
     config.update(normalization="LN", shortformer_pos=True)
-    assert checkpoint.from_tl_config(config).positional_embedding_type == "shortformer"
-    assert checkpoint.from_tl_config(config).normalization_type == "LN"
+    assert tl_checkpoint.from_tl_config(config).positional_embedding_type == "shortformer"
+    assert tl_checkpoint.from_tl_config(config).normalization_type == "LN"
 
 
 def test_metadata_order_never_changes_the_bytes(tmp_path):

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from pipeline import checkpoint, weights
+from pipeline import checkpoint, tl_checkpoint, weights
 from pipeline.config import ModelConfig
 from pipeline.model import AttnOnlyTransformer
 
@@ -48,7 +48,7 @@ def test_our_checkpoint_loads_into_hooked_transformer(tmp_path, pos, norm):
         for p in ours.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     checkpoint.save_state(tmp_path / "model.safetensors", ours.state_dict())
-    (tmp_path / "config.json").write_text(json.dumps(checkpoint.tl_config(cfg)))
+    (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(cfg)))
 
     config = json.loads((tmp_path / "config.json").read_text())
     theirs = tl.HookedTransformer(
@@ -76,7 +76,7 @@ def test_hooked_transformer_checkpoint_loads_into_ours(tmp_path, pos, norm):
     assert any(k.endswith(".mask") for k in state)
     torch.save(state, tmp_path / "model.pth")  # a plain tensor dict: loads with weights_only=True
     (tmp_path / "config.json").write_text(json.dumps(tl_config_json(theirs)))
-    ours = checkpoint.load_model(tmp_path / "model.pth", tmp_path / "config.json")
+    ours = tl_checkpoint.load_model(tmp_path / "model.pth", tmp_path / "config.json")
     tokens = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         assert torch.allclose(ours(tokens), theirs(tokens), atol=1e-5, rtol=0)
@@ -100,7 +100,7 @@ def test_processed_hooked_transformer_lnpre_loads(tmp_path):
     assert theirs.cfg.normalization_type == "LNPre"
     torch.save(theirs.state_dict(), tmp_path / "model.pt")
     (tmp_path / "config.json").write_text(json.dumps(tl_config_json(theirs)))
-    ours = checkpoint.load_model(tmp_path / "model.pt", tmp_path / "config.json")
+    ours = tl_checkpoint.load_model(tmp_path / "model.pt", tmp_path / "config.json")
     with torch.no_grad():
         assert torch.allclose(ours(tokens).log_softmax(-1), before, atol=1e-5)
 
@@ -117,7 +117,7 @@ def test_our_folding_equals_transformer_lens_processing(pos, norm):
     }
     theirs = hooked(config, seed=7)
     state = {k: v.clone() for k, v in theirs.state_dict().items()}
-    hw, _ = weights.prepare(state, checkpoint.from_tl_config(config))
+    hw, _ = weights.prepare(state, tl_checkpoint.from_tl_config(config))
     theirs.load_and_process_state_dict(
         state, fold_ln=True, center_writing_weights=True, center_unembed=True, fold_value_biases=True
     )
@@ -158,7 +158,7 @@ def test_transformer_lens_checkpoint_runs_the_whole_pipeline_to_figures(tmp_path
     dvc(repo, "repro")
 
     out = repo / "outputs"
-    loaded = checkpoint.load_model(out / "train/seed0/model.safetensors", out / "train/seed0/config.json")
+    loaded = tl_checkpoint.load_model(out / "train/seed0/model.safetensors", out / "train/seed0/config.json")
     tokens = torch.randint(0, 300, (2, 32), generator=torch.Generator().manual_seed(12))
     with torch.no_grad():
         assert torch.allclose(loaded(tokens), theirs(tokens), atol=1e-5)

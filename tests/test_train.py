@@ -13,14 +13,16 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline import checkpoint, params, train
+from pipeline import checkpoint, origin, params, tl_checkpoint, train
 from pipeline.config import Config, TrainConfig
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
+from stages import origin as origin_stage
 from stages import train as stage
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
+    "setup=synthetic",
     "model.n_heads=2",
     "model.d_head=4",
     "model.d_model=16",
@@ -45,18 +47,12 @@ def write_params(tmp_path: Path, overrides: list[str] = ()) -> Path:
 
 
 def run_stage(tmp_path: Path, seed: int, out: str, overrides: list[str] = ()) -> Path:
-    code = stage.main(
-        [
-            "--seed",
-            str(seed),
-            "--out",
-            str(tmp_path / out),
-            "--params",
-            str(write_params(tmp_path, overrides)),
-            "--no-progress",
-        ]
-    )
-    assert code == 0
+    """The origin stage, then the train stage, as dvc.yaml runs them."""
+    p = str(write_params(tmp_path, overrides))
+    chosen = tmp_path / f"origin-{out}"
+    assert origin_stage.main(["--seed", str(seed), "--out", str(chosen), "--params", p]) == 0
+    argv = ["--seed", str(seed), "--origin", str(chosen / "origin.json"), "--out", str(tmp_path / out)]
+    assert stage.main([*argv, "--params", p, "--no-progress"]) == 0
     return tmp_path / out
 
 
@@ -93,7 +89,7 @@ def test_schedule_warms_up_linearly_then_decays_to_a_tenth():
     assert train.lr_at(60, t) == pytest.approx(0.55)  # half way down the cosine
     assert train.lr_at(110, t) == pytest.approx(0.1)
     lrs = [train.lr_at(s, t) for s in range(10, 111)]
-    assert all(x >= y for x, y in zip(lrs, lrs[1:]))
+    assert all(x >= y for x, y in zip(lrs, lrs[1:], strict=False))
 
 
 def save_checkpoint(directory: Path, seed: int, suffix: str = ".safetensors") -> AttnOnlyTransformer:
@@ -105,7 +101,7 @@ def save_checkpoint(directory: Path, seed: int, suffix: str = ".safetensors") ->
         checkpoint.save_state(directory / f"model{suffix}", model.state_dict())
     else:
         torch.save(model.state_dict(), directory / f"model{suffix}")
-    (directory / "config.json").write_text(json.dumps(checkpoint.tl_config(model.cfg)))
+    (directory / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(model.cfg)))
     return model
 
 
@@ -116,7 +112,7 @@ def test_load_converts_each_seeds_checkpoint_into_the_same_files(tmp_path, monke
     overrides = ["train=load", f"train.checkpoint='run{{seed}}/model{suffix}'"]
     for seed in (0, 1):
         out = run_stage(tmp_path, seed, f"out{seed}", overrides)
-        loaded = checkpoint.load_model(out / "model.safetensors", out / "config.json")
+        loaded = tl_checkpoint.load_model(out / "model.safetensors", out / "config.json")
         assert torch.equal(loaded.embed.W_E, models[seed].embed.W_E)
         assert json.loads((out / "config.json").read_text())["normalization_type"] == "LN"
         curve = pd.read_csv(out / "curve.tsv", sep="\t")
@@ -126,6 +122,10 @@ def test_load_converts_each_seeds_checkpoint_into_the_same_files(tmp_path, monke
             (tmp_path / "checkpoints" / f"run{seed}" / f"model{suffix}").read_bytes()
         ).hexdigest()
         assert manifest["checkpoint"]["sha256"] == expected
+        assert (
+            json.loads((tmp_path / f"origin-out{seed}" / "origin.json").read_text())["checkpoint"]
+            == (manifest["checkpoint"])
+        )
 
 
 def test_load_refuses_missing_and_outside_checkpoints(tmp_path, monkeypatch):
@@ -137,10 +137,20 @@ def test_load_refuses_missing_and_outside_checkpoints(tmp_path, monkeypatch):
         )
     )
     with pytest.raises(UserError, match=r"train.checkpoint.*checkpoints/seed3/model.safetensors not found"):
-        train.run(cfg, 3)
-    outside = replace(cfg, train=replace(cfg.train, checkpoint="../elsewhere.safetensors"))
+        origin.choose(cfg.train, 3)
+    outside = replace(cfg.train, checkpoint="../elsewhere.safetensors")
     with pytest.raises(UserError, match="must stay inside train.checkpoint_dir"):
-        train.run(outside, 0)
+        origin.choose(outside, 0)
+
+
+def test_a_checkpoint_changed_after_the_origin_stage_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_checkpoint(tmp_path / "checkpoints" / "seed0", 0)
+    cfg = params.from_dict(params.compose([*TINY, "train=load"], conf_dir=ROOT / "conf"))
+    chosen = origin.choose(cfg.train, 0)
+    save_checkpoint(tmp_path / "checkpoints" / "seed0", 5)  # other weights under the same name
+    with pytest.raises(UserError, match="model.safetensors: changed since the origin stage recorded it"):
+        train.run(cfg, 0, chosen)
 
 
 def test_checkpoint_suffix_is_validated():
@@ -152,14 +162,16 @@ def test_checkpoint_suffix_is_validated():
 
 @pytest.mark.slow
 def test_default_config_grows_previous_token_and_induction_heads():
-    """The acceptance check on one default seed (all seeds: benchmarks/training.py)."""
-    cfg: Config = params.from_dict(params.compose(conf_dir=ROOT / "conf"))
+    """The synthetic setup's check on one seed (all seeds: benchmarks/training.py; the text
+    setup's five seeds: README, "Training on text")."""
+    cfg: Config = params.from_dict(params.compose(["setup=synthetic"], conf_dir=ROOT / "conf"))
     result = train.train(cfg, seed=0, progress=False)
-    from pipeline import heads  # as the heads stage measures them
+    from pipeline import composition, data, heads  # as the heads stage measures them
 
-    table = heads.analyse(
-        result.model.double(), heads_weights(result), cfg.data, cfg.analysis.heads, seed=0
-    ).table
+    hw, model = heads_weights(result), result.model.double()
+    scores = composition.composition_scores(hw, cfg.analysis.composition, seed=0)
+    dataset = data.load(cfg.data, model.cfg, 0, cfg.analysis.heads.eval_sequences, need_train=False)
+    table = heads.analyse(model, hw, dataset, cfg.analysis.heads, 0, scores).table
     layer0, layer1 = table[table.layer == 0], table[table.layer == 1]
     assert layer1["induction"].max() >= 0.5
     assert layer0["prev_token"].max() >= 0.5

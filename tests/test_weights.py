@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import checkpoint, weights
+from pipeline import checkpoint, tl_checkpoint, weights
 from pipeline.config import ModelConfig
 from pipeline.model import AttnOnlyTransformer, LayerNorm
 
@@ -123,7 +123,7 @@ def test_weights_stage_records_every_step(tmp_path):
 
     model = random_model("shortformer", "LN")
     checkpoint.save_state(tmp_path / "model.safetensors", model.float().state_dict())
-    (tmp_path / "config.json").write_text(json.dumps(checkpoint.tl_config(model.cfg)))
+    (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(model.cfg)))
     params = tmp_path / "params.yaml"
     from pipeline import params as params_mod
 

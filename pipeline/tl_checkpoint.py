@@ -1,0 +1,251 @@
+"""Checkpoints in TransformerLens's format: HookedTransformerConfig-style config.json, and
+state dicts checked against our model before it is built from them.
+
+`read_tl_config` accepts the config.json of a TransformerLens `HookedTransformer`
+(`cfg.to_dict()`, or the raw config.json of TransformerLens's own attn-only models,
+which spell two fields `normalization` and `shortformer_pos`) and refuses, naming the
+field, any setting our model does not compute the same way (MLPs, RMS norm, rotary
+positions, a custom attention scale, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline import io
+from pipeline.checkpoint import TL_BUFFERS, load_state
+from pipeline.config import LN_EPS, ModelConfig
+from pipeline.errors import UserError, within
+from pipeline.model import AttnOnlyTransformer
+
+# HookedTransformerConfig fields we write beside a checkpoint (and read back).
+TL_FIELDS = (
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "d_head",
+    "n_ctx",
+    "d_vocab",
+    "positional_embedding_type",
+    "normalization_type",
+)
+
+
+def tl_config(model: ModelConfig) -> dict:
+    """config.json for a checkpoint: HookedTransformerConfig field names and values."""
+    out: dict[str, Any] = {name: getattr(model, name) for name in TL_FIELDS}
+    out.update(attn_only=True, act_fn=None, d_vocab_out=model.d_vocab, use_attn_scale=True, eps=LN_EPS)
+    return out
+
+
+def _unsupported(raw: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+    """The first HookedTransformerConfig setting our model would compute differently."""
+    d_head = raw.get("d_head")
+    checks: list[tuple[str, Any, bool, str]] = [
+        (
+            "attn_only",
+            raw.get("attn_only", True),
+            raw.get("attn_only", True) is True,
+            "not an attention-only model (it has MLPs)",
+        ),
+        (
+            "use_attn_scale",
+            raw.get("use_attn_scale", True),
+            raw.get("use_attn_scale", True) is True,
+            "attention scores must be divided by sqrt(d_head)",
+        ),
+        (
+            "attention_dir",
+            raw.get("attention_dir", "causal"),
+            raw.get("attention_dir", "causal") == "causal",
+            "only causal attention is supported",
+        ),
+        (
+            "final_rms",
+            raw.get("final_rms", False),
+            not raw.get("final_rms", False),
+            "RMS norm is not supported",
+        ),
+        (
+            "use_local_attn",
+            raw.get("use_local_attn", False),
+            not raw.get("use_local_attn", False),
+            "local attention is not supported",
+        ),
+        (
+            "use_qk_norm",
+            raw.get("use_qk_norm", False),
+            not raw.get("use_qk_norm", False),
+            "query/key norms are not supported",
+        ),
+        (
+            "post_embedding_ln",
+            raw.get("post_embedding_ln", False),
+            not raw.get("post_embedding_ln", False),
+            "a LayerNorm after the embedding is not supported",
+        ),
+        (
+            "use_normalization_before_and_after",
+            raw.get("use_normalization_before_and_after", False),
+            not raw.get("use_normalization_before_and_after", False),
+            "post-attention norms are not supported",
+        ),
+        (
+            "scale_attn_by_inverse_layer_idx",
+            raw.get("scale_attn_by_inverse_layer_idx", False),
+            not raw.get("scale_attn_by_inverse_layer_idx", False),
+            "per-layer attention scaling is not supported",
+        ),
+        (
+            "n_key_value_heads",
+            raw.get("n_key_value_heads"),
+            raw.get("n_key_value_heads") in (None, raw.get("n_heads")),
+            "grouped-query attention is not supported",
+        ),
+        (
+            "attn_scores_soft_cap",
+            raw.get("attn_scores_soft_cap", -1.0),
+            (raw.get("attn_scores_soft_cap") or -1.0) <= 0,
+            "soft-capped scores are not supported",
+        ),
+        (
+            "output_logits_soft_cap",
+            raw.get("output_logits_soft_cap", -1.0),
+            (raw.get("output_logits_soft_cap") or -1.0) <= 0,
+            "soft-capped logits are not supported",
+        ),
+        (
+            "d_vocab_out",
+            raw.get("d_vocab_out"),
+            raw.get("d_vocab_out") in (None, -1, raw.get("d_vocab")),
+            "must equal d_vocab",
+        ),
+        ("eps", raw.get("eps", LN_EPS), raw.get("eps", LN_EPS) == LN_EPS, f"LayerNorm eps must be {LN_EPS}"),
+    ]
+    if raw.get("attn_scale") is not None and isinstance(d_head, int) and d_head > 0:
+        scale = raw["attn_scale"]
+        checks.append(
+            (
+                "attn_scale",
+                scale,
+                abs(float(scale) - math.sqrt(d_head)) < 1e-6,
+                f"must be sqrt(d_head) = {math.sqrt(d_head):g}",
+            )
+        )
+    for key, value, ok, problem in checks:
+        if not ok:
+            return key, value, problem
+    return None
+
+
+def read_tl_config(path: str | Path) -> ModelConfig:
+    """A ModelConfig from a HookedTransformerConfig-style config.json (refuses what we cannot run)."""
+    return from_tl_config(io.read_json(path), str(path))
+
+
+def from_tl_config(raw: Any, source: str = "config.json") -> ModelConfig:
+    """A ModelConfig from a dict of HookedTransformerConfig fields; `source` names it in errors."""
+    if not isinstance(raw, dict):
+        raise UserError(source, "must be a JSON object of HookedTransformerConfig fields")
+    with within(source):
+        return _model_config(dict(raw))
+
+
+def _model_config(raw: dict) -> ModelConfig:
+    # TransformerLens's own attn-only checkpoints spell two fields differently.
+    if "normalization_type" not in raw and "normalization" in raw:
+        raw["normalization_type"] = raw["normalization"]
+    if "positional_embedding_type" not in raw and "shortformer_pos" in raw:
+        raw["positional_embedding_type"] = "shortformer" if raw["shortformer_pos"] else "standard"
+    problem = _unsupported(raw)
+    if problem:
+        key, value, why = problem
+        raise UserError(key, why, value)
+    optional = ("normalization_type", "positional_embedding_type")
+    missing = [name for name in TL_FIELDS if name not in raw and name not in optional]
+    if missing:
+        raise UserError(missing[0], "missing from config.json")
+    fields = {name: raw.get(name) for name in TL_FIELDS}
+    fields["positional_embedding_type"] = raw.get("positional_embedding_type", "standard")  # TL's default
+    if fields["normalization_type"] == "LNPre":  # LN without weights: LN with w = 1, b = 0
+        fields["normalization_type"] = "LN"
+    for name in ("n_layers", "d_model", "n_heads", "d_head", "n_ctx", "d_vocab"):
+        if not isinstance(fields[name], int) or isinstance(fields[name], bool):
+            raise UserError(name, "must be an integer", fields[name])
+    cfg = ModelConfig(**fields)
+    cfg.validate()
+    return cfg
+
+
+def check_state(
+    state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], source: str, config_source: str
+) -> dict[str, torch.Tensor]:
+    """Names and shapes of a checkpoint against our model's: the state dict to load, or a one-line refusal.
+
+    Only shapes are read from `expected` (it may live on the meta device); tensors keep
+    their own floating dtype and must be finite. TransformerLens's buffers (`*.mask`,
+    `*.IGNORE`) are dropped; a checkpoint with no LayerNorm weights at all
+    (TransformerLens's LNPre) gets the identity (w = 1, b = 0).
+    """
+    with within(source):
+        return _checked_state(state, expected, config_source)
+
+
+def _is_norm(name: str) -> bool:
+    return name.startswith("ln_final.") or ".ln1." in name
+
+
+def _checked_state(
+    state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], config_source: str
+) -> dict[str, torch.Tensor]:
+    mlp = sorted(k for k in state if ".mlp." in k)
+    if mlp:
+        raise UserError(mlp[0], "not an attention-only model (it has MLP weights)")
+    lnpre = not any(_is_norm(k) for k in state)  # LayerNorm without weights (TransformerLens's LNPre)
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in expected.items():
+        if name not in state:
+            if lnpre and _is_norm(name):
+                out[name] = torch.ones(tensor.shape) if name.endswith(".w") else torch.zeros(tensor.shape)
+                continue
+            raise UserError(name, "missing from the checkpoint")
+        got = state[name]
+        if tuple(got.shape) != tuple(tensor.shape):
+            shapes = f"shape {list(got.shape)} disagrees with {list(tensor.shape)} from {config_source}"
+            raise UserError(name, shapes)
+        if not got.is_floating_point():
+            raise UserError(name, f"must be floating point, got {got.dtype}")
+        if not torch.isfinite(got).all():
+            raise UserError(name, "contains NaN or inf")
+        out[name] = got
+    extra = sorted(set(state) - set(expected) - {k for k in state if k.endswith(TL_BUFFERS)})
+    if extra:
+        problem = f"unexpected key: not an attention-only model with the shape in {config_source}"
+        raise UserError(extra[0], problem)
+    return out
+
+
+def read_checkpoint(
+    model_path: str | Path, config_path: str | Path
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """config.json and the checkpoint's state dict, checked against it (`check_state`)."""
+    cfg = read_tl_config(config_path)
+    state, _ = load_state(model_path)
+    with torch.device("meta"):  # only the expected names and shapes: allocates nothing
+        expected = AttnOnlyTransformer(cfg).state_dict()
+    return cfg, check_state(state, expected, str(model_path), str(config_path))
+
+
+def load_model(
+    model_path: str | Path, config_path: str | Path, dtype: torch.dtype = torch.float32
+) -> AttnOnlyTransformer:
+    """Our model with a checkpoint's weights, in `dtype`; names and shapes checked against config.json."""
+    cfg, state = read_checkpoint(model_path, config_path)
+    model = AttnOnlyTransformer(cfg).to(dtype)  # float64 weights reach a float64 analysis unrounded
+    model.load_state_dict(state)
+    return model

@@ -1,0 +1,31 @@
+"""Record where one seed's model comes from: origin.json ({"source": "train"}, or the
+checkpoint and its config.json with sha256, for train.source = load).
+
+    python -m stages.origin --seed 0 --out outputs/origin/seed0
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pipeline import io, origin, params
+from pipeline.cli import run_cli, stage_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser("python -m stages.origin", __doc__)
+    parser.add_argument("--seed", type=int, required=True, help="the seed ('{seed}' in train.checkpoint)")
+    parser.add_argument("--out", required=True, help="output directory")
+
+    def body(args) -> None:
+        cfg = params.load(args.params)
+        chosen = origin.choose(cfg.train, args.seed)
+        out = io.ensure_dir(args.out)
+        io.clean_stale(out)
+        io.write_json(out / "origin.json", chosen)
+
+    return run_cli(parser, body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
