@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.compare import CLAIMS, describe
+from pipeline.compare.claims import CLAIMS, HYPOTHESIS_LABELS, STATISTICS
 from pipeline.errors import UserError
-from pipeline.tables import KINDS, VARIANTS
+from pipeline.tables import DIMENSIONS, KINDS, VARIANTS
 
 MIME = {
     ".png": "image/png",
@@ -52,7 +52,8 @@ ENVIRONMENT_NOTE = (
     "records the time, so the same outputs, config, commit and machine give the same bytes."
 )
 STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 1.5em auto; \
+padding: 0 1em; color: #222; }
 h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
 table { border-collapse: collapse; font-size: .85em; margin: .5em 0 1em; }
 th, td { border: 1px solid #ddd; padding: .2em .5em; text-align: left; font-variant-numeric: tabular-nums; }
@@ -147,21 +148,36 @@ def _interval(stat: Mapping) -> str:
     return f"{_number(stat['mean'])} [{_number(stat['lo'])}, {_number(stat['hi'])}]"
 
 
-def claims_table(summary: Mapping, thresholds: Mapping[str, float], ci: float) -> str:
+def claims_table(summary: Mapping, ci: float) -> str:
+    """A row per claim and denominator hypothesis: statement, statistic, threshold, verdict."""
     rows = []
     for name, claim in CLAIMS.items():
-        s = summary[name]
-        v = html.escape(s["verdict"])
-        rows.append(
-            f"<tr><td>({name})</td><td>{html.escape(claim['statement'])}</td><td>{html.escape(claim['meaning'])}</td>"
-            f"<td>&gt; {_number(thresholds[name])}</td><td>{s['seeds_holding']} / {s['seeds_tested']}</td>"
-            f'<td>{html.escape(_interval(s))}</td><td class="{v}">{v}</td></tr>'
-        )
+        for hypothesis, s in summary["claims"][name].items():
+            v = html.escape(s["verdict"])
+            rows.append(
+                f"<tr><td>({name})</td><td>{html.escape(claim.statement)}</td>"
+                f"<td>{html.escape(HYPOTHESIS_LABELS[hypothesis])}</td>"
+                f"<td>{html.escape(claim.statistic)}</td>"
+                f"<td>&gt; {_number(s['threshold'])}</td><td>{s['seeds_holding']} / {s['seeds_tested']}</td>"
+                f'<td>{html.escape(_interval(s))}</td><td class="{v}">{v}</td></tr>'
+            )
     head = (
-        "<tr><th>claim</th><th>statement</th><th>statistic (per seed)</th><th>holds when</th>"
+        "<tr><th>claim</th><th>statement</th><th>denominators</th><th>statistic (per seed)</th>"
+        "<th>holds when</th>"
         f"<th>seeds where it holds</th><th>mean [{ci:.0%} CI]</th><th>verdict</th></tr>"
     )
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+def describe(claim: str, statistic: str) -> str:
+    """What a statistic of the long table is, in words."""
+    if claim in CLAIMS and statistic == claim:
+        return f"claim ({claim}): {CLAIMS[claim].statistic}"
+    if claim == "roles":
+        return "heads with this role"
+    if claim == "training":
+        return "final value of training (metrics.json)"
+    return STATISTICS.get(statistic, "")
 
 
 def composition_table(groups: pd.DataFrame) -> str:
@@ -183,14 +199,19 @@ def composition_table(groups: pd.DataFrame) -> str:
     return table(wide.rename_axis("later <- earlier").reset_index())
 
 
-def cross_seed_table(seeds: pd.DataFrame, stats: pd.DataFrame) -> str:
-    """A row per statistic: what it is, its value in each seed, n, mean, lo, hi."""
-    per_seed = seeds.set_index("seed").T
-    per_seed.columns = [f"seed {s}" for s in per_seed.columns]
-    by_column = stats.set_index("column").reindex(per_seed.index)[["n", "mean", "lo", "hi"]]
-    wide = pd.concat([per_seed, by_column], axis=1).rename_axis("statistic").reset_index()
-    wide.insert(1, "meaning", [describe(c) for c in wide["statistic"]])
-    return table(wide)
+def cross_seed_table(claims: pd.DataFrame, stats: pd.DataFrame) -> str:
+    """A row per statistic of the long table: its dimensions, what it is, its value in each
+    seed, then n, mean, lo and hi across seeds (a pivot of claims.csv, joined to stats.csv)."""
+    dims = list(DIMENSIONS)
+    wide = claims.pivot_table(index=dims, columns="seed", values="value", sort=False, dropna=False)
+    wide.columns = [f"seed {s}" for s in wide.columns]
+    joined = wide.join(stats.set_index(dims)[["n", "mean", "lo", "hi"]]).reset_index()
+    joined.insert(
+        len(dims),
+        "meaning",
+        [describe(c, s) for c, s in zip(joined["claim"], joined["statistic"], strict=True)],
+    )
+    return table(joined)
 
 
 def render(
@@ -198,10 +219,9 @@ def render(
     config_text: str,
     env: Mapping[str, str],
     summary: Mapping,
-    thresholds: Mapping[str, float],
     ci: float,
     stats: pd.DataFrame,
-    seeds: pd.DataFrame,
+    claims: pd.DataFrame,
     roles: pd.DataFrame,
     groups: pd.DataFrame,
     compare_images: Sequence[Image],
@@ -218,19 +238,22 @@ def render(
         "score minus the random-matrix baseline of its variant (<em>excess</em>); heads are compared across "
         "seeds through their roles, not their indices. <em>true</em> is the corrected score; "
         "<em>errata_bcda</em> and <em>errata_dabc</em> are the two rotated strands the errata says the "
-        "original library computed.</p>",
+        "original library computed, with rotated denominators; the <em>_trueden</em> variants divide the "
+        "same numerators by the true ones. The errata names only the numerators, so claims that depend on "
+        "the original score's scale are tested under both hypotheses.</p>",
         '<h2 id="claims">The errata\'s claims</h2>',
-        claims_table(summary, thresholds, ci),
+        claims_table(summary, ci),
         f'<p class="note">Intervals: {ci:.0%} percentile bootstrap of the mean over seeds. Verdict: '
         "<em>holds</em> when the interval lies above the threshold, <em>fails</em> when below, "
-        "<em>inconclusive</em> when it straddles it or fewer than two seeds have the heads the claim needs.</p>",
+        "<em>inconclusive</em> when it straddles it or fewer than two seeds have the heads the claim "
+        "needs.</p>",
     ]
     parts += [figure(img) for img in compare_images]
     parts += [
         '<h2 id="across-seeds">Across seeds</h2>',
-        f"<p>Every per-seed statistic (seeds.csv), then its mean and {ci:.0%} interval over seeds "
-        "(n: seeds where it is defined).</p>",
-        cross_seed_table(seeds, stats),
+        f"<p>Every per-seed statistic (claims.csv, one long table), then its mean and {ci:.0%} interval "
+        "over seeds (stats.csv; n: seeds where it is defined). '-': the dimension does not apply.</p>",
+        cross_seed_table(claims, stats),
     ]
     for seed, images in seed_images.items():
         parts.append(f'<h2 id="seed{seed}">Seed {seed}</h2>')

@@ -1,10 +1,10 @@
-"""Compare the seeds: seeds.csv, stats.csv, summary.json, groups.csv, roles.csv, curves.tsv, figures/.
+"""Compare the seeds of params.yaml: the long table of per-seed statistics (claims.csv), each
+across seeds with a bootstrap interval (stats.csv), composition between role groups
+(groups.csv), every head's role (roles.csv), mean training curves (curves.tsv), verdicts
+(summary.json, DVC metrics) and figures.
 
     python -m stages.compare --train outputs/train --composition outputs/composition \
         --heads outputs/heads --out outputs/compare
-
-Reads `seed<N>/` under each input directory for exactly the seeds listed in params.yaml
-(`seeds`); other seed directories (left by a longer list) are named and ignored.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline import compare, figures, io, params
+from pipeline import figures, io, params
 from pipeline.cli import run_cli, stage_parser
+from pipeline.compare import read, stats
 from pipeline.figures import compare as compare_figures
 
 
@@ -32,28 +33,26 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
+        c = cfg.analysis.compare
         dirs = Path(args.train), Path(args.composition), Path(args.heads)
-        for stale in compare.stale_seed_dirs(dirs, cfg.seeds):
+        for stale in read.stale_seed_dirs(dirs, cfg.seeds):
             print(
                 f"note: {stale} is not in seeds {cfg.seeds}: left out (delete it to keep outputs/ tidy)",
                 file=sys.stderr,
             )
-        result = compare.compare([compare.read_seed(seed, *dirs) for seed in cfg.seeds], cfg.analysis.compare)
+        inputs = [read.read_seed(seed, *dirs) for seed in cfg.seeds]
+        result = stats.compare(inputs, c, cfg.analysis.figures.edge_threshold)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
-        for name in ("seeds", "stats", "groups", "roles"):
+        for name in ("claims", "stats", "groups", "roles"):
             io.write_csv(out / f"{name}.csv", getattr(result, name))
         io.write_csv(out / "curves.tsv", result.mean_curve, sep="\t")
-        io.write_text(out / "summary.json", compare.summary_json(result.summary))
-        c = cfg.analysis.compare
+        io.write_text(out / "summary.json", stats.summary_json(result.summary))
         figs = io.ensure_dir(out / "figures")
         io.clean_stale(figs)
-        figures.save(
-            compare_figures.claims_figure(result.seeds, result.stats, c.z_threshold, c.ci),
-            figs / "claims",
-            dpi=c.dpi,
-        )
-        figures.save(compare_figures.roles_figure(result.seeds, result.stats), figs / "roles", dpi=c.dpi)
+        claims_fig = compare_figures.claims_figure(result.claims, result.stats, c.z_threshold, c.ci)
+        figures.save(claims_fig, figs / "claims", dpi=c.dpi)
+        figures.save(compare_figures.roles_figure(result.claims, result.stats), figs / "roles", dpi=c.dpi)
         figures.save(
             compare_figures.curves_figure(result.curves, result.mean_curve), figs / "curves", dpi=c.dpi
         )

@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline import compare, io, params, report
+from pipeline import io, params, report
 from pipeline.cli import run_cli, stage_parser
-from pipeline.tables import read_csv
+from pipeline.tables import CLAIMS_COLUMNS, GROUP_COLUMNS, STATS_COLUMNS, read_csv
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,12 +33,11 @@ def main(argv: list[str] | None = None) -> int:
             config_text=Path(args.params).read_text(),
             env=report.environment(cfg.train.threads),
             summary=io.read_json(c / "summary.json"),
-            thresholds={name: compare.claim_threshold(name, cfg.analysis.compare) for name in compare.CLAIMS},
             ci=cfg.analysis.compare.ci,
-            stats=read_csv(c / "stats.csv", ["column", "n", "mean", "lo", "hi"]),
-            seeds=read_csv(c / "seeds.csv", ["seed"]),
+            stats=read_csv(c / "stats.csv", STATS_COLUMNS),
+            claims=read_csv(c / "claims.csv", CLAIMS_COLUMNS),
             roles=read_csv(c / "roles.csv", ["seed", "layer", "head", "role"]),
-            groups=read_csv(c / "groups.csv", ["seed", *compare.GROUP_KEYS, "n_pairs", "max_excess"]),
+            groups=read_csv(c / "groups.csv", ["seed", *GROUP_COLUMNS]),
             compare_images=report.read_images(c / "figures"),
             seed_images={seed: report.read_images(Path(args.figures) / f"seed{seed}") for seed in cfg.seeds},
         )

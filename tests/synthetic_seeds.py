@@ -4,12 +4,15 @@ Layer 0: head 0 previous_token, head 1 recent_window, head 2 other.
 Layer 1: heads 0 and 1 induction, head 2 other.
 
 Planted excess (score - baseline_mean), times `scale` (seeds differ only by it):
-    true K     induction <- previous_token 0.30 (1.0 <- 0.0) and 0.25 (1.1 <- 0.0)
-               induction <- recent_window  0.20 (1.0 <- 0.1) and 0.05 (1.1 <- 0.1)
-    true V     other <- other 0.35: the strongest true composition, so true selectivity < 0
-    errata K   induction <- previous_token 0.50 and 0.40; everything else 0.01
-    all else   0.02 (true) or 0.01 (errata)
+    true K          induction <- previous_token 0.30 (1.0 <- 0.0) and 0.25 (1.1 <- 0.0)
+                    induction <- recent_window  0.20 (1.0 <- 0.1) and 0.05 (1.1 <- 0.1)
+    true V          other <- other 0.35: the strongest true composition, so true selectivity < 0
+    errata K        induction <- previous_token 0.50 and 0.40 (rotated denominators), 0.050 and
+                    0.040 (true denominators: the same pairs, ten times smaller); all else 0.01
+    all else        0.02 (true) or 0.01 (errata)
 z is excess / baseline_std with baseline_std = 0.01 (true), 0.001 (errata).
+Agreement with the ablation (heads summary.json): Spearman 0.6 (true), 0.2 and 0.3 (the
+rotations); top source, every effect and kind: 2 of 2 later heads (true), 1 of 2 (errata).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.compare import KINDS, VARIANTS, SeedInputs
+from pipeline.compare.read import SeedInputs
+from pipeline.tables import KINDS, VARIANTS
 
 ROLES = {
     (0, 0): "previous_token",
@@ -29,14 +33,33 @@ ROLES = {
     (1, 1): "induction",
     (1, 2): "other",
 }
-BASELINE = {"true": (0.1, 0.01), "errata_bcda": (0.02, 0.001), "errata_dabc": (0.03, 0.001)}
+BASELINE = {
+    "true": (0.1, 0.01),
+    "errata_bcda": (0.02, 0.001),
+    "errata_dabc": (0.03, 0.001),
+    "errata_bcda_trueden": (0.002, 0.001),
+    "errata_dabc_trueden": (0.003, 0.001),
+}
 PLANTED = {
     ("K", "true"): {(0, 0): 0.30, (1, 0): 0.25, (0, 1): 0.20, (1, 1): 0.05},  # {(dst_head, src_head): excess}
     ("V", "true"): {(2, 2): 0.35},
     ("K", "errata_bcda"): {(0, 0): 0.50, (1, 0): 0.40},
     ("K", "errata_dabc"): {(0, 0): 0.50, (1, 0): 0.40},
+    ("K", "errata_bcda_trueden"): {(0, 0): 0.050, (1, 0): 0.040},
+    ("K", "errata_dabc_trueden"): {(0, 0): 0.050, (1, 0): 0.040},
 }
-SPEARMAN = {k: {"true": 0.6, "errata_bcda": 0.2, "errata_dabc": 0.3} for k in KINDS}
+RHO = {
+    "true": 0.6,
+    "errata_bcda": 0.2,
+    "errata_dabc": 0.3,
+    "errata_bcda_trueden": 0.2,
+    "errata_dabc_trueden": 0.3,
+}
+TOP = {v: {"match": 2 if v == "true" else 1, "heads": 2} for v in VARIANTS}
+AGREEMENT = {
+    effect: {"spearman": {k: dict(RHO) for k in KINDS}, "top_source": {k: dict(TOP) for k in KINDS}}
+    for effect in ("heldout_loss_effect", "loss_effect", "attn_effect")
+}
 
 
 def scale_of(seed: int) -> float:
@@ -102,7 +125,7 @@ def seed_inputs(seed: int) -> SeedInputs:
     c = curve(seed)
     metrics = {k: float(c.iloc[-1][k]) for k in ("train_loss", "eval_loss", "induction", "prev_token", "icl")}
     return SeedInputs(
-        seed=seed, scores=scores(scale_of(seed)), heads=heads(), spearman=SPEARMAN, metrics=metrics, curve=c
+        seed=seed, scores=scores(scale_of(seed)), heads=heads(), agreement=AGREEMENT, metrics=metrics, curve=c
     )
 
 
@@ -123,7 +146,7 @@ def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:
         (sub["train"] / "metrics.json").write_text(json.dumps(inp.metrics))
         inp.scores.to_csv(sub["composition"] / "scores.csv", index=False)
         inp.heads.to_csv(sub["heads"] / "heads.csv", index=False)
-        (sub["heads"] / "summary.json").write_text(json.dumps({"roles": {}, "spearman": inp.spearman}))
+        (sub["heads"] / "summary.json").write_text(json.dumps({"roles": {}, "agreement": inp.agreement}))
         fig, ax = plt.subplots(figsize=(2, 1.5))
         ax.plot([0, 1], [0, seed])
         fig.savefig(sub["figures"] / "errata_diagram.png", dpi=40)

@@ -1,5 +1,6 @@
-"""The compare stage: role-group composition, the errata's claims per seed, bootstrap
-intervals across seeds, and the stage's files (exact seeds, byte-stable, one-line errors).
+"""The compare stage: role-group composition, the errata's claims per seed as one long table
+(known answers under both denominator hypotheses), bootstrap intervals across seeds, and
+the stage's files (exact seeds, byte-stable, one-line errors).
 
 Inputs are the hand-made tables of `synthetic_seeds` (planted values, see its docstring).
 """
@@ -15,9 +16,12 @@ import pandas as pd
 import pytest
 import synthetic_seeds as syn
 
-from pipeline import compare, params
+from pipeline import params
+from pipeline.compare import read
+from pipeline.compare import stats as compare
 from pipeline.config import CompareConfig
 from pipeline.errors import UserError
+from pipeline.tables import CURVE_COLUMNS
 from stages import compare as compare_stage
 
 CFG = CompareConfig(bootstrap_samples=2000)
@@ -45,7 +49,7 @@ def test_group_composition_known_values():
     assert g["n_pairs"].sum() == len(syn.scores())
     # rows come in the fixed order: kinds, then variants, then roles
     assert list(g.index.get_level_values("kind").unique()) == ["Q", "K", "V"]
-    assert list(g.index.get_level_values("variant").unique()) == ["true", "errata_bcda", "errata_dabc"]
+    assert list(g.index.get_level_values("variant").unique()) == list(syn.VARIANTS)
 
 
 def test_group_composition_skips_undefined_errata_scores():
@@ -68,42 +72,71 @@ def test_selectivity_known_values():
     assert math.isnan(compare.selectivity(s, "true", dst="induction", src="duplicate_token"))  # no such heads
 
 
-def test_seed_row_claims():
-    inp = syn.seed_inputs(2)
+EDGE = 0.1  # the paper's plotting threshold on the excess, for claims (m) and (d)
+
+
+def long_table(inp) -> pd.DataFrame:
     s = compare.with_roles(inp.scores, inp.heads)
-    row = compare.seed_row(inp, s, compare.group_composition(s))
+    return compare.seed_statistics(inp, s, compare.group_composition(s), EDGE, CFG)
+
+
+def value(table: pd.DataFrame, **where) -> float:
+    rows = table
+    for column, v in where.items():
+        rows = rows[rows[column] == v]
+    assert len(rows) == 1, where
+    return float(rows["value"].iloc[0])
+
+
+def test_seed_statistics_claims_known_values():
+    inp = syn.seed_inputs(2)
+    t = long_table(inp)
     k = syn.scale_of(2)
-    assert row["seed"] == 2
+    assert list(t.columns) == list(compare.LONG_COLUMNS) and set(t["seed"]) == {2}
+    assert not t.duplicated(compare.DIMENSIONS).any()  # one row per statistic
     assert (
-        row["n_previous_token"],
-        row["n_recent_window"],
-        row["n_induction"],
-        row["n_other"],
-        row["n_first_token"],
-    ) == (1, 1, 2, 2, 0)
-    assert row["train_eval_loss"] == pytest.approx(1.8)
-    assert row["K_true_ind_prev"] == pytest.approx(0.30 * k)
-    assert row["K_true_ind_recent"] == pytest.approx(0.20 * k)
-    assert row["a_selectivity_true"] == pytest.approx(-1 / 13)
-    assert row["a"] == pytest.approx(49 / 51)
-    assert row["b"] == pytest.approx(20 * k)
-    assert row["b_rel_true"] == pytest.approx(2 / 3)
-    assert row["b_rel_errata_dabc"] == pytest.approx(0.01 / 0.50)
-    assert row["c_rho_K_errata_dabc"] == pytest.approx(0.3)
-    assert row["c"] == pytest.approx(0.6 - 0.3)
+        value(t, claim="roles", statistic="induction") == 2
+        and value(t, claim="roles", statistic="other") == 2
+    )
+    assert value(t, claim="training", statistic="eval_loss") == pytest.approx(1.8)
+    # (a): true's strongest composition is V other <- other; each rotation singles out K induction <- prev
+    assert value(t, claim="a", statistic="selectivity", variant="true") == pytest.approx(-1 / 13)
+    assert value(t, claim="a", statistic="a", hypothesis="rotated") == pytest.approx(49 / 51)
+    assert value(t, claim="a", statistic="a", hypothesis="true") == pytest.approx(
+        (0.05 - 0.01) / (0.05 + 0.01)
+    )
+    # (b)
+    assert value(t, claim="b", statistic="b") == pytest.approx(20 * k)
+    assert value(t, claim="b", statistic="relative", variant="true") == pytest.approx(2 / 3)
+    assert value(t, claim="b", statistic="relative", variant="errata_dabc") == pytest.approx(0.01 / 0.50)
+    # (m): excess > 0.1 draws four true pairs (three K, one V), two of each rotated-denominator
+    # rotation (K), none with true denominators
+    assert value(t, claim="m", statistic="drawn", kind="K", variant="true") == 3
+    assert value(t, claim="m", statistic="m", hypothesis="rotated") == 4 - 2
+    assert value(t, claim="m", statistic="m", hypothesis="true") == 4 - 0
+    # (d): only K edges, all from head 0.0, under rotated denominators; nothing drawn under true ones
+    assert value(t, claim="d", statistic="layer0_k_sources", variant="errata_bcda") == 1
+    assert value(t, claim="d", statistic="d", hypothesis="rotated") == 1.0
+    assert value(t, claim="d", statistic="d", hypothesis="true") == 0.0
+    assert value(t, claim="d", statistic="only_k_one_source", variant="true") == 0.0  # V edges too
+    # (mz): z > 3 for five true pairs (the 0.05 pair: z = 5 k), every errata pair (background z 10)
+    assert value(t, claim="mz", statistic="mz") == 5 - 27
+    # (c): top source 2/2 (true) against 1/2; Spearman 0.6 against the better rotation's 0.3
+    e = "heldout_loss_effect"
+    assert value(t, claim="c", statistic="top_source", kind="K", variant="true", effect=e) == 1.0
+    assert value(t, claim="c", statistic="c", hypothesis="true") == pytest.approx(0.5)
+    assert value(t, claim="c", statistic="spearman_gain", hypothesis="rotated") == pytest.approx(0.6 - 0.3)
 
 
 def test_seed_without_recent_window_heads_leaves_claim_b_out():
     inp = syn.seed_inputs(0)
     inp.heads.loc[inp.heads["role"] == "recent_window", "role"] = "other"
-    inp.spearman = {
-        "K": {"true": None, "errata_bcda": 0.2, "errata_dabc": 0.3}
-    }  # undefined rho, absent kinds
-    s = compare.with_roles(inp.scores, inp.heads)
-    row = compare.seed_row(inp, s, compare.group_composition(s))
-    assert math.isnan(row["b"]) and math.isnan(row["b_rel_true"]) and math.isnan(row["K_true_ind_recent"])
-    assert math.isnan(row["c"]) and math.isnan(row["c_rho_Q_true"])
-    assert row["a"] == pytest.approx(49 / 51)  # unaffected
+    inp.agreement = {"heldout_loss_effect": {"spearman": {"K": {"true": None}}, "top_source": {}}}
+    t = long_table(inp)
+    assert math.isnan(value(t, claim="b", statistic="b"))
+    assert math.isnan(value(t, claim="b", statistic="relative", variant="true"))
+    assert math.isnan(value(t, claim="c", statistic="c", hypothesis="rotated"))  # no top-source counts
+    assert value(t, claim="a", statistic="a", hypothesis="rotated") == pytest.approx(49 / 51)  # unaffected
 
 
 def test_a_head_without_a_role_is_named():
@@ -153,39 +186,44 @@ def test_verdict(stat, expected):
 
 
 def test_compare_across_seeds():
-    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG)
-    assert list(result.seeds["seed"]) == [0, 1, 2]
-    assert list(result.groups["seed"].unique()) == [0, 1, 2] and list(result.roles["seed"].unique()) == [
-        0,
-        1,
-        2,
-    ]
+    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE)
+    assert list(result.claims["seed"].unique()) == [0, 1, 2]
+    assert list(result.groups["seed"].unique()) == [0, 1, 2]
+    assert list(result.roles["seed"].unique()) == [0, 1, 2]
     summary = result.summary
     assert summary["n_seeds"] == 3
-    assert summary["b"]["mean"] == pytest.approx(22.0)
-    assert 20.0 <= summary["b"]["lo"] < 22.0 < summary["b"]["hi"] <= 24.0
-    assert summary["a"]["verdict"] == summary["b"]["verdict"] == summary["c"]["verdict"] == "holds"
-    assert summary["a"]["seeds_holding"] == 3 and summary["a"]["seeds_tested"] == 3
-    assert summary["mean"]["eval_loss"] == pytest.approx(1.9)
-    assert list(summary) == ["n_seeds", "a", "b", "c", "mean"]
-    assert list(summary["a"]) == ["verdict", "seeds_holding", "seeds_tested", "mean", "lo", "hi"]
-    stats = result.stats.set_index("column")
-    assert set(stats.index) == set(result.seeds.columns) - {"seed"}
-    assert stats.loc["n_induction", "mean"] == 2 and stats.loc["c", "lo"] == pytest.approx(0.3)
+    b = summary["claims"]["b"]["-"]
+    assert b["mean"] == pytest.approx(22.0) and 20.0 <= b["lo"] < 22.0 < b["hi"] <= 24.0
+    for name, hypothesis, expected in [
+        ("a", "rotated", "holds"), ("a", "true", "holds"), ("b", "-", "holds"), ("m", "true", "holds"),
+        ("mz", "-", "fails"), ("d", "rotated", "holds"), ("d", "true", "fails"), ("c", "true", "holds"),
+    ]:  # fmt: skip
+        assert summary["claims"][name][hypothesis]["verdict"] == expected, (name, hypothesis)
+    a = summary["claims"]["a"]["rotated"]
+    assert a["seeds_holding"] == 3 and a["seeds_tested"] == 3 and a["threshold"] == 0.0
+    assert summary["claims"]["d"]["true"]["threshold"] == 0.5 and b["threshold"] == 3.0
+    assert summary["training"]["eval_loss"] == pytest.approx(1.9) and summary["roles"]["induction"] == 2
+    assert list(summary) == ["n_seeds", "claims", "training", "roles"]
+    assert list(a) == ["verdict", "seeds_holding", "seeds_tested", "mean", "lo", "hi", "threshold"]
+    # every statistic of the long table has its row across seeds
+    stats = result.stats.set_index(compare.DIMENSIONS)
+    assert len(stats) == len(result.claims.drop_duplicates(compare.DIMENSIONS))
+    assert stats.loc[("c", "true", "K", "-", "heldout_loss_effect", "c"), "lo"] == pytest.approx(0.5)
     # the mean training curve, step by step
     assert list(result.mean_curve["eval_loss"]) == pytest.approx([4.0, 3.0, 1.9])
     assert result.mean_curve["tokens"].dtype.kind == "i"
 
 
 def test_one_seed_has_no_interval_and_no_verdict():
-    result = compare.compare([syn.seed_inputs(0)], CFG)
-    assert result.summary["b"] == {
+    result = compare.compare([syn.seed_inputs(0)], CFG, EDGE)
+    assert result.summary["claims"]["b"]["-"] == {
         "verdict": "inconclusive",
         "seeds_holding": 1,
         "seeds_tested": 1,
         "mean": 20.0,
         "lo": None,
         "hi": None,
+        "threshold": 3.0,
     }
     json.loads(compare.summary_json(result.summary))
 
@@ -194,20 +232,23 @@ def test_seeds_evaluated_at_different_steps_are_refused():
     a, b = syn.seed_inputs(0), syn.seed_inputs(1)
     b.curve = b.curve.assign(step=[0, 5, 20])
     with pytest.raises(UserError, match="different steps"):
-        compare.compare([a, b], CFG)
+        compare.compare([a, b], CFG, EDGE)
 
 
 def test_stale_seed_dirs(tmp_path):
     for name in ("seed0", "seed1", "seed10", "seedX"):
         (tmp_path / "train" / name).mkdir(parents=True)
     (tmp_path / "train" / "seed3").write_text("a file, not a seed directory")
-    stale = compare.stale_seed_dirs([tmp_path / "train", tmp_path / "missing"], [0])
+    stale = read.stale_seed_dirs([tmp_path / "train", tmp_path / "missing"], [0])
     assert [p.name for p in stale] == ["seed1", "seed10"]
 
 
-def test_describe_names_every_column():
-    result = compare.compare([syn.seed_inputs(0)], CFG)
-    assert all(compare.describe(c) for c in result.seeds.columns if c != "seed")
+def test_report_describes_every_statistic():
+    from pipeline import report
+
+    result = compare.compare([syn.seed_inputs(0)], CFG, EDGE)
+    pairs = result.claims[["claim", "statistic"]].drop_duplicates()
+    assert all(report.describe(c, s) for c, s in zip(pairs["claim"], pairs["statistic"], strict=True))
 
 
 # --- the stage -----------------------------------------------------------------------
@@ -240,7 +281,7 @@ def run_stage(tmp_path: Path, dirs: dict, out: Path, seeds: str) -> int:
 
 
 EXPECTED_FILES = {
-    "seeds.csv",
+    "claims.csv",
     "stats.csv",
     "groups.csv",
     "roles.csv",
@@ -266,13 +307,13 @@ def test_stage_reads_exactly_the_listed_seeds_and_is_byte_stable(tmp_path, capsy
     assert "seed1 is not in seeds" in capsys.readouterr().err  # a shrunk list: named, left out
     first = files(tmp_path / "a")
     assert set(first) == EXPECTED_FILES
-    seeds = pd.read_csv(tmp_path / "a" / "seeds.csv")
-    assert list(seeds["seed"]) == [2, 0]  # the order of params.yaml
+    claims = pd.read_csv(tmp_path / "a" / "claims.csv")
+    assert list(claims["seed"].unique()) == [2, 0]  # the order of params.yaml
     assert set(pd.read_csv(tmp_path / "a" / "groups.csv")["seed"]) == {0, 2}
     assert set(pd.read_csv(tmp_path / "a" / "roles.csv")["seed"]) == {0, 2}
     json.loads(first["summary.json"], parse_constant=lambda c: pytest.fail(f"summary.json holds {c}"))
     curves = pd.read_csv(tmp_path / "a" / "curves.tsv", sep="\t")
-    assert list(curves.columns) == list(compare.CURVE_COLUMNS)
+    assert list(curves.columns) == list(CURVE_COLUMNS)
     assert curves["eval_loss"].iloc[-1] == pytest.approx((2.0 + 1.8) / 2)
     # same inputs and config: the same bytes, figures included
     assert run_stage(tmp_path, dirs, tmp_path / "b", "[2,0]") == 0
@@ -284,7 +325,7 @@ def test_stage_missing_input_is_one_line_naming_the_file(tmp_path, capsys):
     assert run_stage(tmp_path, dirs, tmp_path / "out", "[0,1]") == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "seed1" in err and "file not found" in err
-    assert not (tmp_path / "out" / "seeds.csv").exists()  # nothing half-written
+    assert not (tmp_path / "out" / "claims.csv").exists()  # nothing half-written
 
 
 def test_stage_heads_without_roles_is_named(tmp_path, capsys):
@@ -296,18 +337,18 @@ def test_stage_heads_without_roles_is_named(tmp_path, capsys):
     assert "heads.csv" in err and "'role'" in err
 
 
-def test_stage_summary_without_spearman_is_named(tmp_path, capsys):
+def test_stage_summary_without_agreement_is_named(tmp_path, capsys):
     dirs = syn.write_stage_outputs(tmp_path / "outputs", [0])
     (dirs["heads"] / "seed0" / "summary.json").write_text(json.dumps({"roles": {}}))
     assert run_stage(tmp_path, dirs, tmp_path / "out", "[0]") == 2
-    assert "spearman" in capsys.readouterr().err
+    assert "summary.json: agreement" in capsys.readouterr().err
 
 
 def test_figures_show_every_seed():
     from pipeline.figures import compare as compare_figures
 
-    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG)
-    fig = compare_figures.claims_figure(result.seeds, result.stats, 3.0, 0.95)
+    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE)
+    fig = compare_figures.claims_figure(result.claims, result.stats, 3.0, 0.95)
     b_axis = fig.axes[1]
     dots = np.concatenate(
         [
@@ -323,8 +364,8 @@ def test_figures_show_every_seed():
 
 
 def test_names_match_the_modules_that_write_the_tables():
-    """compare restates these names (importing their modules would pull in torch): keep them equal."""
-    from pipeline import composition, heads
+    """The vocabularies the tables share have one home, pipeline/tables.py."""
+    from pipeline import composition, heads, tables
 
-    assert (compare.KINDS, compare.VARIANTS) == (tuple(composition.KINDS), tuple(composition.VARIANTS))
-    assert compare.ROLES == tuple(heads.ROLES)
+    assert composition.VARIANTS is tables.VARIANTS and tuple(composition.PARTS) == tables.VARIANTS
+    assert set(heads.ROLE_SCORE) | {"other"} == set(tables.ROLES)

@@ -106,7 +106,8 @@ def page(tmp_path_factory) -> Path:
 
 
 def expected_images(root: Path) -> dict[str, bytes]:
-    """What the page must embed: every PNG of the compare stage and of each seed's figures (SVGs have a PNG twin)."""
+    """What the page must embed: every PNG of the compare stage and of each seed's figures
+    (SVGs have a PNG twin)."""
     out = {p.name: p.read_bytes() for p in sorted((root / "compare" / "figures").glob("*.png"))}
     for seed in SEEDS:
         out.update(
@@ -147,8 +148,11 @@ def test_page_embeds_every_figure_byte_for_byte(page):
 def test_page_shows_claims_tables_config_and_environment(page):
     text = page.read_text()
     summary = json.loads((page.parents[1] / "compare" / "summary.json").read_text())
-    assert summary["a"]["verdict"] == "holds"
-    assert text.count('class="holds">holds<') == 3  # the three claims, planted to hold
+    verdicts = [s["verdict"] for claim in summary["claims"].values() for s in claim.values()]
+    assert summary["claims"]["a"]["rotated"]["verdict"] == "holds" and "fails" in verdicts
+    assert text.count('class="holds">holds<') == verdicts.count("holds") == 8  # planted (synthetic_seeds)
+    assert text.count('class="fails">fails<') == verdicts.count("fails")
+    assert "rotated denominators" in text and "true denominators" in text  # both hypotheses, side by side
     for seed in SEEDS:
         assert f'<h2 id="seed{seed}">Seed {seed}</h2>' in text
     assert (

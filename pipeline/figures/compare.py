@@ -1,7 +1,8 @@
 """Figures across seeds: each seed a dot, the mean a bar with its bootstrap interval.
 
-Inputs are the compare stage's tables: `seeds` (one row per seed), `stats` (column, n,
-mean, lo, hi) and the per-seed training curves.
+Inputs are the compare stage's tables: `claims` (the long table: a row per seed and
+statistic), `stats` (each statistic's n, mean, lo, hi) and the per-seed training curves.
+A panel's columns are selections of the long table by its dimensions.
 """
 
 from __future__ import annotations
@@ -12,49 +13,63 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from pipeline.tables import ROLES, VARIANTS
+from pipeline.compare.claims import CLAIM_KIND, PRIMARY_EFFECT
+from pipeline.tables import HYPOTHESES, ROLES, VARIANTS
 
 VARIANT_LABELS = {
     "true": "corrected",
-    "errata_bcda": "original\n(B C D A)",
-    "errata_dabc": "original\n(D A B C)",
+    "errata_bcda": "BCDA\nrot. den.",
+    "errata_dabc": "DABC\nrot. den.",
+    "errata_bcda_trueden": "BCDA\ntrue den.",
+    "errata_dabc_trueden": "DABC\ntrue den.",
 }
+HYPOTHESIS_LABELS = {"rotated": "rotated\ndenominators", "true": "true\ndenominators"}
+
+
+def _select(frame: pd.DataFrame, where: dict) -> pd.DataFrame:
+    mask = np.ones(len(frame), dtype=bool)
+    for column, value in where.items():
+        mask &= (frame[column] == value).to_numpy()
+    return frame[mask]
 
 
 def dots_with_ci(
     ax: Axes,
-    seeds: pd.DataFrame,
+    claims: pd.DataFrame,
     stats: pd.DataFrame,
-    columns: list[str],
+    columns: list[dict],
     labels: list[str],
     threshold: float | None = None,
     ci: float = 0.95,
 ) -> None:
-    """At x = i, column i: one dot per seed (spread sideways by seed), the mean and its `ci` interval."""
-    by_column = stats.set_index("column")
-    n = len(seeds)
-    offsets = np.linspace(-0.15, 0.15, n) if n > 1 else np.zeros(1)  # fixed spread: same picture every run
-    for i, column in enumerate(columns):
-        values = seeds[column].astype(float).to_numpy()
-        ax.scatter(i + offsets, values, s=18, color="0.45", zorder=2, label="seed" if i == 0 else None)
-        s = by_column.loc[column]
-        if pd.notna(s["mean"]):
+    """At x = i, selection i of the long table: a dot per seed (spread sideways),
+    the mean and its interval."""
+    seeds = sorted(claims["seed"].unique())
+    offsets = np.linspace(-0.15, 0.15, len(seeds)) if len(seeds) > 1 else np.zeros(1)  # fixed: same picture
+    empty = True
+    for i, where in enumerate(columns):
+        per_seed = _select(claims, where).set_index("seed")["value"].reindex(seeds).astype(float)
+        empty &= bool(per_seed.isna().all())
+        ax.scatter(
+            i + offsets, per_seed.to_numpy(), s=18, color="0.45", zorder=2, label="seed" if i == 0 else None
+        )
+        s = _select(stats, where)
+        if len(s) and pd.notna(s["mean"].iloc[0]):
             ax.hlines(
-                s["mean"], i - 0.28, i + 0.28, color="black", lw=2, zorder=3, label="mean" if i == 0 else None
-            )
-        if pd.notna(s["lo"]) and pd.notna(s["hi"]):
-            ax.vlines(
-                i + 0.3,
-                s["lo"],
-                s["hi"],
-                color="#d62728",
+                s["mean"].iloc[0],
+                i - 0.28,
+                i + 0.28,
+                color="black",
                 lw=2,
                 zorder=3,
-                label=f"{ci:.0%} CI" if i == 0 else None,
+                label="mean" if i == 0 else None,
             )
+        if len(s) and pd.notna(s["lo"].iloc[0]) and pd.notna(s["hi"].iloc[0]):
+            label = f"{ci:.0%} CI" if i == 0 else None
+            ax.vlines(i + 0.3, s["lo"].iloc[0], s["hi"].iloc[0], color="#d62728", lw=2, zorder=3, label=label)
     if threshold is not None:
         ax.axhline(threshold, color="0.6", lw=1, ls="--", zorder=1)
-    if seeds[columns].isna().all().all():  # say why the panel is empty
+    if empty:  # say why the panel is empty
         ax.text(
             0.5,
             0.5,
@@ -64,38 +79,60 @@ def dots_with_ci(
             va="center",
             color="0.4",
         )
-    ax.set_xticks(range(len(columns)), labels)
+    ax.set_xticks(range(len(columns)), labels, fontsize=7)
     ax.set_xlim(-0.6, len(columns) - 0.4)
 
 
-def claims_figure(seeds: pd.DataFrame, stats: pd.DataFrame, z_threshold: float, ci: float) -> Figure:
-    """The errata's three claims, per seed and across seeds."""
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.8))
-    labels = [VARIANT_LABELS[v] for v in VARIANTS]
+def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, z_threshold: float, ci: float) -> Figure:
+    """The errata's claims, per seed and across seeds."""
+    fig, axes = plt.subplots(1, 5, figsize=(19, 3.9))
+    variants = [VARIANT_LABELS[v] for v in VARIANTS]
+    hypotheses = [HYPOTHESIS_LABELS[h] for h in HYPOTHESES]
+    by_variant = [{"claim": "a", "statistic": "selectivity", "variant": v} for v in VARIANTS]
+    dots_with_ci(axes[0], claims, stats, by_variant, variants, threshold=0.0, ci=ci)
+    axes[0].set_title("(a) K induction <- prev-token:\nselectivity (> 0: strongest of all)", fontsize=9)
     dots_with_ci(
-        axes[0], seeds, stats, [f"a_selectivity_{v}" for v in VARIANTS], labels, threshold=0.0, ci=ci
+        axes[1],
+        claims,
+        stats,
+        [{"claim": "b", "statistic": "b"}],
+        ["corrected"],
+        threshold=z_threshold,
+        ci=ci,
     )
-    axes[0].set_title("(a) K induction <- prev-token:\nselectivity (> 0: strongest of all)", fontsize=10)
-    dots_with_ci(axes[1], seeds, stats, ["b"], ["corrected"], threshold=z_threshold, ci=ci)
-    axes[1].set_title("(b) K induction <- recent-window:\nmax z against the null", fontsize=10)
-    dots_with_ci(axes[2], seeds, stats, [f"b_rel_{v}" for v in VARIANTS], labels, threshold=0.0, ci=ci)
-    axes[2].set_title("(b) recent-window / prev-token\ncomposition (max excess)", fontsize=10)
-    dots_with_ci(axes[3], seeds, stats, [f"c_rho_K_{v}" for v in VARIANTS], labels, threshold=0.0, ci=ci)
-    axes[3].set_title("(c) K: Spearman rho with\nthe ablation effects", fontsize=10)
+    axes[1].set_title("(b) K induction <- recent-window:\nmax z against the null", fontsize=9)
+    more = [{"claim": "m", "statistic": "m", "hypothesis": h} for h in HYPOTHESES] + [
+        {"claim": "mz", "statistic": "mz"}
+    ]
+    dots_with_ci(axes[2], claims, stats, more, [*hypotheses, "z > threshold\n(either)"], threshold=0.0, ci=ci)
+    axes[2].set_title("(m) more composition in the corrected:\npairs drawn, corrected - original", fontsize=9)
+    only = [{"claim": "d", "statistic": "d", "hypothesis": h} for h in HYPOTHESES]
+    dots_with_ci(axes[3], claims, stats, only, hypotheses, threshold=0.5, ci=ci)
+    axes[3].set_title("(d) original draws only K edges,\nfrom one layer-0 head (1 = yes)", fontsize=9)
+    top = [
+        {"claim": "c", "statistic": "top_source", "kind": CLAIM_KIND, "variant": v, "effect": PRIMARY_EFFECT}
+        for v in VARIANTS
+    ]
+    dots_with_ci(axes[4], claims, stats, top, variants, ci=ci)
+    axes[4].set_title(
+        "(c) K, held-out text: top source by score\n= top source by ablation (fraction)", fontsize=9
+    )
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3, frameon=False)
-    fig.suptitle(f"The errata's claims across {len(seeds)} seed(s)")
+    fig.suptitle(f"The errata's claims across {claims['seed'].nunique()} seed(s)")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
-def roles_figure(seeds: pd.DataFrame, stats: pd.DataFrame) -> Figure:
+def roles_figure(claims: pd.DataFrame, stats: pd.DataFrame) -> Figure:
     """How many heads of each role, per seed."""
-    roles = [r for r in ROLES if f"n_{r}" in seeds.columns]
+    present = set(claims.loc[claims["claim"] == "roles", "statistic"])
+    roles = [r for r in ROLES if r in present]
     fig, ax = plt.subplots(figsize=(9, 3.4))
-    dots_with_ci(ax, seeds, stats, [f"n_{r}" for r in roles], [r.replace("_", "\n") for r in roles])
+    columns = [{"claim": "roles", "statistic": r} for r in roles]
+    dots_with_ci(ax, claims, stats, columns, [r.replace("_", "\n") for r in roles])
     ax.set_ylabel("heads")
-    ax.set_title(f"Head roles across {len(seeds)} seed(s)")
+    ax.set_title(f"Head roles across {claims['seed'].nunique()} seed(s)")
     fig.tight_layout()
     return fig
 
@@ -108,7 +145,7 @@ def curves_figure(curves: pd.DataFrame, mean: pd.DataFrame) -> Figure:
         ("prev_token", "best previous-token score"),
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.4))
-    for ax, (column, title) in zip(axes, panels):
+    for ax, (column, title) in zip(axes, panels, strict=True):
         for seed, curve in curves.groupby("seed", sort=True):
             ax.plot(curve["tokens"], curve[column], lw=0.8, alpha=0.6, label=f"seed {seed}")
         ax.plot(mean["tokens"], mean[column], color="black", lw=2, label="mean")

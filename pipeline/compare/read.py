@@ -1,0 +1,67 @@
+"""Reading one seed's outputs for the comparison, with one-line errors naming the file."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline import io
+from pipeline.errors import UserError
+from pipeline.tables import CURVE_COLUMNS, SCORES_COLUMNS, read_csv
+
+HEADS_COLUMNS = ("layer", "head", "role")
+TRAIN_METRICS = ("eval_loss", "induction", "prev_token")  # final values, from metrics.json
+
+
+@dataclass
+class SeedInputs:
+    """What one seed's stages wrote, as read from disk."""
+
+    seed: int
+    scores: pd.DataFrame  # composition scores.csv
+    heads: pd.DataFrame  # heads.csv: layer, head, role, scores
+    agreement: dict  # heads summary.json "agreement": {effect: {"spearman": ..., "top_source": ...}}
+    metrics: dict  # train metrics.json
+    curve: pd.DataFrame  # train curve.tsv
+
+
+def read_seed(seed: int, train: Path, composition: Path, heads: Path) -> SeedInputs:
+    """Read seed `seed`'s files from the stages' output directories (`<dir>/seed<N>/`)."""
+    sub = f"seed{seed}"
+    summary_path = heads / sub / "summary.json"
+    summary = io.read_json(summary_path)
+    agreement = summary.get("agreement") if isinstance(summary, dict) else None
+    if not isinstance(agreement, dict):
+        raise UserError(f"{summary_path}: agreement", "missing: expected {effect: {spearman, top_source}}")
+    metrics_path = train / sub / "metrics.json"
+    metrics = io.read_json(metrics_path)
+    for key in TRAIN_METRICS:
+        if not isinstance(metrics, dict) or key not in metrics:
+            raise UserError(f"{metrics_path}: {key}", "missing")
+    return SeedInputs(
+        seed=seed,
+        scores=read_csv(composition / sub / "scores.csv", SCORES_COLUMNS),
+        heads=read_csv(heads / sub / "heads.csv", HEADS_COLUMNS),
+        agreement=agreement,
+        metrics=metrics,
+        curve=read_csv(train / sub / "curve.tsv", CURVE_COLUMNS, sep="\t"),
+    )
+
+
+def stale_seed_dirs(parents: Iterable[Path], seeds: Sequence[int]) -> list[Path]:
+    """`seed<N>` directories under `parents` whose N is not in `seeds` (left by a longer list).
+
+    They never enter the comparison; they do enter DVC's hash of the parent directories,
+    which the compare stage depends on, so removing them reruns it once.
+    """
+    stale = []
+    for parent in parents:
+        for child in sorted(Path(parent).glob("seed*")):
+            m = re.fullmatch(r"seed(\d+)", child.name)
+            if m and child.is_dir() and int(m.group(1)) not in seeds:
+                stale.append(child)
+    return stale
