@@ -232,7 +232,8 @@ def _spawn(
     threads: int = 1,
 ) -> dict:
     cmd = [sys.executable, __file__, "--child", method, "--shape", json.dumps(shape.__dict__),
-           "--weights", str(weights), "--out", str(out), "--kinds", kinds, "--repeats", str(repeats)]  # fmt: skip
+           "--weights", str(weights), "--out", str(out),
+           "--kinds", kinds, "--repeats", str(repeats)]  # fmt: skip
     if threads:
         cmd += ["--threads", str(threads)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)

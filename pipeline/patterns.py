@@ -45,7 +45,7 @@ def first_token(pattern: Tensor) -> Tensor:
     return pattern[..., 1:, 0].mean(dim=(0, -1))
 
 
-def recent_window(pattern: Tensor, k: int) -> Tensor:
+def recent_mass(pattern: Tensor, k: int) -> Tensor:
     """Attention mass on keys i-k .. i-1 together, over queries i >= k."""
     if not 1 <= k < pattern.shape[-1]:
         raise ValueError(f"recent window k = {k} must be in [1, seq_len - 1 = {pattern.shape[-1] - 1}]")

@@ -47,7 +47,7 @@ class Strand:
                 raise ValueError(
                     f"factor {i} has shape {list(f.shape)}: a factor is a matrix [..., rows, cols]"
                 )
-        for i, (x, y) in enumerate(zip(self.factors, self.factors[1:])):
+        for i, (x, y) in enumerate(zip(self.factors, self.factors[1:], strict=False)):
             if x.shape[-1] != y.shape[-2]:
                 raise ValueError(
                     f"factor {i} {list(x.shape)} has {x.shape[-1]} columns but factor {i + 1} "
@@ -201,7 +201,9 @@ def shrink_left(A: Tensor) -> Tensor:
 
 
 def shrink_right(D: Tensor) -> Tensor:
-    """R' with D = R' Q^T, Q's columns orthonormal: ||M D|| = ||M R'||. D [..., r, p] -> [..., r, min(r, p)]."""
+    """R' with D = R' Q^T, Q's columns orthonormal: ||M D|| = ||M R'||.
+
+    D [..., r, p] -> [..., r, min(r, p)]."""
     return shrink_left(D.mT).mT
 
 
@@ -323,7 +325,8 @@ def all_pairs_norms(left: Strand, right: Strand, max_block: int = 2**22, method:
     """
     if left.dims[-1] != right.dims[0]:
         raise ValueError(
-            f"left is [.., {left.dims[0]}, {left.dims[-1]}] but right is [.., {right.dims[0]}, {right.dims[-1]}]"
+            f"left is [.., {left.dims[0]}, {left.dims[-1]}] "
+            f"but right is [.., {right.dims[0]}, {right.dims[-1]}]"
         )
     if method not in ("auto", "factors", "grams"):
         raise ValueError(f"method must be 'auto', 'factors' or 'grams', not {method!r}")

@@ -1,19 +1,29 @@
 """The tables stages hand each other (CSV): their vocabularies and columns, defined once
-here (torch-free, so the compare and report stages import no model code), and reading them
-with one-line errors naming the file."""
+here (torch-free, so the compare and report stages import no model code; pandas-free at
+import, so the config schemas can name them), and reading them with one-line errors
+naming the file."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from pipeline.errors import UserError
 
+if TYPE_CHECKING:  # pandas is imported where a table is read: the config schemas import this module
+    import pandas as pd
+
 KINDS = ("Q", "K", "V")  # composition kinds
-VARIANTS = ("true", "errata_bcda", "errata_dabc")  # the correct score, and the errata's two rotations
+# The correct score, and the errata's two rotations of the numerator, each with the
+# denominators rotated too or kept true: two hypotheses about the paper's library
+# (pipeline/composition.py).
+VARIANTS = ("true", "errata_bcda", "errata_dabc", "errata_bcda_trueden", "errata_dabc_trueden")
 ERRATA = VARIANTS[1:]
+HYPOTHESES = {  # denominators -> the errata variants computed under that hypothesis
+    "rotated": ("errata_bcda", "errata_dabc"),
+    "true": ("errata_bcda_trueden", "errata_dabc_trueden"),
+}
 ROLES = (
     "previous_token",
     "recent_window",
@@ -36,7 +46,23 @@ SCORES_COLUMNS = (
     "baseline_std",
     "z",
 )
-ABLATION_COLUMNS = ("kind", "src_layer", "src_head", "dst_layer", "dst_head", "attn_effect", "loss_effect")
+ABLATION_COLUMNS = (
+    "kind",
+    "src_layer",
+    "src_head",
+    "dst_layer",
+    "dst_head",
+    "attn_effect",  # the later head's induction score, clean minus ablated (repeated probe)
+    "loss_effect",  # loss ablated minus clean, repeated probe
+    "heldout_loss_effect",  # loss ablated minus clean, held-out text
+)
+# the compare stage's tables: composition between role groups, and the long table of
+# per-seed statistics (claims.csv) with its summary across seeds (stats.csv)
+GROUP_KEYS = ("kind", "variant", "dst_role", "src_role")
+GROUP_COLUMNS = (*GROUP_KEYS, "n_pairs", "max_excess", "mean_excess", "max_z")
+DIMENSIONS = ("claim", "hypothesis", "kind", "variant", "effect", "statistic")
+CLAIMS_COLUMNS = ("seed", *DIMENSIONS, "value")
+STATS_COLUMNS = (*DIMENSIONS, "n", "mean", "lo", "hi")
 CURVE_COLUMNS = ("step", "tokens", "train_loss", "eval_loss", "induction", "prev_token", "icl")
 
 
@@ -47,6 +73,8 @@ def excess(scores: pd.DataFrame) -> pd.Series:
 
 def read_csv(path: str | Path, required: Sequence[str] = (), sep: str = ",") -> pd.DataFrame:
     """A CSV (or, with sep="\\t", TSV) table that must exist, parse, and have the `required` columns."""
+    import pandas as pd
+
     path = Path(path)
     if not path.is_file():
         raise UserError(str(path), "file not found")

@@ -236,8 +236,9 @@ def prepare(
         steps.append(f"centred writing weights over d_model ({written})")
         if shortformer:
             steps.append(
-                "shortformer + LayerNorm: positions enter after ln1, unscaled by ln1.w, so W_pos W_Q (folded) "
-                "is not the model's positional term; exact terms W_pos W_Q^h, W_pos W_K^h stored as "
+                "shortformer + LayerNorm: positions enter after ln1, unscaled by ln1.w, "
+                "so W_pos W_Q (folded) is not the model's positional term; "
+                "exact terms W_pos W_Q^h, W_pos W_K^h stored as "
                 "blocks.{l}.attn.pos_Q, pos_K; W_pos kept as trained (never normalised, not centred)"
             )
     else:

@@ -2,7 +2,8 @@
 
 Works on any weights file in TransformerLens's state-dict names, e.g.
 
-    python -m stages.composition --weights outputs/weights/seed0/heads.safetensors --out outputs/composition/seed0
+    python -m stages.composition --weights outputs/weights/seed0/heads.safetensors \
+        --out outputs/composition/seed0
 """
 
 from __future__ import annotations

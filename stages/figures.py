@@ -18,6 +18,8 @@ from pipeline.cli import run_cli, stage_parser
 from pipeline.figures import composition as composition_figures
 from pipeline.figures import heads as heads_figures
 
+FIGURE_EFFECTS = {"heldout_loss_effect": "heldout_loss", "loss_effect": "loss", "attn_effect": "attn"}
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.figures", __doc__)
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         diagram = composition_figures.errata_diagram(
-            scores, cfg.edge_threshold, heads, (cfg.errata_variant, "true")
+            scores, cfg.edges, cfg.edge_z, cfg.edge_threshold, heads, (cfg.errata_variant, "true")
         )
         figures.save(diagram, out / "errata_diagram", dpi=cfg.dpi)
         for kind in composition_figures.KINDS:
@@ -60,13 +62,12 @@ def main(argv: list[str] | None = None) -> int:
                 fig = heads_figures.attention_patterns(pattern, heads, (pattern.shape[-1] - 1) // 2)
                 figures.save(fig, out / "attention_patterns", dpi=cfg.dpi)
         if effects is not None:
-            for effect, kinds in (
-                ("loss_effect", ("Q", "K", "V")),
-                ("attn_effect", ("Q", "K")),
-            ):  # V cannot move a pattern
-                rho = summary.get("spearman" if effect == "loss_effect" else "spearman_attn")
+            agreement = summary.get("agreement", {})
+            for effect, name in FIGURE_EFFECTS.items():
+                kinds = ("Q", "K") if effect == "attn_effect" else ("Q", "K", "V")  # V cannot move a pattern
+                rho = agreement.get(effect, {}).get("spearman")
                 fig = heads_figures.ablation_vs_composition(effects, scores, effect, rho, kinds)
-                figures.save(fig, out / f"ablation_{effect.removesuffix('_effect')}", dpi=cfg.dpi)
+                figures.save(fig, out / f"ablation_{name}", dpi=cfg.dpi)
 
     return run_cli(parser, body, argv)
 

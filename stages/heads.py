@@ -1,9 +1,10 @@
 """Classify every head and check composition against a causal path ablation:
-heads.csv, ablation.csv, patterns.safetensors (one repeated sequence), summary.json.
+heads.csv, ablation.csv, patterns.safetensors (one probe sequence), summary.json.
 
     python -m stages.heads --model outputs/train/seed0/model.safetensors \
         --config outputs/train/seed0/config.json --weights outputs/weights/seed0/heads.safetensors \
-        --scores outputs/composition/seed0/scores.csv --seed 0 --out outputs/heads/seed0
+        --scores outputs/composition/seed0/scores.csv --tokenized outputs/tokenizer \
+        --seed 0 --out outputs/heads/seed0
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import sys
 
 import torch
 
-from pipeline import checkpoint, heads, io, params, tables, weights
+from pipeline import checkpoint, data, heads, io, params, tables, tl_checkpoint, weights
 from pipeline.cli import run_cli, stage_parser
-from pipeline.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         "--weights", required=True, help="analysis-ready heads.safetensors of the weights stage"
     )
     parser.add_argument("--scores", required=True, help="scores.csv of the composition stage")
+    parser.add_argument("--tokenized", help="the tokenizer stage's directory (data.source = text)")
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the evaluation batches (the training seed)"
     )
@@ -32,16 +33,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
-        model = checkpoint.load_model(args.model, args.config, dtype=torch.float64)
+        h = cfg.analysis.heads
+        model = tl_checkpoint.load_model(args.model, args.config, dtype=torch.float64)
         hw, _ = weights.load(args.weights)
-        if (hw.n_layers, hw.n_heads) != (model.cfg.n_layers, model.cfg.n_heads):
-            shape = f"{model.cfg.n_layers} layers x {model.cfg.n_heads} heads"
-            raise UserError(
-                args.weights, f"has {hw.n_layers} layers x {hw.n_heads} heads, but {args.model} has {shape}"
-            )
         scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS)
-        result = heads.analyse(model, hw, cfg.data, cfg.analysis.heads, args.seed, source=args.model)
-        summary = heads.summarize(result, scores)
+        dataset = data.load(
+            cfg.data, model.cfg, args.seed, h.eval_sequences, args.tokenized, need_train=False
+        )
+        result = heads.analyse(model, hw, dataset, h, args.seed, scores, sources=(args.model, args.weights))
+        summary = heads.summarize(result, scores, h.min_effect)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         io.write_csv(out / "heads.csv", result.table)

@@ -37,14 +37,15 @@ BIN = Path(sys.executable).parent
 # A seed trains in a second or two; every stage still does real work. Others may append
 # keys their stages need to stay tiny.
 TINY = [
+    "setup=synthetic",
     "model.n_heads=2",
     "model.d_head=4",
     "model.d_model=16",
     "model.n_ctx=20",
     "model.d_vocab=16",
     "data.n_train_sequences=64",
-    "data.synthetic.min_span=3",
-    "data.synthetic.max_span=6",
+    "data.copies.min_span=3",
+    "data.copies.max_span=6",
     "train.steps=20",
     "train.warmup_steps=2",
     "train.eval_every=10",
@@ -56,11 +57,21 @@ TINY = [
     "analysis.composition.null_samples=8",
     "analysis.heads.eval_sequences=8",
     "analysis.heads.repeat_length=6",
-    "analysis.heads.recent_window=2",
+    "analysis.heads.window_length=2",
     "analysis.figures.dpi=30",
     "analysis.compare.bootstrap_samples=200",
     "analysis.compare.dpi=30",
     "seeds=[0]",
+]
+# The text source on a 20k-character slice of the corpus, a 300-token BPE vocabulary.
+TINY_TEXT = [
+    "setup=kjv",
+    *TINY[1:],
+    "data.text.max_chars=20000",
+    "data.tokenizer.vocab_size=300",
+    "model.d_vocab=300",
+    "data.copies.min_span=3",
+    "data.copies.max_span=6",
 ]
 
 
@@ -116,9 +127,19 @@ def project_files() -> list[str]:
 
 
 def set_config(repo: Path, overrides: Sequence[str]) -> None:
-    """Write `overrides` (dotted key=value) into conf/config.yaml and recompose params.yaml."""
+    """Write `overrides` into conf/config.yaml and recompose params.yaml: a config group's
+    option (`setup=synthetic`) into its defaults list, a dotted key=value into the values."""
     path = repo / "conf" / "config.yaml"
-    conf = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+    conf = OmegaConf.load(path)
+    groups = {next(iter(d)): i for i, d in enumerate(conf.defaults) if not isinstance(d, str)}
+    values = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key in groups:
+            conf.defaults[groups[key]] = {key: value}
+        else:
+            values.append(override)
+    conf = OmegaConf.merge(conf, OmegaConf.from_dotlist(values))
     path.write_text(OmegaConf.to_yaml(conf))
     run(repo, str(BIN / "python"), "-m", "pipeline.params")
 

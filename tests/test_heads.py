@@ -12,31 +12,43 @@ import planted
 import pytest
 import torch
 
-from pipeline import checkpoint, composition, heads, params, weights
+from pipeline import agreement, checkpoint, composition, data, heads, params, tl_checkpoint, weights
 from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, ModelConfig, RoleThresholds
 from pipeline.model import AttnOnlyTransformer
+from pipeline.tables import ABLATION_COLUMNS, VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 LENGTH = 7
-CFG = HeadsConfig(eval_sequences=32, repeat_length=LENGTH, recent_window=planted.WINDOW)
+CFG = HeadsConfig(eval_sequences=32, repeat_length=LENGTH, window_length=planted.WINDOW)
 PLANTED_ROLES = {
     (0, 0): "previous_token", (0, 1): "first_token", (0, 2): "duplicate_token",
     (1, 0): "induction", (1, 1): "current_token", (1, 2): "recent_window",
 }  # fmt: skip
 
 
+def scores_of(hw: weights.HeadWeights) -> pd.DataFrame:
+    return composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
+
+
 @pytest.fixture(scope="module")
-def planted_result():
+def planted_scores():
+    return scores_of(weights.from_state_dict(planted.state_dict()))
+
+
+@pytest.fixture(scope="module")
+def planted_result(planted_scores):
     model, hw = planted.model(), weights.from_state_dict(planted.state_dict())
-    return heads.analyse_batches(
-        model, hw, planted.repeated(32, LENGTH, 0), planted.random_tokens(32, planted.N_CTX, 1), CFG
-    )
+    repeated, heldout = planted.repeated(32, LENGTH, 0), planted.random_tokens(32, planted.N_CTX, 1)
+    return heads.analyse_batches(model, hw, repeated, heldout, CFG, planted_scores)
 
 
 def test_planted_heads_get_their_roles(planted_result):
     table = planted_result.table
     assert list(table.columns) == heads.COLUMNS
-    assert dict(zip(zip(table["layer"], table["head"]), table["role"])) == PLANTED_ROLES
+    assert (
+        dict(zip(zip(table["layer"], table["head"], strict=True), table["role"], strict=True))
+        == PLANTED_ROLES
+    )
     by_head = table.set_index(["layer", "head"])
     assert by_head.loc[(0, 0), "prev_token"] > 0.99 and by_head.loc[(1, 0), "induction"] > 0.99
     # only the planted heads take those roles, even as secondary flags
@@ -57,9 +69,8 @@ def test_planted_copying_and_qk_positivity(planted_result):
     assert by_head.loc[0, "qk_positivity"].isna().all()  # layer 0 reads no earlier head
 
 
-def test_planted_pair_has_the_largest_true_k_composition():
-    hw = weights.from_state_dict(planted.state_dict())
-    scores = composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
+def test_planted_pair_has_the_largest_true_k_composition(planted_scores):
+    scores = planted_scores
     true_k = scores[(scores["kind"] == "K") & (scores["variant"] == "true")]
     best = true_k.loc[true_k["score"].idxmax()]
     assert (best["src_layer"], best["src_head"], best["dst_layer"], best["dst_head"]) == (0, 0, 1, 0)
@@ -68,9 +79,9 @@ def test_planted_pair_has_the_largest_true_k_composition():
     assert len(others) > 0 and others.abs().max() < 1e-12
 
 
-def test_qk_positivity_source_is_the_best_k_composer():
-    _, source = heads.qk_positivity(weights.from_state_dict(planted.state_dict()))
-    assert source[1, 0].tolist() == [0, 0] and (source[0] == -1).all()
+def test_qk_positivity_source_is_the_best_k_composer(planted_scores):
+    sources = heads.best_sources(planted_scores)
+    assert sources[(1, 0)] == (0, 0) and set(sources) == {(1, 0), (1, 1), (1, 2)}  # layer 0 reads none
 
 
 # --- weight-based scores against dense float64 -------------------------------------
@@ -91,7 +102,8 @@ def dense_positivity(M: torch.Tensor) -> float:
 def test_copying_and_qk_positivity_equal_dense_float64():
     model = random_model(seed=3, n_layers=3)
     hw = weights.from_state_dict(model.state_dict())
-    copying, (qk, source) = heads.copying(hw), heads.qk_positivity(hw)
+    sources = heads.best_sources(scores_of(hw))  # read from scores.csv, as the stage does
+    copying, qk = heads.copying(hw), heads.qk_positivity(hw, sources)
     K = composition.true_scores(hw, "K")["K"]
     for layer in range(3):
         for h in range(3):
@@ -100,7 +112,7 @@ def test_copying_and_qk_positivity_equal_dense_float64():
             if layer == 0:
                 continue
             i, a = divmod(int(K[:layer, :, layer, h].reshape(-1).argmax()), 3)  # best earlier K-composer
-            assert source[layer, h].tolist() == [i, a]
+            assert sources[(layer, h)] == (i, a)
             QK = hw.W_Q[layer, h] @ hw.W_K[layer, h].T
             M = hw.W_E @ QK @ (hw.W_V[i, a] @ hw.W_O[i, a]).T @ hw.W_E.T  # [d_vocab, d_vocab]
             assert qk[layer, h] == pytest.approx(dense_positivity(M), abs=1e-10)
@@ -126,7 +138,8 @@ def test_primary_role_nesting_roles_first_then_highest_score_and_nan_takes_none(
     table = scores.assign(layer=0, head=range(len(scores)), role="", copying=np.nan, qk_positivity=np.nan)
     out = heads.classify(table, RoleThresholds(recent_window=0.5))
     assert out["role"].tolist() == [
-        "previous_token", "induction", "recent_window", "other", "other", "first_token", "duplicate_token", "duplicate_token",
+        "previous_token", "induction", "recent_window", "other", "other",
+        "first_token", "duplicate_token", "duplicate_token",
     ]  # fmt: skip
     assert out["is_recent_window"].tolist() == [True, False, True, False, False, False, True, False]
     assert out["is_first_token"].tolist() == [False, True, False, False, False, True, False, False]
@@ -150,60 +163,94 @@ def test_scores_are_invariant_to_the_order_of_the_evaluation_batches():
     )
     held = torch.randint(0, 12, (16, 16), generator=gen)
     perm = torch.randperm(16, generator=gen)
-    a = heads.analyse_batches(model, hw, rep, held, CFG)
-    b = heads.analyse_batches(model, hw, rep[perm], held[perm], CFG)
+    scores = scores_of(hw)
+    a = heads.analyse_batches(model, hw, rep, held, CFG, scores)
+    b = heads.analyse_batches(model, hw, rep[perm], held[perm], CFG, scores)
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=False, rtol=0, atol=1e-12)
     pd.testing.assert_frame_equal(a.ablation, b.ablation, check_exact=False, rtol=0, atol=1e-12)
     assert a.ablation["loss_effect"].abs().max() > 1e-4  # the comparison is not of zeros
+    assert a.ablation["heldout_loss_effect"].abs().max() > 1e-4
 
 
 def test_analysis_is_reproducible_for_a_seed():
     model = random_model(seed=2)
     hw = weights.from_state_dict(model.state_dict())
-    data = DataConfig(n_train_sequences=200)
-    first, again = (heads.analyse(model, hw, data, CFG, seed=5) for _ in range(2))
+    scores = scores_of(hw)
+
+    def analyse(seed: int) -> heads.HeadsResult:
+        dataset = data.load(
+            DataConfig(n_train_sequences=200), model.cfg, seed, CFG.eval_sequences, need_train=False
+        )
+        return heads.analyse(model, hw, dataset, CFG, seed, scores)
+
+    first, again = analyse(5), analyse(5)
     pd.testing.assert_frame_equal(first.table, again.table, check_exact=True)
     pd.testing.assert_frame_equal(first.ablation, again.ablation, check_exact=True)
-    other = heads.analyse(model, hw, data, CFG, seed=6)
+    other = analyse(6)
     assert not np.allclose(first.table["prev_token"], other.table["prev_token"])  # the seed matters
 
 
 # --- summary -------------------------------------------------------------------------
 
 
-def test_spearman_known_answers_and_nan_safety():
+def pairs_table() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two earlier heads into two later heads, every kind: effects and scores of known ranks."""
     keys = [(k, 0, a, 1, b) for k in "QKV" for a in range(2) for b in range(2)]
     effects = pd.DataFrame(keys, columns=["kind", "src_layer", "src_head", "dst_layer", "dst_head"])
-    effects["loss_effect"] = [-0.1, 0.2, 0.3, 0.4] * 3  # |effect| ranks 1..4
+    effects["loss_effect"] = [
+        -0.1,
+        0.2,
+        0.3,
+        0.4,
+    ] * 3  # |effect| ranks 1..4; top source of b=0: a=1, of b=1: a=1
     effects["attn_effect"] = 0.0
+    effects["heldout_loss_effect"] = [0.5, 0.001, 0.1, 0.002] * 3  # b=0: a=0; b=1 below min_effect
     rows = []
     for variant, score in (
         ("true", [1, 2, 3, 4]),
         ("errata_bcda", [4, 3, 2, 1]),
         ("errata_dabc", [1, np.nan, 3, 2]),
     ):
-        for (kind, i, a, j, b), s in zip(keys, score * 3):
+        for (kind, i, a, j, b), s in zip(keys, score * 3, strict=True):
             rows.append(
                 dict(kind=kind, variant=variant, src_layer=i, src_head=a, dst_layer=j, dst_head=b, score=s)
             )
-    scores = pd.DataFrame(rows)
-    rho = heads.spearman(effects, scores, "loss_effect")
+    return effects, pd.DataFrame(rows)
+
+
+def test_spearman_known_answers_and_nan_safety():
+    effects, scores = pairs_table()
+    rho = agreement.spearman(effects, scores, "loss_effect")
     assert rho["K"]["true"] == pytest.approx(1.0) and rho["Q"]["errata_bcda"] == pytest.approx(-1.0)
     assert rho["V"]["errata_dabc"] == pytest.approx(0.5)  # NaN pair dropped: ranks (1,3,4) vs (1,3,2)
-    assert heads.spearman(effects, scores, "attn_effect")["K"]["true"] is None  # constant effect
+    assert agreement.spearman(effects, scores, "attn_effect")["K"]["true"] is None  # constant effect
 
 
-def test_summary_counts_roles(planted_result):
-    scores = composition.composition_scores(
-        weights.from_state_dict(planted.state_dict()),
-        CompositionConfig(baseline_samples=8, null_samples=4),
-        seed=0,
-    )
-    summary = heads.summarize(planted_result, scores)
+def test_top_source_known_answers():
+    effects, scores = pairs_table()
+    top = agreement.top_source(effects, scores, "loss_effect", min_effect=0.01)
+    # by ablation, both later heads' top source is a=1; by score: true a=1 (both), bcda a=0 (both),
+    # dabc: b=0 has a=1 (3 > 1), b=1 has only a=1 defined (2; the NaN skipped)
+    assert top["K"]["true"] == {"match": 2, "heads": 2}
+    assert top["K"]["errata_bcda"] == {"match": 0, "heads": 2}
+    assert top["K"]["errata_dabc"] == {"match": 2, "heads": 2}
+    held = agreement.top_source(effects, scores, "heldout_loss_effect", min_effect=0.01)
+    assert held["Q"]["true"] == {"match": 0, "heads": 1}  # b=1's effects all < 0.01: not counted
+    assert held["Q"]["errata_bcda"] == {"match": 1, "heads": 1}
+    assert agreement.top_source(effects, scores, "attn_effect", 0.01)["K"]["true"] == {"match": 0, "heads": 0}
+
+
+def test_summary_counts_roles(planted_result, planted_scores):
+    summary = heads.summarize(planted_result, planted_scores, min_effect=0.01)
     assert summary["roles"] == {role: (0 if role == "other" else 1) for role in heads.ROLES}
     assert summary["heads_by_role"]["induction"] == ["1.0"]
-    assert set(summary["spearman"]) == {"Q", "K", "V"}
-    assert set(summary["spearman"]["K"]) == set(composition.VARIANTS)
+    assert set(summary["agreement"]) == set(agreement.EFFECTS)
+    for measures in summary["agreement"].values():
+        assert set(measures["spearman"]) == {"Q", "K", "V"} and set(measures["spearman"]["K"]) == set(
+            VARIANTS
+        )
+    # the planted edge 0.0 -> 1.0 (K) is the one the ablation and every score agree on
+    assert summary["agreement"]["attn_effect"]["top_source"]["K"]["true"]["match"] >= 1
     json.dumps(summary, allow_nan=False)  # valid JSON: undefined values are null
 
 
@@ -214,13 +261,13 @@ def stage_inputs(tmp_path):
     """The planted model's checkpoint, weights and composition scores, and a params.yaml."""
     model = planted.model()
     checkpoint.save_state(tmp_path / "model.safetensors", model.state_dict())
-    (tmp_path / "config.json").write_text(json.dumps(checkpoint.tl_config(planted.CONFIG)))
+    (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(planted.CONFIG)))
     hw = weights.from_state_dict(model.state_dict())
     weights.save(tmp_path / "heads.safetensors", hw)
     scores = composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
     scores.to_csv(tmp_path / "scores.csv", index=False)
     overrides = [
-        "model.n_ctx=16", "model.d_vocab=16", "model.n_heads=3", "model.d_head=32", "model.d_model=96",
+        "setup=synthetic", "model.n_ctx=16", "model.d_vocab=16", "model.n_heads=3", "model.d_head=32", "model.d_model=96",
         "train.probe_length=7", "analysis.heads.repeat_length=7", "analysis.heads.eval_sequences=16",
         "data.n_train_sequences=200",
     ]  # fmt: skip
@@ -241,24 +288,16 @@ def test_stage_writes_the_interface_and_is_byte_identical_on_rerun(tmp_path):
     assert stage.main([*args, "--out", str(out)]) == 0
     table = pd.read_csv(out / "heads.csv")
     assert list(table.columns[:3]) == ["layer", "head", "role"] and list(table.columns) == heads.COLUMNS
-    assert dict(zip(zip(table["layer"], table["head"]), table["role"])) == PLANTED_ROLES
+    assert (
+        dict(zip(zip(table["layer"], table["head"], strict=True), table["role"], strict=True))
+        == PLANTED_ROLES
+    )
     ablated = pd.read_csv(out / "ablation.csv")
-    assert list(ablated.columns) == [
-        "kind",
-        "src_layer",
-        "src_head",
-        "dst_layer",
-        "dst_head",
-        "attn_effect",
-        "loss_effect",
-    ]
+    assert list(ablated.columns) == list(ABLATION_COLUMNS)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["roles"]["induction"] == 1 and summary["spearman"]["K"].keys() == {
-        "true",
-        "errata_bcda",
-        "errata_dabc",
-    }
-    rho = summary["spearman"]["K"]["true"]
+    assert summary["roles"]["induction"] == 1
+    assert summary["agreement"]["loss_effect"]["spearman"]["K"].keys() == set(VARIANTS)
+    rho = summary["agreement"]["loss_effect"]["spearman"]["K"]["true"]
     assert rho is not None and rho > 0  # the one K edge with an effect is the one that composes
     example, _ = checkpoint.load_state(out / "patterns.safetensors")
     assert example["pattern"].shape == (2, 3, 2 * LENGTH + 1, 2 * LENGTH + 1) and example["tokens"].shape == (
@@ -305,22 +344,14 @@ def test_copying_vs_qk_places_the_induction_head_top_right_and_names_undefined_h
     assert "undefined (not shown): 1.1, 1.2" in [t.get_text() for t in ax.texts]
 
 
-def test_ablation_figure_shows_each_variants_rho(planted_result):
+def test_ablation_figure_shows_each_variants_rho(planted_result, planted_scores):
     from pipeline.figures import heads as heads_figures
 
-    scores = composition.composition_scores(
-        weights.from_state_dict(planted.state_dict()),
-        CompositionConfig(baseline_samples=8, null_samples=4),
-        seed=0,
-    )
+    scores = planted_scores
     rho = {"K": {"true": 0.5, "errata_bcda": None}}
     fig = heads_figures.ablation_vs_composition(planted_result.ablation, scores, "attn_effect", rho, ("K",))
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == [
-        "K true: Spearman ρ = 0.50",
-        "K errata_bcda: Spearman ρ = undefined",
-        "K errata_dabc: Spearman ρ = undefined",
-    ]
+    assert titles == ["K true: Spearman ρ = 0.50"] + [f"K {v}: Spearman ρ = undefined" for v in VARIANTS[1:]]
     k_true = fig.axes[0].collections[0].get_offsets()
     assert len(k_true) == 9 and k_true[:, 1].max() > 0.8  # 3 x 3 pairs; the planted edge's induction drop
 
@@ -340,5 +371,11 @@ def test_figures_stage_draws_the_head_figures(tmp_path):
     ]  # fmt: skip
     assert figures_stage.main([*figure_args, "--out", str(tmp_path / "figures")]) == 0
     names = {p.name for p in (tmp_path / "figures").iterdir()}
-    for base in ("attention_patterns", "copying_vs_qk", "ablation_loss", "ablation_attn"):
+    for base in (
+        "attention_patterns",
+        "copying_vs_qk",
+        "ablation_heldout_loss",
+        "ablation_loss",
+        "ablation_attn",
+    ):
         assert {f"{base}.png", f"{base}.svg"} <= names

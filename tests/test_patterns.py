@@ -32,7 +32,7 @@ def test_one_hot_patterns_score_one_on_their_own_score_only():
     cur = one_hot_pattern(2, T, lambda i: i)
     first = one_hot_pattern(2, T, lambda i: 0)
     assert patterns.prev_token(prev).item() == 1.0
-    assert patterns.recent_window(prev, 3).item() == 1.0
+    assert patterns.recent_mass(prev, 3).item() == 1.0
     assert patterns.current_token(prev).item() == pytest.approx(1 / T)  # query 0 only
     assert patterns.current_token(cur).item() == 1.0
     assert patterns.prev_token(cur).item() == 0.0
@@ -47,7 +47,7 @@ def test_uniform_causal_pattern_has_the_closed_form_scores():
     expect_window = sum(k / (i + 1) for i in range(k, T)) / (T - k)
     assert patterns.first_token(uniform).item() == pytest.approx(expect_first, abs=1e-15)
     assert patterns.prev_token(uniform).item() == pytest.approx(expect_first, abs=1e-15)
-    assert patterns.recent_window(uniform, k).item() == pytest.approx(expect_window, abs=1e-15)
+    assert patterns.recent_mass(uniform, k).item() == pytest.approx(expect_window, abs=1e-15)
 
 
 def test_induction_reads_the_token_after_the_earlier_copy():
@@ -79,7 +79,7 @@ def test_scores_are_fractions_and_ignore_the_batch_order(seed, k):
     perm = torch.randperm(5, generator=gen)
     for score in (
         patterns.prev_token, patterns.current_token, patterns.first_token,
-        lambda p: patterns.recent_window(p, k), lambda p: patterns.induction(p, length),
+        lambda p: patterns.recent_mass(p, k), lambda p: patterns.induction(p, length),
     ):  # fmt: skip
         s = score(pattern)
         assert s.shape == (3,) and ((s >= 0) & (s <= 1 + 1e-12)).all()
@@ -88,9 +88,9 @@ def test_scores_are_fractions_and_ignore_the_batch_order(seed, k):
     torch.testing.assert_close(patterns.duplicate_token(pattern[perm], tokens[perm]), dup, rtol=0, atol=1e-14)
 
 
-def test_recent_window_refuses_a_window_longer_than_the_sequence():
+def test_recent_mass_refuses_a_window_longer_than_the_sequence():
     with pytest.raises(ValueError, match="recent window"):
-        patterns.recent_window(torch.ones(1, 1, 4, 4), 4)
+        patterns.recent_mass(torch.ones(1, 1, 4, 4), 4)
 
 
 # --- TransformerLens 3.9 detect_head as the oracle ------------------------------------

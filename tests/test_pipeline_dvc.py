@@ -1,7 +1,9 @@
 """The foundation, end to end with the real DVC, Hydra and torch on the tiny config:
 `dvc repro` produces every artifact; a second run does nothing; a figures parameter
 reruns only what draws; `dvc exp run -S` runs an experiment that `dvc exp show` lists;
-a bad override fails in one line naming the key, leaving params.yaml as it was."""
+a bad override fails in one line naming the key, leaving params.yaml as it was; a change to
+the model code reruns the stages that run the model and not composition (which reads only
+weight files); editing train.checkpoint while training reruns no training."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dvc_repo import BIN, dvc, git, make_repo, run, stages_run
 pytestmark = pytest.mark.slow
 
 ARTIFACTS = {
+    "origin": ("origin.json",),
     "train": ("model.safetensors", "config.json", "metrics.json", "curve.tsv"),
     "weights": ("heads.safetensors", "summary.json"),
     "composition": ("scores.csv", "summary.json"),
@@ -46,6 +49,10 @@ def test_repro_produces_every_artifact_for_every_seed(repo):
                 artifact = path / "outputs" / stage / f"seed{seed}" / name
                 assert artifact.is_file() and artifact.stat().st_size > 0, artifact
     assert (path / "outputs" / "report" / "index.html").is_file()
+    assert json.loads((path / "outputs/tokenizer/manifest.json").read_text()) == {
+        "source": "synthetic",
+        "used": False,
+    }
     metrics = json.loads((path / "outputs/train/seed0/metrics.json").read_text())
     assert {"train_loss", "eval_loss", "induction", "prev_token"} <= set(metrics)
     assert set(stages_run(first)) >= {f"{s}@{n}" for s in ARTIFACTS for n in (0, 1)}
@@ -66,8 +73,44 @@ def test_a_figures_parameter_reruns_only_what_draws(repo):
         assert {"figures@0", "figures@1"} <= set(ran)
         assert set(ran) <= {"figures@0", "figures@1", "report"}, ran  # the report embeds the figures
     finally:
-        git(path, "checkout", "--", "params.yaml", "conf")
+        git(path, "checkout", "HEAD", "--", "params.yaml", "conf", "dvc.lock")
         dvc(path, "checkout", "-q")
+
+
+def changed_stages(path) -> set[str]:
+    """The stages `dvc status` says have changed (their deps, params or outputs)."""
+    status = json.loads(dvc(path, "status", "--json").stdout)
+    return set(status)
+
+
+def test_a_model_code_change_reruns_what_runs_the_model_but_not_composition(repo):
+    path, _ = repo
+    model = path / "pipeline" / "model.py"
+    text = model.read_text()
+    model.write_text(text + "# a comment: the bytes changed, the behaviour did not\n")
+    try:
+        changed = changed_stages(path)
+        assert changed == {f"{s}@{n}" for s in ("train", "weights", "heads") for n in (0, 1)}, changed
+    finally:
+        model.write_text(text)
+    assert changed_stages(path) == set()
+
+
+def test_editing_an_unused_checkpoint_reruns_no_training(repo):
+    path, _ = repo
+    run(path, str(BIN / "python"), "-m", "pipeline.params", "train.checkpoint=elsewhere/model.safetensors")
+    try:
+        changed = changed_stages(path)
+        assert changed == {"origin@0", "origin@1", "report"}, dvc(
+            path, "status"
+        ).stdout  # origin reads it; the report prints params
+        ran = stages_run(dvc(path, "repro"))
+        # the same origin.json: no training; the report reruns because it prints params.yaml
+        assert sorted(ran) == ["origin@0", "origin@1", "report"], ran
+        assert changed_stages(path) == set()
+    finally:
+        git(path, "checkout", "HEAD", "--", "params.yaml", "conf", "dvc.lock")
+        dvc(path, "repro", "-q")
 
 
 def test_experiment_runs_and_is_listed_with_metrics(repo):

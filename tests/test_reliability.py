@@ -99,7 +99,8 @@ def test_sigkill_mid_write_leaves_no_partial_artifact_and_repro_completes(refere
     # 1. The train stage run by hand into the existing seed0 directory, killed while it writes a
     #    large model.safetensors (~30 MB: tens of milliseconds of writing and fsync).
     big = [*TINY, "model.d_vocab=16384", "model.d_model=256", "train.steps=1", "train.warmup_steps=0",
-           "train.eval_every=1", "train.batch_size=1", "train.eval_batch_size=1", "data.n_train_sequences=40"]  # fmt: skip
+           "train.eval_every=1", "train.batch_size=1", "train.eval_batch_size=1",
+           "data.n_train_sequences=40"]  # fmt: skip
     big_params = tmp_path / "big.yaml"
     big_params.write_text(params_mod.dump(params_mod.compose(big, conf_dir=ROOT / "conf")))
     seed0 = outputs / "train" / "seed0"
@@ -111,6 +112,8 @@ def test_sigkill_mid_write_leaves_no_partial_artifact_and_repro_completes(refere
         str(big_params),
         "--seed",
         "0",
+        "--origin",
+        str(outputs / "origin" / "seed0" / "origin.json"),
         "--out",
         str(seed0),
         "--no-progress",
@@ -155,7 +158,8 @@ WRITES = re.compile(
 
 
 def test_every_write_goes_through_pipeline_io():
-    """Outside pipeline/io.py, a line that writes a file must be a call of pipeline.io (temp file + os.replace)."""
+    """Outside pipeline/io.py, a line that writes a file must be a call of pipeline.io
+    (temp file + os.replace)."""
     offenders = [
         f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
         for path in sorted([*(ROOT / "pipeline").rglob("*.py"), *(ROOT / "stages").glob("*.py")])
@@ -184,6 +188,7 @@ def test_a_full_disk_ends_the_stage_in_one_line_naming_the_file_and_leaves_no_pa
     params = tmp_path / "params.yaml"
     params.write_text(params_mod.dump(params_mod.compose(TINY, conf_dir=ROOT / "conf")))
     out = tmp_path / "out"
+    (tmp_path / "origin.json").write_text('{"source": "train"}')
     limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))  # noqa: E731
     done = subprocess.run(
         [
@@ -194,6 +199,8 @@ def test_a_full_disk_ends_the_stage_in_one_line_naming_the_file_and_leaves_no_pa
             str(params),
             "--seed",
             "0",
+            "--origin",
+            str(tmp_path / "origin.json"),
             "--out",
             str(out),
             "--no-progress",

@@ -27,14 +27,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import checkpoint, composition, heads, weights
+from pipeline import checkpoint, composition, heads, tl_checkpoint, weights
 from pipeline.config import CompositionConfig, HeadsConfig, ModelConfig
 from pipeline.model import AttnOnlyTransformer
 
 PROPERTY = settings(derandomize=True, max_examples=30, deadline=None)
 N_CTX, LENGTH = 9, 4  # repeated sequences [first, span, span] of 1 + 2 x 4 tokens
 COMPOSITION = CompositionConfig(baseline_samples=8, null_samples=8)
-HEADS = HeadsConfig(eval_sequences=4, repeat_length=LENGTH, recent_window=2)
+HEADS = HeadsConfig(eval_sequences=4, repeat_length=LENGTH, window_length=2)
 
 
 @st.composite
@@ -110,17 +110,20 @@ def test_scaling_any_head_matrix_by_a_power_of_two_changes_no_score(model, data)
     L, H = hw.n_layers, hw.n_heads
     per_head = {name: torch.pow(2.0, data.draw(exponents((L, H, 1, 1)))) for name in weights.HEAD_MATRICES}
     scaled = replace(
-        hw, W_E=hw.W_E * 2.0 ** data.draw(st.integers(-900, 900)), W_U=hw.W_U * 2.0 ** data.draw(st.integers(-900, 900)),
+        hw,
+        W_E=hw.W_E * 2.0 ** data.draw(st.integers(-900, 900)),
+        W_U=hw.W_U * 2.0 ** data.draw(st.integers(-900, 900)),
         **{name: getattr(hw, name) * factor for name, factor in per_head.items()},
-    )  # fmt: skip
+    )
     pd.testing.assert_frame_equal(
         composition.composition_scores(scaled, COMPOSITION, seed=1),
         composition.composition_scores(hw, COMPOSITION, seed=1),
         check_exact=True,
     )
     assert torch.equal(heads.copying(scaled).nan_to_num(7.0), heads.copying(hw).nan_to_num(7.0))
+    sources = heads.best_sources(composition.composition_scores(hw, COMPOSITION, seed=1))
     assert torch.equal(
-        heads.qk_positivity(scaled)[0].nan_to_num(7.0), heads.qk_positivity(hw)[0].nan_to_num(7.0)
+        heads.qk_positivity(scaled, sources).nan_to_num(7.0), heads.qk_positivity(hw, sources).nan_to_num(7.0)
     )
 
 
@@ -131,7 +134,9 @@ def test_head_scores_are_in_range_and_finite_where_defined(model, seed):
     span = torch.randint(0, model.cfg.d_vocab, (4, LENGTH), generator=gen)
     repeated = torch.cat([torch.zeros(4, 1, dtype=torch.long), span, span], dim=1)  # [batch, 1 + 2 LENGTH]
     heldout = torch.randint(0, model.cfg.d_vocab, (4, N_CTX), generator=gen)
-    result = heads.analyse_batches(model, head_weights(model), repeated, heldout, HEADS)
+    hw = head_weights(model)
+    scores = composition.composition_scores(hw, COMPOSITION, seed=1)
+    result = heads.analyse_batches(model, hw, repeated, heldout, HEADS, scores)
     table = result.table
     fractions = table[list(heads.PATTERN_SCORES)].to_numpy()
     assert np.isfinite(fractions).all() and ((fractions >= 0) & (fractions <= 1 + 1e-12)).all()
@@ -143,7 +148,7 @@ def test_head_scores_are_in_range_and_finite_where_defined(model, seed):
         x = table[name].to_numpy()
         assert (((x >= -1 - 1e-12) & (x <= 1 + 1e-12)) | np.isnan(x)).all(), name
     assert np.isnan(table.loc[table["layer"] == 0, "qk_positivity"]).all()
-    effects = result.ablation[["attn_effect", "loss_effect"]].to_numpy()
+    effects = result.ablation[["attn_effect", "loss_effect", "heldout_loss_effect"]].to_numpy()
     assert np.isfinite(effects).all()
     assert (result.ablation.loc[result.ablation["kind"] == "V", "attn_effect"] == 0).all()
 
@@ -155,8 +160,8 @@ def test_the_analysis_reads_float64_checkpoints_unrounded(tmp_path):
     state = {k: v.double() for k, v in AttnOnlyTransformer(cfg).state_dict().items()}
     state["blocks.1.attn.W_Q"][0, 0, 0] = 1 + 2**-40  # rounds to 1.0 in float32
     checkpoint.save_state(tmp_path / "model.safetensors", state)
-    (tmp_path / "config.json").write_text(json.dumps(checkpoint.tl_config(cfg)))
-    model = checkpoint.load_model(
+    (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(cfg)))
+    model = tl_checkpoint.load_model(
         tmp_path / "model.safetensors", tmp_path / "config.json", dtype=torch.float64
     )
     assert model.blocks[1].attn.W_Q[0, 0, 0].item() == 1 + 2**-40

@@ -30,7 +30,10 @@ PROPERTY = settings(derandomize=True, max_examples=50, deadline=None)
 def random_strand(seed: int, dims: list[int], batch: tuple[int, ...] = ()) -> Strand:
     g = torch.Generator().manual_seed(seed)
     return Strand(
-        tuple(torch.randn(*batch, a, b, generator=g, dtype=torch.float64) for a, b in zip(dims, dims[1:]))
+        tuple(
+            torch.randn(*batch, a, b, generator=g, dtype=torch.float64)
+            for a, b in zip(dims, dims[1:], strict=False)
+        )
     )
 
 
@@ -100,11 +103,11 @@ def test_trace_and_eigenvalues_equal_dense_and_survive_rotation(s: Strand) -> No
         torch.testing.assert_close(trace(r), torch.diagonal(M, dim1=-2, dim2=-1).sum(-1), rtol=1e-9, atol=tol)
         ours, theirs = eigenvalues(r), torch.linalg.eigvals(M)
         for mine, ref in zip(
-            ours.reshape(-1, ours.shape[-1]), theirs.reshape(-1, theirs.shape[-1])
+            ours.reshape(-1, ours.shape[-1]), theirs.reshape(-1, theirs.shape[-1]), strict=True
         ):  # the batch
             a, b = nonzero_sorted(mine, tol), nonzero_sorted(ref, tol)
             assert len(a) == len(b)
-            for x, y in zip(a, b):
+            for x, y in zip(a, b, strict=True):
                 assert abs(x - y) <= 1e-6 * max(1.0, abs(y))
 
 

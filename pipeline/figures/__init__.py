@@ -28,9 +28,7 @@ def save(fig: Figure, base: str | Path, formats: Sequence[str] = FORMATS, dpi: i
     for fmt in formats:
         meta = {"Date": None} if fmt == "svg" else {"Software": None} if fmt == "png" else {}
         path = Path(f"{base}.{fmt}")
-        io.write_with(
-            path, lambda tmp, fmt=fmt, meta=meta: fig.savefig(tmp, format=fmt, dpi=dpi, metadata=meta)
-        )
+        io.write_with(path, lambda tmp, f=fmt, m=meta: fig.savefig(tmp, format=f, dpi=dpi, metadata=m))
         paths.append(path)
     plt.close(fig)
     return paths

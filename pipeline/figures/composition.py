@@ -21,16 +21,19 @@ KIND_COLORS = {
 }  # the paper's Q/K/V colouring differs; ours is fixed
 VARIANT_TITLES = {
     "true": "corrected (true Frobenius norm)",
-    "errata_bcda": "original (rotated strand B C D A)",
-    "errata_dabc": "original (rotated strand D A B C)",
+    "errata_bcda": "original (B C D A, rotated denominators)",
+    "errata_dabc": "original (D A B C, rotated denominators)",
+    "errata_bcda_trueden": "original (B C D A, true denominators)",
+    "errata_dabc_trueden": "original (D A B C, true denominators)",
 }
 
 
 def composition_heatmap(scores: pd.DataFrame, kind: str, variants: tuple[str, ...] = VARIANTS) -> Figure:
-    """Score minus baseline for every (earlier, later) head pair: a row per variant, a column per layer pair."""
+    """Score minus baseline for every (earlier, later) head pair:
+    a row per variant, a column per layer pair."""
     sel = scores[scores["kind"] == kind].assign(excess=excess)
     variants = tuple(v for v in variants if v in set(sel["variant"]))
-    pairs = sorted(set(zip(sel["src_layer"], sel["dst_layer"])))
+    pairs = sorted(set(zip(sel["src_layer"], sel["dst_layer"], strict=True)))
     fig, axes = plt.subplots(
         len(variants), len(pairs), figsize=(3.8 * len(pairs) + 0.8, 3.2 * len(variants)), squeeze=False
     )
@@ -65,18 +68,20 @@ def _head_label(layer: int, head: int, roles: pd.DataFrame | None) -> str:
 
 
 def _diagram_panel(
-    ax, edges: pd.DataFrame, n_layers: int, n_heads: int, max_excess: float, roles: pd.DataFrame | None
+    ax, edges: pd.DataFrame, n_layers: int, n_heads: int, width: pd.Series, roles: pd.DataFrame | None
 ) -> None:
-    """Heads as dots in columns by layer; an edge per composing pair, coloured by kind."""
+    """Heads as dots in columns by layer; an edge per composing pair, coloured by kind,
+    `width` (in [0, 1], indexed like `edges`) of the thickest line."""
     for layer in range(n_layers):
         for head in range(n_heads):
             y = n_heads - 1 - head
             ax.plot(layer, y, "o", color="0.2", markersize=6, zorder=3)
             left = layer == 0
+            label = _head_label(layer, head, roles)
             ax.text(
                 layer + (-0.06 if left else 0.06),
                 y,
-                _head_label(layer, head, roles),
+                label,
                 ha="right" if left else "left",
                 va="center",
                 fontsize=7,
@@ -87,14 +92,8 @@ def _diagram_panel(
         mid = (row.src_layer + row.dst_layer) / 2
         xs = [row.src_layer, mid, row.dst_layer]
         ys = [y0, (y0 + y1) / 2 + offsets[row.kind], y1]
-        ax.plot(
-            xs,
-            ys,
-            color=KIND_COLORS[row.kind],
-            linewidth=0.5 + 4.5 * row.excess / max_excess,
-            alpha=0.8,
-            zorder=2,
-        )
+        lw = 0.5 + 4.5 * float(width[row.Index])
+        ax.plot(xs, ys, color=KIND_COLORS[row.kind], linewidth=lw, alpha=0.8, zorder=2)
     ax.set_xlim(-0.8, n_layers - 1 + 0.8)
     ax.set_ylim(-0.8, n_heads - 0.2)
     ax.set_xticks(range(n_layers), [f"layer {layer}" for layer in range(n_layers)])
@@ -103,35 +102,57 @@ def _diagram_panel(
         ax.spines[side].set_visible(False)
 
 
+def diagram_edges(scores: pd.DataFrame, criterion: str, edge_z: float, edge_threshold: float) -> pd.DataFrame:
+    """The pairs the errata diagram draws, with `excess` and `strength` (what sets the width).
+
+    "z": z against the spectrum-preserving null above `edge_z`: the same criterion in
+    every panel, whatever a variant's scale (width: z). "excess": score - baseline above
+    `edge_threshold`, an absolute threshold (width: the excess), which counts scale: the
+    errata variants with rotated denominators reach ~30x the corrected score's excess.
+    """
+    scored = scores.assign(excess=excess)
+    if criterion == "z":
+        return scored[scored["z"] > edge_z].assign(strength=lambda f: f["z"])
+    if criterion == "excess":
+        return scored[scored["excess"] > edge_threshold].assign(strength=lambda f: f["excess"])
+    raise ValueError(f"criterion must be 'z' or 'excess', not {criterion!r}")
+
+
 def errata_diagram(
     scores: pd.DataFrame,
-    threshold: float,
+    criterion: str = "z",
+    edge_z: float = 3.0,
+    edge_threshold: float = 0.05,
     roles: pd.DataFrame | None = None,
-    variants: tuple[str, ...] = ("errata_bcda", "true"),
+    variants: tuple[str, ...] = ("errata_bcda_trueden", "true"),
 ) -> Figure:
     """The paper's composition diagram, original (errata) and corrected, side by side.
 
-    An edge joins an earlier head to a later head when score - baseline exceeds
-    `threshold`; colour is the kind, width the excess, on one scale for all panels.
+    Edges by `diagram_edges`; colour is the kind, width the strength on one scale for
+    all panels; the title says the criterion.
     """
-    scored = scores.assign(excess=excess)
-    n_layers = int(max(scored["src_layer"].max(), scored["dst_layer"].max())) + 1
-    n_heads = int(max(scored["src_head"].max(), scored["dst_head"].max())) + 1
-    edges = scored[(scored["excess"] > threshold) & scored["variant"].isin(variants)]
-    max_excess = float(edges["excess"].max()) if len(edges) else 1.0
+    n_layers = int(max(scores["src_layer"].max(), scores["dst_layer"].max())) + 1
+    n_heads = int(max(scores["src_head"].max(), scores["dst_head"].max())) + 1
+    edges = diagram_edges(scores[scores["variant"].isin(variants)], criterion, edge_z, edge_threshold)
+    top = float(edges["strength"].max()) if len(edges) else 1.0
+    width = edges["strength"] / top
     fig, axes = plt.subplots(
         1, len(variants), figsize=(4.6 * len(variants), 0.45 * n_heads + 1.8), squeeze=False
     )
-    for ax, variant in zip(axes[0], variants):
+    for ax, variant in zip(axes[0], variants, strict=True):
         mine = edges[edges["variant"] == variant]
-        _diagram_panel(ax, mine, n_layers, n_heads, max_excess, roles)
+        _diagram_panel(ax, mine, n_layers, n_heads, width, roles)
         counts = ", ".join(f"{k} {int((mine['kind'] == k).sum())}" for k in KINDS)
         ax.set_title(f"{VARIANT_TITLES.get(variant, variant)}\nedges: {counts}", fontsize=9)
     handles = [Line2D([], [], color=KIND_COLORS[k], linewidth=3, label=f"{k}-composition") for k in KINDS]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.suptitle(
-        f"Head composition: score - baseline > {threshold:g} (width: excess, max {max_excess:.3f})",
-        fontsize=10,
-    )
+    if criterion == "z":
+        rule = (
+            f"z against the spectrum-preserving null > {edge_z:g} "
+            f"(the same in every panel; width: z, max {top:.1f})"
+        )
+    else:
+        rule = f"score - baseline > {edge_threshold:g}, an absolute threshold (width: excess, max {top:.3f})"
+    fig.suptitle(f"Head composition. Edge: {rule}", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig

@@ -27,6 +27,11 @@ ROLE_COLORS = {
     "first_token": "#7f7f7f",
     "other": "#bcbd22",
 }
+EFFECT_LABELS = {
+    "heldout_loss_effect": "|loss change|, held-out text",
+    "loss_effect": "|loss change|, repeated probe",
+    "attn_effect": "|induction score change|",
+}
 PAIR_KEYS = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
 
 
@@ -134,9 +139,7 @@ def ablation_vs_composition(
     """|effect| of each path ablation against the pair's composition score minus baseline: a row
     per kind, a column per variant, Spearman rho (from the heads summary) in each title."""
     merged = effects.merge(scores, on=PAIR_KEYS, how="inner")
-    label = {"loss_effect": "|loss change|", "attn_effect": "|induction score change|"}.get(
-        effect, f"|{effect}|"
-    )
+    label = EFFECT_LABELS.get(effect, f"|{effect}|")
     fig, axes = plt.subplots(
         len(kinds), len(VARIANTS), figsize=(3.4 * len(VARIANTS), 2.9 * len(kinds)), squeeze=False
     )

@@ -1,0 +1,115 @@
+"""A byte-level BPE tokenizer (Hugging Face `tokenizers`, pinned) trained on the training
+part of the text, and the whole text encoded with it.
+
+The text is split once, at the first line break after `1 - data.eval_fraction` of its
+characters: the tokenizer learns its merges from the part before, the model trains on
+the part before, and every evaluation (held-out loss, head scores, the induction probe,
+the ablation) reads the part after, through the same tokenizer. `tokens.npy` holds both
+parts, training tokens first; the manifest says where the held-out part starts.
+
+Byte-level: every text encodes, nothing is unknown. `data.tokenizer.vocab_size` 256
+means bytes alone (no merges). The trainer is deterministic: the same text and size give
+the same `tokenizer.json` byte for byte (a test checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline import corpus
+from pipeline.config import DataConfig
+from pipeline.errors import UserError
+
+BYTES = 256  # the byte-level alphabet: the smallest vocabulary
+
+
+@dataclass
+class Tokenized:
+    tokenizer_json: str  # tokenizer.json, Hugging Face's format
+    tokens: np.ndarray  # [n] token ids (uint16), the training part first
+    train_tokens: int  # tokens[:train_tokens] come from the training part of the text
+    train_chars: int  # where the text was split
+    vocab: int  # tokens the tokenizer has (at most the requested vocab_size)
+
+
+def split_point(text: str, eval_fraction: float) -> int:
+    """The start of the first line that begins at or after `1 - eval_fraction` of `text`."""
+    cut = int(len(text) * (1.0 - eval_fraction))
+    newline = text.find("\n", max(cut - 1, 0))
+    return len(text) if newline < 0 else newline + 1
+
+
+def train(lines: list[str], vocab_size: int):
+    """A byte-level BPE tokenizer with at most `vocab_size` tokens, learned from `lines`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tok.train_from_iterator(lines, trainer)
+    return tok
+
+
+def encode(tok, lines: list[str]) -> np.ndarray:
+    """Token ids of `lines` concatenated [n] (the pre-tokenizer splits at line breaks anyway)."""
+    ids = [i for enc in tok.encode_batch(lines, add_special_tokens=False) for i in enc.ids]
+    return np.asarray(ids, dtype=np.uint16)
+
+
+def tokenize(text: str, vocab_size: int, eval_fraction: float) -> Tokenized:
+    """Train on the training part of `text`, then encode both parts (module doc)."""
+    cut = split_point(text, eval_fraction)
+    train_lines = text[:cut].splitlines(keepends=True)
+    tok = train(train_lines, vocab_size)
+    train_ids = encode(tok, train_lines)
+    eval_ids = encode(tok, text[cut:].splitlines(keepends=True))
+    return Tokenized(
+        tokenizer_json=tok.to_str(pretty=True),
+        tokens=np.concatenate([train_ids, eval_ids]),
+        train_tokens=len(train_ids),
+        train_chars=cut,
+        vocab=tok.get_vocab_size(),
+    )
+
+
+def from_config(data: DataConfig) -> tuple[Tokenized | None, dict]:
+    """The configured text tokenized, and the manifest the stage writes beside it (what
+    was read, with sha256, and where the held-out part starts). None when data.source
+    is not text: the stage then records only the source, so that a change to the
+    tokenizer's settings reruns no training that does not use it."""
+    if data.source != "text":
+        return None, {"source": data.source, "used": False}
+    text, read = corpus.read(data.text, data.dir)
+    if data.text.max_chars is not None:
+        text = text[: data.text.max_chars]
+        read["max_chars"] = data.text.max_chars
+    if not text.strip():
+        key, value = ("corpus", data.text.corpus) if data.text.corpus else ("glob", data.text.glob)
+        raise UserError(f"data.text.{key}", "no text to tokenize (empty files)", value)
+    result = tokenize(text, data.tokenizer.vocab_size, data.eval_fraction)
+    manifest = {
+        "source": "text",
+        "used": True,
+        "text": read,
+        "vocab_size": data.tokenizer.vocab_size,
+        "vocab": result.vocab,
+        "eval_fraction": data.eval_fraction,
+        "train_chars": result.train_chars,
+        "eval_chars": len(text) - result.train_chars,
+        "tokens": int(len(result.tokens)),
+        "train_tokens": result.train_tokens,
+        "eval_tokens": int(len(result.tokens) - result.train_tokens),
+    }
+    return result, manifest
+
+
+def decode(tokenizer_json: str, ids) -> str:
+    """Text of token ids, for reading examples (figures, the report)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(tokenizer_json).decode(list(map(int, ids)))
