@@ -36,7 +36,10 @@ def from_dict(raw: Any, source: str = "params.yaml") -> Config:
     """
     if not isinstance(raw, dict):
         raise UserError(source, "must be a YAML mapping of config groups", type(raw).__name__)
+    if not raw:
+        raise UserError(source, f"empty: {_FULL}")
     with within(source):
+        _require_every_key(raw, Config)
         schema = OmegaConf.structured(Config)
         try:
             merged = OmegaConf.merge(schema, raw)
@@ -52,16 +55,35 @@ def from_dict(raw: Any, source: str = "params.yaml") -> Config:
     return cfg
 
 
+_FULL = "python -m pipeline.params writes a full one from conf/"
+
+
+def _require_every_key(raw: dict, schema: Any, prefix: str = "") -> None:
+    """Every key of the schema is in `raw`: params.yaml is a whole composition of conf/, and
+    the schema's defaults are not conf/'s, so a missing key must not fall back to them."""
+    for f in dataclasses.fields(schema):
+        key = f"{prefix}{f.name}"
+        if f.name not in raw:
+            raise UserError(key, f"missing ({_FULL})")
+        child = f.default_factory() if callable(f.default_factory) else None
+        if dataclasses.is_dataclass(child) and isinstance(raw[f.name], dict):
+            _require_every_key(raw[f.name], type(child), f"{key}.")
+
+
 def _schema_type(full_key: str) -> str:
-    """The annotated type of a dotted key in the schema, as written there ('int', 'Optional[str]')."""
+    """The annotated type of a key in the schema, as written there ('int', 'str | None'); for an
+    element of a list (`seeds[0]`), the element type."""
     node: Any = Config
     annotation: Any = "a different type"
     for part in full_key.split("."):
+        name, _, index = part.partition("[")
         hints = {f.name: f for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else {}
-        if part not in hints:
+        if name not in hints:
             break
-        annotation = hints[part].type
-        node = hints[part].default_factory() if callable(hints[part].default_factory) else None
+        annotation = hints[name].type
+        node = hints[name].default_factory() if callable(hints[name].default_factory) else None
+        if index and isinstance(annotation, str) and annotation.startswith("list["):
+            annotation = annotation.removeprefix("list[").removesuffix("]")  # e.g. list[int] -> int
     return str(annotation)
 
 

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from pipeline.checkpoint import TL_BUFFERS, load_state, save_state
 from pipeline.config import ModelConfig
-from pipeline.errors import UserError
+from pipeline.errors import UserError, within
 
 HEAD_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
@@ -79,59 +79,58 @@ class HeadWeights:
 def from_state_dict(
     state: Mapping[str, Tensor], source: str = "weights", dtype: torch.dtype = torch.float64
 ) -> HeadWeights:
-    """Stack a TransformerLens-named state dict into `HeadWeights`, checking names and shapes."""
+    """Stack a TransformerLens-named state dict into `HeadWeights`, checking every tensor's
+    name, rank and shape (against the head count and sizes of blocks.0.attn.W_Q and the
+    vocabulary of embed.W_E) before stacking; `source` names the file in errors."""
+    with within(source):
+        return _stacked(state, dtype)
+
+
+def _stacked(state: Mapping[str, Tensor], dtype: torch.dtype) -> HeadWeights:
     layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
     if not layers:
-        raise UserError(source, "no attention blocks (expected keys like blocks.0.attn.W_Q)")
+        raise UserError("blocks", "none (expected keys like blocks.0.attn.W_Q)")
     if layers != list(range(len(layers))):
-        raise UserError(source, f"layers are not numbered 0..n-1: {layers}")
+        raise UserError("blocks", f"layers are not numbered 0..n-1: {layers}")
 
-    def get(key: str) -> Tensor:
+    def get(key: str, shape: tuple[int, ...] | None = None, implied: str = "") -> Tensor:
         if key not in state:
-            raise UserError(f"{source}: {key}", "missing from the weights file")
-        t = state[key].to(dtype)
+            raise UserError(key, "missing from the weights file")
+        t = state[key]
+        if shape is not None and tuple(t.shape) != shape:
+            raise UserError(key, f"shape {list(t.shape)} disagrees with {list(shape)} implied by {implied}")
+        t = t.to(dtype)
         if not torch.isfinite(t).all():
-            raise UserError(f"{source}: {key}", "contains NaN or inf")
+            raise UserError(key, "contains NaN or inf")
         return t
 
-    stacked = {name: torch.stack([get(f"blocks.{l}.attn.{name}") for l in layers]) for name in HEAD_MATRICES}
-    L, H, D, d = stacked["W_Q"].shape
-    for name in HEAD_BIASES:
-        key0 = f"blocks.0.attn.{name}"
-        stacked[name] = (
-            torch.stack([get(f"blocks.{l}.attn.{name}") for l in layers])
-            if key0 in state
-            else torch.zeros(L, H, d, dtype=dtype)
+    first = get("blocks.0.attn.W_Q")
+    if first.ndim != 3:
+        raise UserError(
+            "blocks.0.attn.W_Q", f"shape {list(first.shape)}: expected [n_heads, d_model, d_head]"
         )
-    stacked["b_O"] = (
-        torch.stack([get(f"blocks.{l}.attn.b_O") for l in layers])
-        if "blocks.0.attn.b_O" in state
-        else torch.zeros(L, D, dtype=dtype)
-    )
-    W_E, W_pos, W_U = get("embed.W_E"), get("pos_embed.W_pos"), get("unembed.W_U")
-    b_U = get("unembed.b_U") if "unembed.b_U" in state else torch.zeros(W_U.shape[1], dtype=dtype)
-    hw = HeadWeights(W_E=W_E, W_pos=W_pos, W_U=W_U, b_U=b_U, **stacked)
-    expected = {
-        "W_Q": (L, H, D, d),
-        "W_K": (L, H, D, d),
-        "W_V": (L, H, D, d),
-        "W_O": (L, H, d, D),
-        "b_Q": (L, H, d),
-        "b_K": (L, H, d),
-        "b_V": (L, H, d),
-        "b_O": (L, D),
-        "W_E": (W_E.shape[0], D),
-        "W_pos": (W_pos.shape[0], D),
-        "W_U": (D, W_E.shape[0]),
-        "b_U": (W_E.shape[0],),
-    }
-    for name, shape in expected.items():
-        got = tuple(getattr(hw, name).shape)
-        if got != shape:
-            raise UserError(
-                f"{source}: {name}", f"shape {list(got)} disagrees with {list(shape)} implied by W_Q and W_E"
-            )
-    return hw
+    H, D, d = first.shape
+    W_E = get("embed.W_E")
+    if W_E.ndim != 2 or W_E.shape[1] != D:
+        raise UserError("embed.W_E", f"shape {list(W_E.shape)}: expected [d_vocab, d_model = {D}]")
+    V, by = W_E.shape[0], "blocks.0.attn.W_Q and embed.W_E"
+    shapes = {"W_Q": (H, D, d), "W_K": (H, D, d), "W_V": (H, D, d), "W_O": (H, d, D),
+              "b_Q": (H, d), "b_K": (H, d), "b_V": (H, d), "b_O": (D,)}  # fmt: skip
+
+    def per_layer(name: str) -> Tensor:
+        """[n_layers, ...]; a missing bias (all layers) is zero."""
+        if name not in HEAD_MATRICES and f"blocks.0.attn.{name}" not in state:
+            return torch.zeros(len(layers), *shapes[name], dtype=dtype)
+        return torch.stack([get(f"blocks.{l}.attn.{name}", shapes[name], by) for l in layers])
+
+    W_pos = get("pos_embed.W_pos")
+    if W_pos.ndim != 2 or W_pos.shape[1] != D:
+        raise UserError("pos_embed.W_pos", f"shape {list(W_pos.shape)}: expected [n_ctx, d_model = {D}]")
+    b_U = get("unembed.b_U", (V,), by) if "unembed.b_U" in state else torch.zeros(V, dtype=dtype)
+    return HeadWeights(
+        W_E=W_E, W_pos=W_pos, W_U=get("unembed.W_U", (D, V), by), b_U=b_U,
+        **{name: per_layer(name) for name in shapes},
+    )  # fmt: skip
 
 
 def power_of_two_scaled(hw: HeadWeights) -> HeadWeights:

@@ -332,6 +332,28 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         ],
         ("nowhere.yaml", "params file not found"),
     ),
+    "empty-params-file": (
+        "composition",
+        lambda t, g: [
+            "--params",
+            str(_write(t / "p.yaml", b"")),
+            "--weights",
+            str(g.weights),
+            "--out",
+            str(t / "out"),
+        ],
+        ("p.yaml", "empty", "python -m pipeline.params"),
+    ),
+    "params-file-missing-a-key": (
+        "train",
+        lambda t, g: train_args(t, g, {"train": {k: v for k, v in g.params["train"].items() if k != "lr"}}),
+        ("params.yaml: train.lr", "missing"),
+    ),
+    "seed-not-an-integer": (
+        "train",
+        lambda t, g: train_args(t, g, {"seeds": [0.5]}),
+        ("seeds[0] = 0.5", "wrong type, expected int"),
+    ),
     "params-not-yaml": (
         "composition",
         lambda t, g: [
@@ -495,6 +517,34 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
             spoiled_state(t, g, "heads.safetensors", set_("embed.W_E", torch.full((16, 16), float("inf")))),
         ),
         ("heads.safetensors: embed.W_E", "NaN or inf"),
+    ),
+    "weights-file-with-a-2d-head-matrix": (
+        "composition",
+        lambda t, g: composition_args(
+            t,
+            g,
+            spoiled_state(
+                t,
+                g,
+                "heads.safetensors",
+                lambda s: s.update({"blocks.1.attn.W_K": s["blocks.1.attn.W_K"][0]}),
+            ),
+        ),
+        ("heads.safetensors: blocks.1.attn.W_K", "shape [16, 4] disagrees with [2, 16, 4]"),
+    ),
+    "weights-file-with-a-1d-W_Q": (
+        "composition",
+        lambda t, g: composition_args(
+            t,
+            g,
+            spoiled_state(
+                t,
+                g,
+                "heads.safetensors",
+                lambda s: s.update({"blocks.0.attn.W_Q": s["blocks.0.attn.W_Q"].reshape(-1)}),
+            ),
+        ),
+        ("heads.safetensors: blocks.0.attn.W_Q", "shape [128]", "expected [n_heads, d_model, d_head]"),
     ),
     "weights-file-missing-W_V": (
         "composition",

@@ -267,7 +267,8 @@ def stage_inputs(tmp_path):
     scores = composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
     scores.to_csv(tmp_path / "scores.csv", index=False)
     overrides = [
-        "setup=synthetic", "model.n_ctx=16", "model.d_vocab=16", "model.n_heads=3", "model.d_head=32", "model.d_model=96",
+        "setup=synthetic", "model.n_ctx=16", "model.d_vocab=16",
+        "model.n_heads=3", "model.d_head=32", "model.d_model=96",
         "train.probe_length=7", "analysis.heads.repeat_length=7", "analysis.heads.eval_sequences=16",
         "data.n_train_sequences=200",
     ]  # fmt: skip
