@@ -116,17 +116,20 @@ def composition_args(tmp: Path, good: Good, weights: Path) -> list[str]:
 
 
 def heads_args(tmp: Path, good: Good, changes: dict | None = None, model: Path | None = None,
-               config: Path | None = None, weights: Path | None = None) -> list[str]:  # fmt: skip
+               config: Path | None = None, weights: Path | None = None,
+               scores: Path | None = None) -> list[str]:  # fmt: skip
     return ["--params", str(write_params(tmp, good, changes)), "--model", str(model or good.model),
             "--config", str(config or good.config), "--weights", str(weights or good.weights),
-            "--scores", str(good.scores), "--out", str(tmp / "out")]  # fmt: skip
+            "--scores", str(scores or good.scores), "--out", str(tmp / "out")]  # fmt: skip
 
 
 def figures_args(tmp: Path, good: Good, changes: dict | None = None, heads: Path | None = None,
-                 patterns: Path | None = None) -> list[str]:  # fmt: skip
-    return ["--params", str(write_params(tmp, good, changes)), "--scores", str(good.scores),
-            "--heads", str(heads or good.heads / "heads.csv"), "--ablation", str(good.heads / "ablation.csv"),
-            "--heads-summary", str(good.heads / "summary.json"),
+                 patterns: Path | None = None, summary: Path | None = None,
+                 ablation: Path | None = None, scores: Path | None = None) -> list[str]:  # fmt: skip
+    return ["--params", str(write_params(tmp, good, changes)), "--scores", str(scores or good.scores),
+            "--heads", str(heads or good.heads / "heads.csv"),
+            "--ablation", str(ablation or good.heads / "ablation.csv"),
+            "--heads-summary", str(summary or good.heads / "summary.json"),
             "--patterns", str(patterns or good.heads / "patterns.safetensors"),
             "--out", str(tmp / "out")]  # fmt: skip
 
@@ -189,11 +192,13 @@ class RunsCodeWhenUnpickled:
         return (open, (self.marker, "w"))
 
 
-def _load_args(tmp: Path, good: Good, change: Callable[[dict], None]) -> list[str]:
-    """train.source = load of a changed copy of the good checkpoint."""
+def _load_args(tmp: Path, good: Good, change: Callable[[dict], None], **config: object) -> list[str]:
+    """train.source = load of a changed copy of the good checkpoint (and its config.json)."""
     (tmp / "checkpoints").mkdir()
     spoiled_state(tmp / "checkpoints", good, "model.safetensors", change)
-    (tmp / "checkpoints" / "config.json").write_text(good.config.read_text())
+    (tmp / "checkpoints" / "config.json").write_text(
+        json.dumps({**json.loads(good.config.read_text()), **config})
+    )
     return train_args(tmp, good, {"train.source": "load", "train.checkpoint": "model.safetensors",
                                   "train.checkpoint_dir": str(tmp / "checkpoints")})  # fmt: skip
 
@@ -599,6 +604,47 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         "figures",
         lambda t, g: figures_args(t, g, patterns=_write(t / "patterns.safetensors", b"\x00" * 64)),
         ("patterns.safetensors", "not a patterns file"),
+    ),
+    # --- memory: tensors that cannot fit are refused before anything is allocated ---------
+    "enormous-d_vocab": (
+        "train",
+        lambda t, g: train_args(t, g, {"model.d_vocab": 10**9}),
+        ("model.d_vocab = 1000000000", "need about", "TB", "of memory available"),
+    ),
+    "enormous-n_ctx": (
+        "train",
+        lambda t, g: train_args(t, g, {"model.n_ctx": 10**6}),
+        ("model.n_ctx = 1000000", "attention patterns", "of memory available"),
+    ),
+    "enormous-batch": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.batch_size": 10**10}),
+        ("train.batch_size = 10000000000", "of memory available"),
+    ),
+    "enormous-eval-batch": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.eval_batch_size": 10**11}),
+        ("train.eval_batch_size = 100000000000", "induction probe", "of memory available"),
+    ),
+    "enormous-synthetic-data": (
+        "train",
+        lambda t, g: train_args(t, g, {"data.n_train_sequences": 10**12}),
+        ("data.n_train_sequences = 1000000000000", "synthetic data", "of memory available"),
+    ),
+    "loaded-checkpoint-too-large": (
+        "train",
+        lambda t, g: _load_args(t, g, lambda s: None, n_ctx=10**6),
+        ("config.json: n_ctx = 1000000", "the checkpoint and the largest evaluation buffers", "available"),
+    ),
+    "enormous-eval_sequences": (
+        "heads",
+        lambda t, g: heads_args(t, g, {"analysis.heads.eval_sequences": 10**11}),
+        ("analysis.heads.eval_sequences = 100000000000", "analysis buffers", "of memory available"),
+    ),
+    "checkpoint-config-too-large": (
+        "heads",
+        lambda t, g: heads_args(t, g, config=config_with(t, g, n_ctx=10**7)),
+        ("config.json: n_ctx = 10000000", "held-out batch", "of memory available"),
     ),
     # --- outputs -----------------------------------------------------------------------
     "out-dir-under-a-file": (
