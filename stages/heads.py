@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         memory.require_fits(memory.heads_stage(shape, h, cfg.data, args.config), memory.available_bytes())
         model = tl_checkpoint.load_model(args.model, args.config, dtype=torch.float64)
         hw, _ = weights.load(args.weights)
-        scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS)
+        scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS, empty_ok=False)
         dataset = data.load(
             cfg.data, model.cfg, args.seed, h.eval_sequences, args.tokenized, need_train=False
         )
