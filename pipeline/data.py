@@ -226,19 +226,27 @@ def _check_ids(tokens: np.ndarray, d_vocab: int, where: str) -> None:
             raise UserError(where, f"token ids span [{lo}, {hi}]: must lie in [0, model.d_vocab = {d_vocab})")
 
 
+def _is_count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def load_text(
     directory: Path, data: DataConfig, model: ModelConfig, n_eval: int, need_train: bool
 ) -> Dataset:
     """The tokenizer stage's `tokens.npy` (memory-mapped) and `manifest.json` in `directory`."""
     manifest = io.read_json(directory / "manifest.json")
-    if not isinstance(manifest, dict) or manifest.get("source") != "text" or "train_tokens" not in manifest:
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("source") != "text"
+        or not all(_is_count(manifest.get(k)) for k in ("train_tokens", "vocab"))
+    ):
         raise UserError(
             str(directory / "manifest.json"), "not the tokenizer stage's output for data.source = text"
         )
     path = directory / "tokens.npy"
     try:
         tokens = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, EOFError) as e:  # EOFError: an empty file
         raise UserError(str(path), f"not a readable .npy array ({str(e).splitlines()[0][:200]})") from None
     if manifest["vocab"] > model.d_vocab:
         problem = f"the tokenizer ({directory}) has {manifest['vocab']} tokens: must be at least that"
@@ -261,7 +269,7 @@ def load_tokens(data: DataConfig, model: ModelConfig, n_eval: int, need_train: b
         raise UserError("data.tokens.path", f"file not found under data.dir = {data.dir!r}", relative)
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, EOFError) as e:  # EOFError: an empty file
         raise UserError(str(path), f"not a readable .npy array ({str(e).splitlines()[0][:200]})") from None
     if array.dtype.kind not in "iu":
         raise UserError(str(path), f"token ids must be integers, got dtype {array.dtype}")

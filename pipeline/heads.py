@@ -156,6 +156,13 @@ def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
     return table[COLUMNS]
 
 
+def require_lengths_fit(n_ctx: int, cfg: HeadsConfig) -> None:
+    """The probe and the recent window fit in the model's context: the checkpoint's n_ctx
+    (config.json), not necessarily params.yaml's model.n_ctx."""
+    require_fits_context("analysis.heads.repeat_length", cfg.repeat_length, n_ctx, "the model's n_ctx")
+    require_window_fits(cfg.window_length, n_ctx, "the model's n_ctx")
+
+
 @torch.no_grad()
 def analyse(
     model: AttnOnlyTransformer,
@@ -169,9 +176,7 @@ def analyse(
     """Scores, roles and the path ablation of every head: the probe drawn from `seed`, the
     held-out windows of `dataset`; `scores` is the composition stage's scores.csv, `sources`
     name the model and the weights in errors."""
-    n_ctx = model.cfg.n_ctx  # the checkpoint's (config.json), not necessarily params.yaml's model.n_ctx
-    require_fits_context("analysis.heads.repeat_length", cfg.repeat_length, n_ctx, "the model's n_ctx")
-    require_window_fits(cfg.window_length, n_ctx, "the model's n_ctx")
+    require_lengths_fit(model.cfg.n_ctx, cfg)
     probe = data.repeated_probe(dataset, cfg.eval_sequences, cfg.repeat_length, model.cfg.d_vocab, seed)
     return analyse_batches(model, hw, probe, dataset.eval, cfg, scores, sources)
 

@@ -44,6 +44,26 @@ def choose(t: TrainConfig, seed: int) -> dict:
     return {"source": "load", "checkpoint": entry(path), "config": entry(config)}
 
 
+def _is_entry(entry: object) -> bool:
+    return isinstance(entry, dict) and all(isinstance(entry.get(k), str) for k in ("path", "sha256"))
+
+
+def read(path: str | Path) -> dict:
+    """origin.json as `choose` wrote it, or a one-line refusal naming the file (an empty,
+    partial or hand-edited one would otherwise fail later with a KeyError)."""
+    chosen = io.read_json(path)
+    if isinstance(chosen, dict) and chosen.get("source") == "train":
+        return chosen
+    if isinstance(chosen, dict) and chosen.get("source") == "load":
+        if _is_entry(chosen.get("checkpoint")) and _is_entry(chosen.get("config")):
+            return chosen
+    problem = (
+        'not the origin stage\'s output ({"source": "train"}, or "load" with the checkpoint and '
+        "config.json, each a path and sha256): run dvc repro"
+    )
+    raise UserError(str(path), problem)
+
+
 def checked(chosen: dict) -> tuple[Path, Path]:
     """The checkpoint and config.json paths of origin.json, refused if either changed since."""
     paths = []

@@ -71,8 +71,12 @@ def excess(scores: pd.DataFrame) -> pd.Series:
     return scores["score"] - scores["baseline_mean"]
 
 
-def read_csv(path: str | Path, required: Sequence[str] = (), sep: str = ",") -> pd.DataFrame:
-    """A CSV (or, with sep="\\t", TSV) table that must exist, parse, and have the `required` columns."""
+def read_csv(
+    path: str | Path, required: Sequence[str] = (), sep: str = ",", empty_ok: bool = True
+) -> pd.DataFrame:
+    """A CSV (or, with sep="\\t", TSV) table that must exist, parse, and have the `required`
+    columns; and, unless `empty_ok`, a row (a stage's table always has one: a header alone is a
+    partial or hand-edited file, whose analysis would be silently empty)."""
     import pandas as pd
 
     path = Path(path)
@@ -87,4 +91,6 @@ def read_csv(path: str | Path, required: Sequence[str] = (), sep: str = ",") -> 
         raise UserError(
             str(path), f"missing column {missing[0]!r} (has {', '.join(map(str, frame.columns))})"
         )
+    if not empty_ok and frame.empty:
+        raise UserError(str(path), "no rows, only a header: not a complete table of its stage")
     return frame

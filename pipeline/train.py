@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline import data, origin, patterns, tl_checkpoint
+from pipeline import data, memory, origin, patterns, tl_checkpoint
 from pipeline.config import Config, TrainConfig, require_fits_context
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer, next_token_loss
@@ -107,11 +107,19 @@ def _setup(t: TrainConfig) -> torch.device:
     return resolve_device(t.device)
 
 
+def require_memory(estimate: memory.Estimate, device: torch.device) -> None:
+    """Refuse, naming the key, a run whose tensors cannot fit (before any is allocated): on a
+    GPU its free memory holds the model's tensors, the host's the synthetic data."""
+    gpu = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    memory.require_fits(estimate, memory.available_bytes(), gpu)
+
+
 def train(cfg: Config, seed: int, tokenized: str | Path | None = None, progress: bool = True) -> TrainResult:
     """Train one model on the configured data; evaluate every `train.eval_every` steps.
     `tokenized`: the tokenizer stage's output (data.source = text)."""
     t = cfg.train
     device = _setup(t)
+    require_memory(memory.training(cfg), device)
     dataset = data.load(cfg.data, cfg.model, seed, n_eval=t.eval_batch_size, tokenized=tokenized)
     assert dataset.train is not None
     eval_seqs = dataset.eval.to(device)
@@ -192,8 +200,10 @@ def load(cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = No
     t = cfg.train
     device = _setup(t)
     path, config_path = origin.checked(chosen)
+    shape = tl_checkpoint.read_tl_config(config_path)  # before the checkpoint is read or built
+    require_fits_context("train.probe_length", t.probe_length, shape.n_ctx, f"n_ctx of {config_path}")
+    require_memory(memory.loading(shape, cfg, str(config_path)), device)
     model = tl_checkpoint.load_model(path, config_path).to(device)
-    require_fits_context("train.probe_length", t.probe_length, model.cfg.n_ctx, f"n_ctx of {config_path}")
     dataset = data.load(cfg.data, model.cfg, seed, t.eval_batch_size, tokenized, need_train=False)
     probe = data.repeated_probe(dataset, t.eval_batch_size, t.probe_length, model.cfg.d_vocab, seed).to(
         device

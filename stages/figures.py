@@ -33,17 +33,20 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> None:
         cfg = params.load(args.params).analysis.figures
         # every input is read (and checked) before anything is written
-        scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS)
+        scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS, empty_ok=False)
         heads = (
-            tables.read_csv(args.heads, ("layer", "head", "role", "copying", "qk_positivity"))
+            tables.read_csv(args.heads, ("layer", "head", "role", "copying", "qk_positivity"), empty_ok=False)
             if args.heads
             else None
         )
         pattern = (
             heads_figures.read_example(args.patterns) if args.heads and args.patterns else None
         )  # [layer, head, pos, pos]
-        effects = tables.read_csv(args.ablation, tables.ABLATION_COLUMNS) if args.ablation else None
+        effects = (
+            tables.read_csv(args.ablation, tables.ABLATION_COLUMNS, empty_ok=False) if args.ablation else None
+        )
         summary = io.read_json(args.heads_summary) if args.heads_summary else {}
+        rhos = heads_figures.spearman_of(summary, str(args.heads_summary))
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         diagram = composition_figures.errata_diagram(
@@ -62,11 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                 fig = heads_figures.attention_patterns(pattern, heads, (pattern.shape[-1] - 1) // 2)
                 figures.save(fig, out / "attention_patterns", dpi=cfg.dpi)
         if effects is not None:
-            agreement = summary.get("agreement", {})
             for effect, name in FIGURE_EFFECTS.items():
                 kinds = ("Q", "K") if effect == "attn_effect" else ("Q", "K", "V")  # V cannot move a pattern
-                rho = agreement.get(effect, {}).get("spearman")
-                fig = heads_figures.ablation_vs_composition(effects, scores, effect, rho, kinds)
+                fig = heads_figures.ablation_vs_composition(effects, scores, effect, rhos.get(effect), kinds)
                 figures.save(fig, out / f"ablation_{name}", dpi=cfg.dpi)
 
     return run_cli(parser, body, argv)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import checkpoint, io, params, tl_checkpoint, train
+from pipeline import checkpoint, io, origin, params, tl_checkpoint, train
 from pipeline.cli import run_cli, stage_parser
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> None:
         cfg = params.load(args.params)
         progress = not args.no_progress and sys.stderr.isatty()  # no bar in logs
-        chosen = io.read_json(args.origin)
+        chosen = origin.read(args.origin)
         result = train.run(cfg, args.seed, chosen, args.tokenized, progress)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)

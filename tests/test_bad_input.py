@@ -116,17 +116,20 @@ def composition_args(tmp: Path, good: Good, weights: Path) -> list[str]:
 
 
 def heads_args(tmp: Path, good: Good, changes: dict | None = None, model: Path | None = None,
-               config: Path | None = None, weights: Path | None = None) -> list[str]:  # fmt: skip
+               config: Path | None = None, weights: Path | None = None,
+               scores: Path | None = None) -> list[str]:  # fmt: skip
     return ["--params", str(write_params(tmp, good, changes)), "--model", str(model or good.model),
             "--config", str(config or good.config), "--weights", str(weights or good.weights),
-            "--scores", str(good.scores), "--out", str(tmp / "out")]  # fmt: skip
+            "--scores", str(scores or good.scores), "--out", str(tmp / "out")]  # fmt: skip
 
 
 def figures_args(tmp: Path, good: Good, changes: dict | None = None, heads: Path | None = None,
-                 patterns: Path | None = None) -> list[str]:  # fmt: skip
-    return ["--params", str(write_params(tmp, good, changes)), "--scores", str(good.scores),
-            "--heads", str(heads or good.heads / "heads.csv"), "--ablation", str(good.heads / "ablation.csv"),
-            "--heads-summary", str(good.heads / "summary.json"),
+                 patterns: Path | None = None, summary: Path | None = None,
+                 ablation: Path | None = None, scores: Path | None = None) -> list[str]:  # fmt: skip
+    return ["--params", str(write_params(tmp, good, changes)), "--scores", str(scores or good.scores),
+            "--heads", str(heads or good.heads / "heads.csv"),
+            "--ablation", str(ablation or good.heads / "ablation.csv"),
+            "--heads-summary", str(summary or good.heads / "summary.json"),
             "--patterns", str(patterns or good.heads / "patterns.safetensors"),
             "--out", str(tmp / "out")]  # fmt: skip
 
@@ -189,11 +192,13 @@ class RunsCodeWhenUnpickled:
         return (open, (self.marker, "w"))
 
 
-def _load_args(tmp: Path, good: Good, change: Callable[[dict], None]) -> list[str]:
-    """train.source = load of a changed copy of the good checkpoint."""
+def _load_args(tmp: Path, good: Good, change: Callable[[dict], None], **config: object) -> list[str]:
+    """train.source = load of a changed copy of the good checkpoint (and its config.json)."""
     (tmp / "checkpoints").mkdir()
     spoiled_state(tmp / "checkpoints", good, "model.safetensors", change)
-    (tmp / "checkpoints" / "config.json").write_text(good.config.read_text())
+    (tmp / "checkpoints" / "config.json").write_text(
+        json.dumps({**json.loads(good.config.read_text()), **config})
+    )
     return train_args(tmp, good, {"train.source": "load", "train.checkpoint": "model.safetensors",
                                   "train.checkpoint_dir": str(tmp / "checkpoints")})  # fmt: skip
 
@@ -600,6 +605,135 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         lambda t, g: figures_args(t, g, patterns=_write(t / "patterns.safetensors", b"\x00" * 64)),
         ("patterns.safetensors", "not a patterns file"),
     ),
+    # --- memory: tensors that cannot fit are refused before anything is allocated ---------
+    "enormous-d_vocab": (
+        "train",
+        lambda t, g: train_args(t, g, {"model.d_vocab": 10**9}),
+        ("model.d_vocab = 1000000000", "need about", "TB", "of memory available"),
+    ),
+    "enormous-n_ctx": (
+        "train",
+        lambda t, g: train_args(t, g, {"model.n_ctx": 10**6}),
+        ("model.n_ctx = 1000000", "attention patterns", "of memory available"),
+    ),
+    "enormous-batch": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.batch_size": 10**10}),
+        ("train.batch_size = 10000000000", "of memory available"),
+    ),
+    "enormous-eval-batch": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.eval_batch_size": 10**11}),
+        ("train.eval_batch_size = 100000000000", "induction probe", "of memory available"),
+    ),
+    "enormous-synthetic-data": (
+        "train",
+        lambda t, g: train_args(t, g, {"data.n_train_sequences": 10**12}),
+        ("data.n_train_sequences = 1000000000000", "synthetic data", "of memory available"),
+    ),
+    "loaded-checkpoint-too-large": (
+        "train",
+        lambda t, g: _load_args(t, g, lambda s: None, n_ctx=10**6),
+        ("config.json: n_ctx = 1000000", "the checkpoint and the largest evaluation buffers", "available"),
+    ),
+    "enormous-eval_sequences": (
+        "heads",
+        lambda t, g: heads_args(t, g, {"analysis.heads.eval_sequences": 10**11}),
+        ("analysis.heads.eval_sequences = 100000000000", "analysis buffers", "of memory available"),
+    ),
+    "checkpoint-config-too-large": (
+        "heads",
+        lambda t, g: heads_args(t, g, config=config_with(t, g, n_ctx=10**7)),
+        ("config.json: n_ctx = 10000000", "held-out batch", "of memory available"),
+    ),
+    # --- empty or partial files ----------------------------------------------------------
+    "empty-origin-json": (
+        "train",
+        lambda t, g: _with_origin(t, g, b""),
+        ("origin.json", "not valid JSON"),
+    ),
+    "origin-json-of-nothing": (
+        "train",
+        lambda t, g: _with_origin(t, g, b"{}"),
+        ("origin.json", "not the origin stage's output"),
+    ),
+    "origin-json-without-the-config": (
+        "train",
+        lambda t, g: _with_origin(t, g, b'{"source": "load", "checkpoint": {"path": "m.safetensors"}}'),
+        ("origin.json", "not the origin stage's output"),
+    ),
+    "empty-config-json": (
+        "weights",
+        lambda t, g: weights_args(t, g, config=_write(t / "config.json", b"")),
+        ("config.json", "not valid JSON"),
+    ),
+    "zero-byte-safetensors": (
+        "weights",
+        lambda t, g: weights_args(t, g, model=_write(t / "model.safetensors", b"")),
+        ("model.safetensors", "not a readable safetensors file"),
+    ),
+    "zero-byte-weights-file": (
+        "composition",
+        lambda t, g: composition_args(t, g, _write(t / "heads.safetensors", b"")),
+        ("heads.safetensors", "not a readable safetensors file"),
+    ),
+    "empty-scores-csv": (
+        "heads",
+        lambda t, g: heads_args(t, g, scores=_write(t / "scores.csv", b"")),
+        ("scores.csv", "not a readable table"),
+    ),
+    "scores-csv-without-rows": (
+        "heads",
+        lambda t, g: heads_args(t, g, scores=_header_only(t, g.scores)),
+        ("scores.csv", "no rows"),
+    ),
+    "empty-heads-csv": (
+        "figures",
+        lambda t, g: figures_args(t, g, heads=_write(t / "heads.csv", b"")),
+        ("heads.csv", "not a readable table"),
+    ),
+    "heads-csv-without-rows": (
+        "figures",
+        lambda t, g: figures_args(t, g, heads=_header_only(t, g.heads / "heads.csv")),
+        ("heads.csv", "no rows"),
+    ),
+    "ablation-csv-without-rows": (
+        "figures",
+        lambda t, g: figures_args(t, g, ablation=_header_only(t, g.heads / "ablation.csv")),
+        ("ablation.csv", "no rows"),
+    ),
+    "zero-byte-patterns-file": (
+        "figures",
+        lambda t, g: figures_args(t, g, patterns=_write(t / "patterns.safetensors", b"")),
+        ("patterns.safetensors", "not a patterns file"),
+    ),
+    "heads-summary-not-an-object": (
+        "figures",
+        lambda t, g: figures_args(t, g, summary=_write(t / "summary.json", b"[]")),
+        ("summary.json", "agreement"),
+    ),
+    "empty-token-file": (
+        "train",
+        lambda t, g: _empty_tokens_file(t, g),
+        ("ids.npy", "not a readable .npy array"),
+    ),
+    "empty-tokenized-tokens": (
+        "train",
+        lambda t, g: _spoiled_tokenized(t, g, lambda d: _write(d / "tokens.npy", b"")),
+        ("tokenized/tokens.npy", "not a readable .npy array"),
+    ),
+    "tokenizer-manifest-without-vocab": (
+        "train",
+        lambda t, g: _spoiled_tokenized(t, g, lambda d: _edit_json(d / "manifest.json", "vocab")),
+        ("tokenized/manifest.json", "not the tokenizer stage's output"),
+    ),
+    "curve-tsv-without-rows": (
+        "compare",
+        lambda t, g: _compare_args(
+            t, g, lambda dirs: _header_only(dirs["train"] / "seed0", dirs["train"] / "seed0" / "curve.tsv")
+        ),
+        ("curve.tsv", "no rows"),
+    ),
     # --- outputs -----------------------------------------------------------------------
     "out-dir-under-a-file": (
         "weights",
@@ -622,6 +756,51 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def _with_origin(tmp: Path, good: Good, content: bytes) -> list[str]:
+    """The train stage reading an origin.json with `content` (hand-edited, or cut short)."""
+    args = train_args(tmp, good)
+    _write(tmp / "origin.json", content)
+    return args
+
+
+def _header_only(tmp: Path, table: Path) -> Path:
+    """`table` under `tmp` (in place if it is there) with its header and no rows."""
+    path = tmp / table.name
+    path.write_text(table.read_text().splitlines()[0] + "\n")
+    return path
+
+
+def _spoiled_tokenized(tmp: Path, good: Good, spoil: Callable[[Path], object]) -> list[str]:
+    """The train stage on the tokenizer stage's output, one of its files then spoiled."""
+    args = short_text(tmp, good)
+    spoil(tmp / "tokenized")
+    return args
+
+
+def _edit_json(path: Path, drop: str) -> Path:
+    """`path`'s JSON object without its key `drop` (a partial file)."""
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != drop}))
+    return path
+
+
+def _compare_args(tmp: Path, good: Good, spoil: Callable[[dict[str, Path]], object]) -> list[str]:
+    """The compare stage on hand-made seed outputs (synthetic_seeds), one file then spoiled."""
+    import synthetic_seeds as syn
+
+    dirs = syn.write_stage_outputs(tmp / "inputs", [0])
+    spoil(dirs)
+    p = write_params(tmp, good, {"seeds": [0], "analysis.compare.bootstrap_samples": 100})
+    return ["--params", str(p), "--train", str(dirs["train"]), "--composition", str(dirs["composition"]),
+            "--heads", str(dirs["heads"]), "--out", str(tmp / "compare")]  # fmt: skip
+
+
+def _empty_tokens_file(tmp: Path, good: Good) -> list[str]:
+    """data.source = tokens with a zero-byte .npy file."""
+    args = tokens_file(tmp, good, np.arange(10))
+    _write(tmp / "data" / "ids.npy", b"")
+    return args
 
 
 def _without_column(tmp: Path, good: Good, column: str) -> Path:

@@ -44,11 +44,11 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path) -> SeedInp
             raise UserError(f"{metrics_path}: {key}", "missing")
     return SeedInputs(
         seed=seed,
-        scores=read_csv(composition / sub / "scores.csv", SCORES_COLUMNS),
-        heads=read_csv(heads / sub / "heads.csv", HEADS_COLUMNS),
+        scores=read_csv(composition / sub / "scores.csv", SCORES_COLUMNS, empty_ok=False),
+        heads=read_csv(heads / sub / "heads.csv", HEADS_COLUMNS, empty_ok=False),
         agreement=agreement,
         metrics=metrics,
-        curve=read_csv(train / sub / "curve.tsv", CURVE_COLUMNS, sep="\t"),
+        curve=read_csv(train / sub / "curve.tsv", CURVE_COLUMNS, sep="\t", empty_ok=False),
     )
 
 

@@ -53,6 +53,27 @@ def read_example(path: str | Path) -> np.ndarray:
     return pattern
 
 
+def _is_rho(by_kind: object) -> bool:
+    """{kind: {variant: a number or None}}: one effect's Spearman correlations."""
+    return isinstance(by_kind, dict) and all(
+        isinstance(by_variant, dict)
+        and all(v is None or isinstance(v, int | float) for v in by_variant.values())
+        for by_variant in by_kind.values()
+    )
+
+
+def spearman_of(summary: object, source: str = "summary.json") -> dict[str, dict]:
+    """{effect: {kind: {variant: rho or None}}} of the heads stage's summary.json (loaded), so
+    that a partial or hand-edited one is refused naming it, not met halfway through a figure."""
+    agreement = summary.get("agreement", {}) if isinstance(summary, dict) else None
+    if not isinstance(agreement, dict) or not all(
+        isinstance(entry, dict) and _is_rho(entry.get("spearman", {})) for entry in agreement.values()
+    ):
+        problem = "expected {effect: {spearman: {kind: {variant: a number or null}}}} (the heads stage's)"
+        raise UserError(f"{source}: agreement", problem)
+    return {effect: entry.get("spearman", {}) for effect, entry in agreement.items()}
+
+
 def _role(heads: pd.DataFrame, layer: int, head: int) -> str:
     match = heads.loc[(heads["layer"] == layer) & (heads["head"] == head), "role"]
     return str(match.iloc[0]) if len(match) else "?"
