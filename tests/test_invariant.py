@@ -1,13 +1,14 @@
 """Composition in the whitened residual frame (pipeline/invariant.py): unchanged by the residual
 stream's GL(d_model) symmetry where the Frobenius scores change; the small-space computation
 equals the dense token-path formula; the null's singular-value identity; known answers
-(the planted model, white frames give the Frobenius scores); determinism."""
+(the planted model, white frames give the Frobenius scores); determinism; the stage's table."""
 
 from __future__ import annotations
 
 import json
 import warnings
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -321,3 +322,26 @@ def test_positions_from_the_weights_metadata():
         invariant.positions_of(config("rotary"))
     with pytest.raises(UserError, match="not JSON"):
         invariant.positions_of({"config": "{"})
+
+
+def test_stage_writes_invariant_csv_and_its_summary(tmp_path):
+    from pipeline import params
+    from stages import composition as stage
+
+    ROOT = Path(__file__).resolve().parents[1]
+    (tmp_path / "params.yaml").write_text(
+        params.dump(params.compose(["setup=synthetic"], conf_dir=ROOT / "conf"))
+    )
+    hw = weights.from_state_dict(planted.state_dict())
+    weights.save(
+        tmp_path / "heads.safetensors",
+        hw,
+        {"config": json.dumps({"positional_embedding_type": "shortformer"})},
+    )
+    out = tmp_path / "out"
+    args = ["--params", str(tmp_path / "params.yaml"), "--weights", str(tmp_path / "heads.safetensors")]
+    assert stage.main([*args, "--out", str(out)]) == 0
+    table = pd.read_csv(out / "invariant.csv")
+    assert list(table.columns) == COLUMNS and len(table) == 27
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["invariant"]["K"]["max_pair"] == "L0H0->L1H0" and "true" in summary["K"]
