@@ -46,6 +46,19 @@ SCORES_COLUMNS = (
     "baseline_std",
     "z",
 )
+# invariant.csv: composition measured in the whitened residual frame (pipeline/invariant.py),
+# unchanged by the residual stream's GL(d_model) symmetry; one measure, so no variant column
+INVARIANT_COLUMNS = (
+    "kind",
+    "src_layer",
+    "src_head",
+    "dst_layer",
+    "dst_head",
+    "score",
+    "baseline_mean",
+    "baseline_std",
+    "z",
+)
 ABLATION_COLUMNS = (
     "kind",
     "src_layer",

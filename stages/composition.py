@@ -1,4 +1,6 @@
-"""Q-, K- and V-composition of every (earlier, later) head pair: scores.csv, summary.json.
+"""Q-, K- and V-composition of every (earlier, later) head pair: scores.csv (Frobenius, five
+variants), invariant.csv (in the whitened residual frame: unchanged by a change of residual
+basis; pipeline/invariant.py), summary.json (both).
 
 Works on any weights file in TransformerLens's state-dict names, e.g.
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import composition, io, params, weights
+from pipeline import composition, invariant, io, params, weights
 from pipeline.cli import run_cli, stage_parser
 
 
@@ -24,12 +26,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
-        hw, _ = weights.load(args.weights)
+        hw, metadata = weights.load(args.weights)
+        positions = invariant.positions_of(metadata, source=args.weights)  # as the weights stage recorded
         scores = composition.composition_scores(hw, cfg.analysis.composition, args.seed)
+        inv = invariant.invariant_scores(hw, cfg.analysis.composition, args.seed, positions)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         io.write_csv(out / "scores.csv", scores)
-        io.write_json(out / "summary.json", composition.summarize(scores))
+        io.write_csv(out / "invariant.csv", inv)
+        summary = {**composition.summarize(scores), "invariant": invariant.summarize(inv)}
+        io.write_json(out / "summary.json", summary)
 
     return run_cli(parser, body, argv)
 

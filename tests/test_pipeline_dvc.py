@@ -20,7 +20,7 @@ ARTIFACTS = {
     "origin": ("origin.json",),
     "train": ("model.safetensors", "config.json", "metrics.json", "curve.tsv"),
     "weights": ("heads.safetensors", "summary.json"),
-    "composition": ("scores.csv", "summary.json"),
+    "composition": ("scores.csv", "invariant.csv", "summary.json"),
     "heads": ("heads.csv", "summary.json", "ablation.csv"),
     "figures": (
         "errata_diagram.png",
