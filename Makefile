@@ -1,6 +1,8 @@
 # Two commands on a fresh machine (README "Quick start"):
 #   make repro   create .venv, install, run the whole pipeline (dvc repro)
-#   make test    create .venv, install with the dev and interop extras, lint (ruff), run the tests
+#   make test    create .venv, install with the dev and interop extras, lint (ruff), run every test
+#                (installs Debian's chromium for the report test when it is missing and it can)
+#   make test-fast   the maths, config and bad-input tier (no real training or dvc runs): the edit-test loop
 # torch is pinned to 2.13.0 (its CPU wheel is on these machines' disk); constraints.txt
 # holds that pin while pip resolves the extras, so nothing pulls a CUDA build.
 
@@ -10,13 +12,32 @@ BIN    := $(abspath $(VENV))/bin
 PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 export PATH := $(BIN):$(PATH)
 
-.PHONY: repro test lint install install-dev bench clean-outputs
+.PHONY: repro test test-fast lint browser install install-dev bench clean-outputs
 
 repro: $(VENV)/.installed
 	dvc repro
 
-test: lint
-	python -m pytest $(PYTEST_ARGS)
+test: lint browser
+	ATTN_CIRCUITS_REQUIRE_BROWSER=1 python -m pytest $(PYTEST_ARGS)
+
+# The tier that runs in about a minute: everything not marked slow (real training, real dvc) in these
+# files, less the bad-input catalogue's subprocess reruns (the same cases run in-process here).
+FAST_TESTS := $(patsubst %,tests/test_%.py,strands composition score_ranges errata_diagram params bad_input \
+	weights model patterns data checkpoint ablation compare memory invariant)
+test-fast: $(VENV)/.installed-dev
+	python -m pytest -q -m "not slow" -k "not real_process and not debug_shows" $(FAST_TESTS) $(PYTEST_ARGS)
+
+# The report test opens the page in headless Chromium (Debian's package `chromium`).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	elif command -v apt-get >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	else \
+		echo "make test: chromium is missing (the report test opens the page in it): install Debian's package chromium (sudo apt-get install chromium), or your system's chromium, then rerun" >&2; \
+		exit 1; \
+	fi
 
 lint: $(VENV)/.installed-dev
 	ruff check .
