@@ -220,7 +220,7 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
 # --- all variants, baselines and nulls ---------------------------------------------
 
 
-def _haar_blocks(n: int, d_model: int, k: int, gen: torch.Generator) -> Tensor:
+def haar_blocks(n: int, d_model: int, k: int, gen: torch.Generator) -> Tensor:
     """n top-left [k, k] blocks of Haar-random orthogonal [d_model, d_model] matrices."""
     G = torch.randn(n, d_model, k, generator=gen, dtype=torch.float64)
     Q, R = torch.linalg.qr(G)  # [n, d_model, k]
@@ -235,7 +235,7 @@ def _frame(M: Tensor) -> Tensor:
     return torch.linalg.qr(M, mode="r").R
 
 
-def _mean_std(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+def mean_std(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     return x.mean(dim), x.std(dim, correction=1 if x.shape[dim] > 1 else 0)
 
 
@@ -252,7 +252,7 @@ def _baseline(
     dens = _denominators(_side_norms(A, B), _side_norms(C, D), pairs=False)
     out = {}
     for v, scores in _ratios(nums, dens).items():
-        mean, std = _mean_std(scores, 0)
+        mean, std = mean_std(scores, 0)
         out[v] = (float(mean), float(std))
     return out
 
@@ -337,7 +337,7 @@ def _pair_block(w: _Writers, r: _Readers) -> dict[str, tuple[Tensor, Tensor, Ten
     null = _null_numerators(w, r)  # [Na, Nb, S]; rotation leaves every denominator unchanged
     scores = _ratios(nums, dens)
     nulls = _ratios(null, {side: den[..., None] for side, den in dens.items()})
-    return {v: (scores[v], *_mean_std(nulls[v], -1)) for v in VARIANTS}
+    return {v: (scores[v], *mean_std(nulls[v], -1)) for v in VARIANTS}
 
 
 def _kind_tensors(hw: HeadWeights, kind: str, Z: Tensor) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
@@ -365,6 +365,16 @@ def _kind_tensors(hw: HeadWeights, kind: str, Z: Tensor) -> dict[str, tuple[Tens
     return out
 
 
+def later_pairs(n_layers: int, n_heads: int) -> tuple[np.ndarray, ...]:
+    """(src_layer, src_head, dst_layer, dst_head) of every pair with dst_layer > src_layer, sorted:
+    the rows of scores.csv (and invariant.csv) within one kind."""
+    i, h, j, g = (
+        x.ravel() for x in np.meshgrid(*(np.arange(n) for n in (n_layers, n_heads) * 2), indexing="ij")
+    )
+    keep = j > i
+    return i[keep], h[keep], j[keep], g[keep]
+
+
 def composition_scores(hw: HeadWeights, cfg: CompositionConfig, seed: int) -> pd.DataFrame:
     """One row per (kind, variant, earlier head, later head), in that order (KINDS, VARIANTS).
 
@@ -376,12 +386,9 @@ def composition_scores(hw: HeadWeights, cfg: CompositionConfig, seed: int) -> pd
     L, H, d_model, d_head = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
     gen = torch.Generator().manual_seed(seed)
     baseline = _baseline(d_model, d_head, cfg, gen)
-    Z = _haar_blocks(cfg.null_samples, d_model, min(d_model, 2 * d_head), gen)
+    Z = haar_blocks(cfg.null_samples, d_model, min(d_model, 2 * d_head), gen)
 
-    # every (src_layer, src_head, dst_layer, dst_head) with dst_layer > src_layer, sorted
-    i, h, j, g = (x.ravel() for x in np.meshgrid(*(np.arange(n) for n in (L, H, L, H)), indexing="ij"))
-    keep = j > i
-    i, h, j, g = i[keep], h[keep], j[keep], g[keep]
+    i, h, j, g = later_pairs(L, H)
     n = len(i)
 
     parts = []
@@ -401,7 +408,7 @@ def composition_scores(hw: HeadWeights, cfg: CompositionConfig, seed: int) -> pd
     return frame[COLUMNS].astype({c: "int64" for c in ("src_layer", "src_head", "dst_layer", "dst_head")})
 
 
-def _pair_label(row: pd.Series) -> str:
+def pair_label(row: pd.Series) -> str:
     """'L0H3->L1H5': TransformerLens-style head names."""
     return f"L{int(row['src_layer'])}H{int(row['src_head'])}->L{int(row['dst_layer'])}H{int(row['dst_head'])}"
 
@@ -421,7 +428,7 @@ def summarize(scores: pd.DataFrame) -> dict:
                 "n_pairs": int(len(rows)),
                 "n_undefined": int(len(rows) - len(defined)),
                 "max_score": None if best is None else float(best["score"]),
-                "max_pair": None if best is None else _pair_label(best),
+                "max_pair": None if best is None else pair_label(best),
                 "n_z_above_3": int((rows["z"] > 3).sum()),  # NaN > 3 is False
             }  # fmt: skip
     return out

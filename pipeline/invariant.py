@@ -108,7 +108,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline.composition import ZERO_RTOL, _haar_blocks, _mean_std, _pair_label
+from pipeline.composition import ZERO_RTOL, haar_blocks, later_pairs, mean_std, pair_label
 from pipeline.config import CompositionConfig
 from pipeline.errors import UserError
 from pipeline.strands import shrink_left, shrink_right
@@ -287,7 +287,7 @@ def _null(w: _Side, r: _Side, Z2: Tensor) -> tuple[Tensor, Tensor]:
     """(null_mean, null_std) [Na, Nb] over the sampled squared Haar blocks Z2 [S, k, k] (module doc)."""
     sq = torch.einsum("am,smn,bn->abs", w.sv.square(), Z2, r.sv.square())
     scores = sq.clamp_min(0).sqrt() / (w.norm[:, None, None] * r.norm[None, :, None])
-    return _mean_std(scores, -1)
+    return mean_std(scores, -1)
 
 
 def _baseline(
@@ -300,7 +300,7 @@ def _baseline(
     w, r = _writers(V, O, k), _readers(X, Y, k)
     C = w.P @ X
     scores = torch.linalg.matrix_norm(C @ r.T) / (w.norm * r.norm)
-    mean, std = _mean_std(scores, 0)
+    mean, std = mean_std(scores, 0)
     return float(mean), float(std)
 
 
@@ -348,7 +348,7 @@ def invariant_scores(
     for j in range(1, L):
         r = fr[j].rank
         if r not in blocks and r > 0:
-            blocks[r] = _haar_blocks(cfg.null_samples, r, min(d_head, r), gen).square()  # [S, k, k]
+            blocks[r] = haar_blocks(cfg.null_samples, r, min(d_head, r), gen).square()  # [S, k, k]
 
     nan = lambda: torch.full((L, H, L, H), torch.nan, dtype=torch.float64)  # noqa: E731
     out = {kind: {c: nan() for c in _FIELDS} for kind in KINDS}
@@ -370,10 +370,7 @@ def invariant_scores(
                 t["null_mean"][i, :, j], t["null_std"][i, :, j] = _null(writers, readers, blocks[fr[j].rank])
                 t["base_mean"][i, :, j], t["base_std"][i, :, j] = baselines[(fr[i].rank, fr[j].rank, r_out)]
 
-    # every (src_layer, src_head, dst_layer, dst_head) with dst_layer > src_layer, sorted
-    i, h, j, g = (x.ravel() for x in np.meshgrid(*(np.arange(n) for n in (L, H, L, H)), indexing="ij"))
-    keep = j > i
-    i, h, j, g = i[keep], h[keep], j[keep], g[keep]
+    i, h, j, g = later_pairs(L, H)
     n = len(i)
     parts = []
     for kind in KINDS:
@@ -402,7 +399,7 @@ def summarize(scores: pd.DataFrame) -> dict:
             "n_pairs": int(len(rows)),
             "n_undefined": int(len(rows) - len(defined)),
             "max_score": None if best is None else float(best["score"]),
-            "max_pair": None if best is None else _pair_label(best),
+            "max_pair": None if best is None else pair_label(best),
             "n_z_above_3": int((rows["z"] > 3).sum()),  # NaN > 3 is False
         }
     return out

@@ -48,17 +48,7 @@ SCORES_COLUMNS = (
 )
 # invariant.csv: composition measured in the whitened residual frame (pipeline/invariant.py),
 # unchanged by the residual stream's GL(d_model) symmetry; one measure, so no variant column
-INVARIANT_COLUMNS = (
-    "kind",
-    "src_layer",
-    "src_head",
-    "dst_layer",
-    "dst_head",
-    "score",
-    "baseline_mean",
-    "baseline_std",
-    "z",
-)
+INVARIANT_COLUMNS = tuple(c for c in SCORES_COLUMNS if c != "variant")
 ABLATION_COLUMNS = (
     "kind",
     "src_layer",

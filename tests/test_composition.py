@@ -221,7 +221,7 @@ def test_null_samples_equal_literally_rotating_the_writer() -> None:
 
 
 def test_haar_blocks_have_the_right_second_moment() -> None:
-    Z = comp._haar_blocks(4000, 16, 4, torch.Generator().manual_seed(0))
+    Z = comp.haar_blocks(4000, 16, 4, torch.Generator().manual_seed(0))
     assert Z.shape == (4000, 4, 4)
     # each entry of a Haar d x d matrix has mean 0 and variance 1/d
     assert Z.square().mean().item() == pytest.approx(1 / 16, rel=0.05)
