@@ -105,3 +105,57 @@ def _refusal_reason(e: Exception) -> str:
         if line and "weights_only" not in line and not line.startswith("Weights only load failed")
     ]
     return (lines[0].split(". ")[0] if lines else type(e).__name__)[:200]  # the first sentence
+
+
+# --- checkpoints through training (train's checkpoints/, read by the dynamics stage) ------
+
+INDEX = "index.json"  # {"seed": N, "checkpoints": [{"step", "tokens", "file"}, ...]} in step order
+
+
+def step_file(step: int) -> str:
+    return f"step{step:07d}.safetensors"
+
+
+class StepWriter:
+    """Saves training's checkpoints into `directory` as `train` hands them over
+    (`pipeline.train.SaveCheckpoint`), then their index."""
+
+    def __init__(self, directory: Path, seed: int):
+        self.directory, self.seed, self.entries = Path(directory), seed, []
+
+    def __call__(self, step: int, tokens: int, state: Mapping[str, torch.Tensor]) -> None:
+        name = step_file(step)
+        save_state(self.directory / name, state, {"seed": self.seed, "step": step, "tokens": tokens})
+        self.entries.append({"step": step, "tokens": tokens, "file": name})
+
+    def write_index(self) -> Path:
+        return io.write_json(self.directory / INDEX, {"seed": self.seed, "checkpoints": self.entries})
+
+
+def read_index(directory: str | Path) -> list[dict]:
+    """The checkpoints listed in `directory`/index.json: each a step, the tokens seen by then
+    and its file (which must exist), in increasing step order; one-line errors naming the file."""
+    path = Path(directory) / INDEX
+    index = io.read_json(path)
+    entries = index.get("checkpoints") if isinstance(index, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f"{path}: checkpoints", "missing or empty: expected a list of {step, tokens, file}")
+    previous = -1
+    for i, entry in enumerate(entries):
+        where = f"{path}: checkpoints[{i}]"
+        if not isinstance(entry, dict) or not all(
+            isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) for k in ("step", "tokens")
+        ):
+            raise UserError(where, "expected {step: int, tokens: int, file: str}", entry)
+        if entry["step"] <= previous:
+            raise UserError(
+                f"{where}.step", f"must be greater than the one before ({previous})", entry["step"]
+            )
+        previous = entry["step"]
+        if entry.get("file") != step_file(entry["step"]):
+            raise UserError(f"{where}.file", f"expected {step_file(entry['step'])!r}", entry.get("file"))
+        if not (Path(directory) / entry["file"]).is_file():
+            raise UserError(
+                str(Path(directory) / entry["file"]), "checkpoint not found (listed in index.json)"
+            )
+    return entries

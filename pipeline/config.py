@@ -250,6 +250,15 @@ class TrainConfig(Section):
     eval_every: int = 50  # steps between rows of curve.tsv
     eval_batch_size: int = 64
     probe_length: int = 24  # curve.tsv's induction score: spans of this many tokens, repeated
+    # checkpoints through training (the dynamics stage): every `save_every` steps (0: none) and
+    # at each of `save_steps` (denser around the phase change); the last step always
+    save_every: int = 0
+    save_steps: list[int] = field(default_factory=list)
+
+    def checkpoint_steps(self) -> list[int]:
+        """The steps whose weights train saves: multiples of save_every, save_steps and the last."""
+        periodic = range(0, self.steps + 1, self.save_every) if self.save_every else ()
+        return sorted({*periodic, *self.save_steps, self.steps})
 
     def check(self) -> None:
         require(
@@ -274,6 +283,12 @@ class TrainConfig(Section):
         )
         if self.threads is not None:
             _positive(self, "threads")
+        require(
+            self.save_every >= 0, "save_every", "must be >= 0 (0: no periodic checkpoints)", self.save_every
+        )
+        for i, step in enumerate(self.save_steps):
+            problem = f"must be in [0, steps = {self.steps}] (a shorter run: set train.save_steps=[] too)"
+            require(0 <= step <= self.steps, f"save_steps[{i}]", problem, step)
         if self.source == "load":
             _required(self.checkpoint, "checkpoint", "train.source = 'load'")
         if self.checkpoint is not None:

@@ -44,7 +44,7 @@ from pipeline import ablation, agreement, data, patterns, strands
 from pipeline.config import HeadsConfig, RoleThresholds, require_fits_context, require_window_fits
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
-from pipeline.tables import ROLES
+from pipeline.tables import PATTERN_SCORES, ROLES
 from pipeline.weights import HeadWeights, power_of_two_scaled
 
 # The primary role. Some scores nest: a previous-token head also fills the recent window,
@@ -62,8 +62,7 @@ ROLE_SCORE = {
     "current_token": "current_token",
     "first_token": "first_token",
 }
-# attention scores (finite for any model), then the two read from the weights
-PATTERN_SCORES = ("prev_token", "current_token", "first_token", "recent_mass", "duplicate_token", "induction")
+# attention scores (finite for any model: tables.PATTERN_SCORES), then the two read from the weights
 SCORES = (*PATTERN_SCORES, "copying", "qk_positivity")
 FLAGS = tuple(f"is_{role}" for role in ROLE_SCORE)
 COLUMNS = ["layer", "head", "role", *SCORES, *FLAGS]

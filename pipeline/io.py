@@ -12,6 +12,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,6 +69,31 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary directory beside `path`; on success it replaces `path` whole (a
+    directory of files that belong together, like training's checkpoints). On any exception
+    it is removed and `path` is left untouched."""
+    path = Path(path)
+    made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]  # deepest first
+    ensure_dir(path.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}{TMP_MARK}", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for parent in made:  # the directories made for it, while nothing else is in them
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        if isinstance(e, OSError) and e.errno in STORAGE_ERRORS:
+            raise UserError(str(path), f"cannot write ({e.strerror})") from None
+        raise
+
+
 def write_with(path: str | Path, writer: Callable[[Path], Any]) -> Path:
     """Call `writer(tmp_path)` and atomically move the result to `path`."""
     with atomic_path(path) as tmp:
@@ -110,11 +136,14 @@ def write_csv(path: str | Path, frame: Any, sep: str = ",", float_format: str = 
 
 
 def clean_stale(directory: str | Path) -> None:
-    """Remove temporary files a killed run left in `directory`."""
+    """Remove temporary files (and directories) a killed run left in `directory`."""
     directory = Path(directory)
     if directory.is_dir():
         for leftover in directory.glob(f".*{TMP_MARK}*"):
-            leftover.unlink(missing_ok=True)
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

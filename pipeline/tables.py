@@ -49,6 +49,19 @@ SCORES_COLUMNS = (
 # invariant.csv: composition measured in the whitened residual frame (pipeline/invariant.py),
 # unchanged by the residual stream's GL(d_model) symmetry; one measure, so no variant column
 INVARIANT_COLUMNS = tuple(c for c in SCORES_COLUMNS if c != "variant")
+# invariant.csv's scores where they join scores.csv's as one more variant (the dynamics
+# table, the agreement with the ablation, compare)
+INVARIANT = "invariant"
+MEASURES = (*VARIANTS, INVARIANT)
+# the dynamics stage: composition at every checkpoint (every kind and measure), the head
+# scores and the loss at every checkpoint, and one row per checkpoint for the figure and
+# `dvc plots` (the top induction <- previous-token pair's K z under each measure)
+STEP_KEYS = ("step", "tokens")
+DYNAMICS_COLUMNS = (*STEP_KEYS, *SCORES_COLUMNS, "excess")
+# the heads stage's attention scores (pipeline/heads.py)
+PATTERN_SCORES = ("prev_token", "current_token", "first_token", "recent_mass", "duplicate_token", "induction")
+DYNAMICS_HEADS_COLUMNS = (*STEP_KEYS, "layer", "head", *PATTERN_SCORES)
+STEPS_COLUMNS = (*STEP_KEYS, "eval_loss", "induction", "prev_token", *(f"z_{m}" for m in MEASURES))
 ABLATION_COLUMNS = (
     "kind",
     "src_layer",
@@ -66,12 +79,23 @@ GROUP_COLUMNS = (*GROUP_KEYS, "n_pairs", "max_excess", "mean_excess", "max_z")
 DIMENSIONS = ("claim", "hypothesis", "kind", "variant", "effect", "statistic")
 CLAIMS_COLUMNS = ("seed", *DIMENSIONS, "value")
 STATS_COLUMNS = (*DIMENSIONS, "n", "mean", "lo", "hi")
+# the induction phase change: the first step at which the best layer >= 1 head's induction
+# score reaches this (metrics.json of train; the dynamics stage and compare)
+INDUCTION_THRESHOLD = 0.5
 CURVE_COLUMNS = ("step", "tokens", "train_loss", "eval_loss", "induction", "prev_token", "icl")
 
 
 def excess(scores: pd.DataFrame) -> pd.Series:
     """Score minus the random-matrix baseline of its variant (what the paper plots)."""
     return scores["score"] - scores["baseline_mean"]
+
+
+def join_measures(scores: pd.DataFrame, invariant: pd.DataFrame) -> pd.DataFrame:
+    """scores.csv's rows, then invariant.csv's as variant INVARIANT: one table of every measure."""
+    import pandas as pd
+
+    columns = list(SCORES_COLUMNS)
+    return pd.concat([scores[columns], invariant.assign(variant=INVARIANT)[columns]], ignore_index=True)
 
 
 def read_csv(

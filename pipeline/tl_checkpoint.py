@@ -245,7 +245,13 @@ def load_model(
     model_path: str | Path, config_path: str | Path, dtype: torch.dtype = torch.float32
 ) -> AttnOnlyTransformer:
     """Our model with a checkpoint's weights, in `dtype`; names and shapes checked against config.json."""
-    cfg, state = read_checkpoint(model_path, config_path)
+    return build_model(*read_checkpoint(model_path, config_path), dtype=dtype)
+
+
+def build_model(
+    cfg: ModelConfig, state: Mapping[str, torch.Tensor], dtype: torch.dtype = torch.float32
+) -> AttnOnlyTransformer:
+    """Our model with a checked state dict (`read_checkpoint`'s) loaded, in `dtype`."""
     model = AttnOnlyTransformer(cfg).to(dtype)  # float64 weights reach a float64 analysis unrounded
     model.load_state_dict(state)
     return model

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,9 +22,10 @@ from pipeline import data, memory, origin, patterns, tl_checkpoint
 from pipeline.config import Config, TrainConfig, require_fits_context
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer, next_token_loss
-from pipeline.tables import CURVE_COLUMNS
+from pipeline.tables import CURVE_COLUMNS, INDUCTION_THRESHOLD
 
-INDUCTION_THRESHOLD = 0.5  # metrics.json: first step at which the best layer >= 1 head reaches this
+# called with (step, tokens seen, state dict on the CPU) at each of train.checkpoint_steps()
+SaveCheckpoint = Callable[[int, int, dict[str, torch.Tensor]], None]
 
 
 @dataclass
@@ -114,8 +116,21 @@ def require_memory(estimate: memory.Estimate, device: torch.device) -> None:
     memory.require_fits(estimate, memory.available_bytes(), gpu)
 
 
-def train(cfg: Config, seed: int, tokenized: str | Path | None = None, progress: bool = True) -> TrainResult:
-    """Train one model on the configured data; evaluate every `train.eval_every` steps.
+def cpu_state(model: AttnOnlyTransformer) -> dict[str, torch.Tensor]:
+    """A copy of the weights on the CPU (what a checkpoint holds; training goes on changing them)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def train(
+    cfg: Config,
+    seed: int,
+    tokenized: str | Path | None = None,
+    progress: bool = True,
+    save: SaveCheckpoint | None = None,
+) -> TrainResult:
+    """Train one model on the configured data; evaluate every `train.eval_every` steps and
+    hand the weights to `save` at every step of `train.checkpoint_steps()` (before that
+    step's update: step s holds the weights after s updates; the last is the final model).
     `tokenized`: the tokenizer stage's output (data.source = text)."""
     t = cfg.train
     device = _setup(t)
@@ -136,6 +151,7 @@ def train(cfg: Config, seed: int, tokenized: str | Path | None = None, progress:
         betas=(t.betas[0], t.betas[1]),
     )
     batches = torch.Generator().manual_seed(seed + 1)
+    saved = set(t.checkpoint_steps()) if save is not None else set()
     rows: list[dict] = []
     eval_seconds: list[float] = []
     losses: list[
@@ -165,6 +181,8 @@ def train(cfg: Config, seed: int, tokenized: str | Path | None = None, progress:
                     "train.lr", f"the held-out loss became {row['eval_loss']} at step {step}: {_ADVICE}", t.lr
                 )
             losses = []
+        if step in saved:  # nothing here draws a random number: the run is the same without it
+            save(step, step * t.batch_size * cfg.model.n_ctx, cpu_state(model))
         if step == t.steps:
             break
         batch = dataset.train.batch(t.batch_size, batches).to(device)  # [batch, n_ctx]
@@ -218,9 +236,18 @@ def load(cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = No
 
 
 def run(
-    cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = None, progress: bool = True
+    cfg: Config,
+    seed: int,
+    chosen: dict,
+    tokenized: str | Path | None = None,
+    progress: bool = True,
+    save: SaveCheckpoint | None = None,
 ) -> TrainResult:
-    """Train a new model, or load the checkpoint the origin stage chose (`chosen`)."""
+    """Train a new model, or load the checkpoint the origin stage chose (`chosen`); a loaded
+    model is its own only checkpoint (step 0)."""
     if chosen["source"] == "load":
-        return load(cfg, seed, chosen, tokenized)
-    return train(cfg, seed, tokenized, progress)
+        result = load(cfg, seed, chosen, tokenized)
+        if save is not None:
+            save(0, 0, cpu_state(result.model))
+        return result
+    return train(cfg, seed, tokenized, progress, save)

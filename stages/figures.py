@@ -1,12 +1,13 @@
 """Figures of one seed (PNG and SVG): the errata diagram, original and corrected side by
 side, and a heatmap of score minus baseline per composition kind; with the heads stage's
 outputs, every head's attention pattern titled with its role, copying vs QK positivity,
-and the path-ablation effects against each composition variant.
+and the path-ablation effects against each composition variant; with the dynamics stage's
+outputs, composition through training (dynamics).
 
     python -m stages.figures --scores outputs/composition/seed0/scores.csv \
         --heads outputs/heads/seed0/heads.csv --ablation outputs/heads/seed0/ablation.csv \
         --heads-summary outputs/heads/seed0/summary.json --patterns outputs/heads/seed0/patterns.safetensors \
-        --out outputs/figures/seed0
+        --dynamics outputs/dynamics/seed0 --out outputs/figures/seed0
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from pipeline import figures, io, params, tables
 from pipeline.cli import run_cli, stage_parser
 from pipeline.figures import composition as composition_figures
+from pipeline.figures import dynamics as dynamics_figures
 from pipeline.figures import heads as heads_figures
 
 FIGURE_EFFECTS = {"heldout_loss_effect": "heldout_loss", "loss_effect": "loss", "attn_effect": "attn"}
@@ -28,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablation", help="ablation.csv of the heads stage")
     parser.add_argument("--heads-summary", help="summary.json of the heads stage (Spearman correlations)")
     parser.add_argument("--patterns", help="patterns.safetensors of the heads stage")
+    parser.add_argument(
+        "--dynamics", help="the dynamics stage's directory of this seed (steps.tsv, summary.json)"
+    )
     parser.add_argument("--out", required=True, help="output directory")
 
     def body(args) -> None:
@@ -47,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         summary = io.read_json(args.heads_summary) if args.heads_summary else {}
         rhos = heads_figures.spearman_of(summary, str(args.heads_summary))
+        if args.dynamics:
+            steps = tables.read_csv(
+                f"{args.dynamics}/steps.tsv", tables.STEPS_COLUMNS, sep="\t", empty_ok=False
+            )
+            pair, z = dynamics_figures.read_summary(f"{args.dynamics}/summary.json")
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         diagram = composition_figures.errata_diagram(
@@ -69,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
                 kinds = ("Q", "K") if effect == "attn_effect" else ("Q", "K", "V")  # V cannot move a pattern
                 fig = heads_figures.ablation_vs_composition(effects, scores, effect, rhos.get(effect), kinds)
                 figures.save(fig, out / f"ablation_{name}", dpi=cfg.dpi)
+        if args.dynamics:
+            fig = dynamics_figures.dynamics_figure(steps, pair, z)
+            figures.save(fig, out / "dynamics", dpi=cfg.dpi)
 
     return run_cli(parser, body, argv)
 

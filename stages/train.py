@@ -1,5 +1,6 @@
 """Train one seed's model, or load a checkpoint (train.source = load): model.safetensors,
-config.json, metrics.json, curve.tsv, manifest.json.
+config.json, metrics.json, curve.tsv, manifest.json, and checkpoints/ (the weights at every
+step of train.save_every and train.save_steps, and the last; index.json lists them).
 
     python -m stages.train --seed 0 --out outputs/train/seed0
 
@@ -11,6 +12,7 @@ params are then not used (the shape comes from config.json).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from pipeline import checkpoint, io, origin, params, tl_checkpoint, train
 from pipeline.cli import run_cli, stage_parser
@@ -30,9 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = params.load(args.params)
         progress = not args.no_progress and sys.stderr.isatty()  # no bar in logs
         chosen = origin.read(args.origin)
-        result = train.run(cfg, args.seed, chosen, args.tokenized, progress)
-        out = io.ensure_dir(args.out)
+        out = Path(args.out)
         io.clean_stale(out)
+        with io.atomic_dir(out / "checkpoints") as saved:  # whole, or not at all (nor `out`)
+            writer = checkpoint.StepWriter(saved, args.seed)
+            result = train.run(cfg, args.seed, chosen, args.tokenized, progress, writer)
+            writer.write_index()
         meta = {"seed": args.seed, "source": chosen["source"]}
         checkpoint.save_state(out / "model.safetensors", result.model.state_dict(), meta)
         io.write_json(out / "config.json", tl_checkpoint.tl_config(result.model.cfg))

@@ -39,7 +39,7 @@ def hashes(root: Path) -> dict[str, str]:
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and io.TMP_MARK not in p.name
+        if p.is_file() and io.TMP_MARK not in str(p.relative_to(root))  # nor files in a temporary dir
     }
 
 
@@ -67,9 +67,11 @@ def test_a_fresh_clone_reproduces_every_output_byte_for_byte(reference, tmp_path
     assert hashes(clone / "outputs") == expected
 
 
-def kill_when_writing(cmd: list[str], cwd: Path, directory: Path, timeout: float = 300) -> subprocess.Popen:
+def kill_when_writing(
+    cmd: list[str], cwd: Path, directory: Path, timeout: float = 300, pattern: str = f".*{io.TMP_MARK}*"
+) -> subprocess.Popen:
     """Start `cmd` in its own process group; SIGKILL the whole group as soon as a temporary
-    file appears in `directory` (an artifact is being written)."""
+    file matching `pattern` appears under `directory` (an artifact is being written)."""
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,
@@ -79,7 +81,7 @@ def kill_when_writing(cmd: list[str], cwd: Path, directory: Path, timeout: float
         start_new_session=True,
     )
     deadline = time.monotonic() + timeout
-    while not leftovers(directory):
+    while not any(directory.glob(pattern)):
         if proc.poll() is not None or time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
             pytest.fail(
@@ -97,7 +99,8 @@ def test_sigkill_mid_write_leaves_no_partial_artifact_and_repro_completes(refere
     outputs = repo / "outputs"
 
     # 1. The train stage run by hand into the existing seed0 directory, killed while it writes a
-    #    large model.safetensors (~30 MB: tens of milliseconds of writing and fsync).
+    #    large checkpoint (~30 MB: tens of milliseconds of writing and fsync) into its temporary
+    #    checkpoints directory, which replaces checkpoints/ only once every checkpoint is written.
     big = [*TINY, "model.d_vocab=16384", "model.d_model=256", "train.steps=1", "train.warmup_steps=0",
            "train.eval_every=1", "train.batch_size=1", "train.eval_batch_size=1",
            "data.n_train_sequences=40"]  # fmt: skip
@@ -119,12 +122,12 @@ def test_sigkill_mid_write_leaves_no_partial_artifact_and_repro_completes(refere
         "--no-progress",
     ]
     for _ in range(5):
-        kill_when_writing(cmd, repo, seed0)
+        kill_when_writing(cmd, repo, seed0, pattern=f".checkpoints{io.TMP_MARK}*/.step*{io.TMP_MARK}*")
         if leftovers(seed0):
             break  # killed mid-write; else the write finished first: restore and try again
         dvc(repo, "checkout", "--force")
     stray = leftovers(seed0)
-    assert stray and stray[0].startswith(".model.safetensors.tmp-"), stray
+    assert stray and stray[0].startswith(".checkpoints.tmp-"), stray
     assert hashes(outputs) == expected  # every artifact intact: nothing half-written under its name
     assert "up to date" in dvc(repo, "status").stdout  # a stray temporary file is ignored (.dvcignore)
 

@@ -30,6 +30,7 @@ TINY = [
     "model.d_vocab=16",
     "data.n_train_sequences=64",
     "train.steps=12",
+    "train.save_steps=[]",
     "train.warmup_steps=2",
     "train.eval_every=5",
     "train.batch_size=4",
