@@ -1,5 +1,6 @@
 """Does a composition score predict the causal ablation? Two measures per kind and variant,
-between the heads stage's `ablation.csv` and the composition stage's `scores.csv`.
+between the heads stage's `ablation.csv` and the composition stage's `scores.csv` (and
+`invariant.csv`, as variant `invariant`, where given).
 Torch-free: the heads stage writes them to its summary.json, the compare stage reads them.
 
 - `spearman`: the rank correlation over every (earlier, later) head pair between |effect|
@@ -21,11 +22,16 @@ import math
 import numpy as np
 import pandas as pd
 
-from pipeline.tables import KINDS, VARIANTS
+from pipeline.tables import INVARIANT, KINDS, VARIANTS
 
 EFFECTS = ("heldout_loss_effect", "loss_effect", "attn_effect")
 PAIR = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
 DST = ["dst_layer", "dst_head"]
+
+
+def measures(scores: pd.DataFrame) -> tuple[str, ...]:
+    """The five variants, and the invariant measure where `scores` has its rows."""
+    return (*VARIANTS, INVARIANT) if (scores["variant"] == INVARIANT).any() else VARIANTS
 
 
 def _finite(x: float) -> float | None:
@@ -39,7 +45,7 @@ def spearman(effects: pd.DataFrame, scores: pd.DataFrame, effect: str) -> dict[s
     merged = effects.merge(scores, on=PAIR, how="inner")
     out: dict[str, dict[str, float | None]] = {}
     for kind in KINDS:
-        for variant in VARIANTS:
+        for variant in measures(scores):
             rows = merged[(merged["kind"] == kind) & (merged["variant"] == variant)]
             x, y = rows[effect].abs().to_numpy(float), rows["score"].to_numpy(float)
             ok = np.isfinite(x) & np.isfinite(y)
@@ -69,7 +75,7 @@ def top_source(
         cut = effects[effects["kind"] == kind].assign(size=lambda f: f[effect].abs())
         causal = _top(cut, "size")
         causal = causal[causal["size"] >= min_effect]
-        for variant in VARIANTS:
+        for variant in measures(scores):
             ranked = _top(scores[(scores["kind"] == kind) & (scores["variant"] == variant)], "score")
             both = causal.merge(ranked, left_index=True, right_index=True, suffixes=("_causal", ""))
             match = (both["src_layer_causal"] == both["src_layer"]) & (

@@ -24,7 +24,7 @@ import pandas as pd
 
 from pipeline.compare.claims import CLAIMS, HYPOTHESIS_LABELS, STATISTICS
 from pipeline.errors import UserError
-from pipeline.tables import DIMENSIONS, KINDS, VARIANTS
+from pipeline.tables import DIMENSIONS, KINDS, MEASURES
 
 MIME = {
     ".png": "image/png",
@@ -191,7 +191,7 @@ def composition_table(groups: pd.DataFrame) -> str:
         sort=False,
         dropna=False,
     )
-    wide = wide.reindex(columns=[(k, v) for k in KINDS for v in VARIANTS if (k, v) in wide.columns])
+    wide = wide.reindex(columns=[(k, v) for k in KINDS for v in MEASURES if (k, v) in wide.columns])
     wide.columns = [f"{k} {v}" for k, v in wide.columns]
     n_pairs = groups.drop_duplicates(["dst_role", "src_role"]).set_index(["dst_role", "src_role"])["n_pairs"]
     wide.insert(0, "pairs", n_pairs.reindex(wide.index).astype(int))
@@ -240,7 +240,12 @@ def render(
         "<em>errata_bcda</em> and <em>errata_dabc</em> are the two rotated strands the errata says the "
         "original library computed, with rotated denominators; the <em>_trueden</em> variants divide the "
         "same numerators by the true ones. The errata names only the numerators, so claims that depend on "
-        "the original score's scale are tested under both hypotheses.</p>",
+        "the original score's scale are tested under both hypotheses. <em>invariant</em> is composition "
+        "measured in the frame where the residual stream's token paths are white: unlike every Frobenius "
+        "score it does not change when the residual basis does (claims <em>_inv</em> put it in the "
+        "corrected score's place). Claim (t) follows composition through training: at every checkpoint, "
+        "when each measure's K-composition of the top induction &lt;- previous-token pair clears its null, "
+        "against the step at which induction reaches 0.5 (each seed's <em>dynamics</em> figure).</p>",
         '<h2 id="claims">The errata\'s claims</h2>',
         claims_table(summary, ci),
         f'<p class="note">Intervals: {ci:.0%} percentile bootstrap of the mean over seeds. Verdict: '

@@ -1,10 +1,11 @@
 """Compare the seeds of params.yaml: the long table of per-seed statistics (claims.csv), each
 across seeds with a bootstrap interval (stats.csv), composition between role groups
 (groups.csv), every head's role (roles.csv), mean training curves (curves.tsv), verdicts
-(summary.json, DVC metrics) and figures.
+(summary.json, DVC metrics) and figures; the claims under the basis-invariant measure, and
+when each measure sees the induction circuit form (the dynamics stage).
 
     python -m stages.compare --train outputs/train --composition outputs/composition \
-        --heads outputs/heads --out outputs/compare
+        --heads outputs/heads --dynamics outputs/dynamics --out outputs/compare
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--heads", required=True, help="heads stage directory (seed<N>/heads.csv, summary.json)"
     )
+    parser.add_argument("--dynamics", required=True, help="dynamics stage directory (seed<N>/steps.tsv)")
     parser.add_argument("--out", required=True, help="output directory")
 
     def body(args) -> None:
         cfg = params.load(args.params)
         c = cfg.analysis.compare
-        dirs = Path(args.train), Path(args.composition), Path(args.heads)
+        dirs = Path(args.train), Path(args.composition), Path(args.heads), Path(args.dynamics)
         for stale in read.stale_seed_dirs(dirs, cfg.seeds):
             print(
                 f"note: {stale} is not in seeds {cfg.seeds}: left out (delete it to keep outputs/ tidy)",
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         figures.save(
             compare_figures.curves_figure(result.curves, result.mean_curve), figs / "curves", dpi=c.dpi
         )
+        timing_fig = compare_figures.timing_figure(result.claims, result.stats, c.ci)
+        figures.save(timing_fig, figs / "timing", dpi=c.dpi)
 
     return run_cli(parser, body, argv)
 

@@ -3,7 +3,8 @@ heads.csv, ablation.csv, patterns.safetensors (one probe sequence), summary.json
 
     python -m stages.heads --model outputs/train/seed0/model.safetensors \
         --config outputs/train/seed0/config.json --weights outputs/weights/seed0/heads.safetensors \
-        --scores outputs/composition/seed0/scores.csv --tokenized outputs/tokenizer \
+        --scores outputs/composition/seed0/scores.csv \
+        --invariant outputs/composition/seed0/invariant.csv --tokenized outputs/tokenizer \
         --seed 0 --out outputs/heads/seed0
 """
 
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         "--weights", required=True, help="analysis-ready heads.safetensors of the weights stage"
     )
     parser.add_argument("--scores", required=True, help="scores.csv of the composition stage")
+    parser.add_argument(
+        "--invariant", help="invariant.csv of the composition stage: its agreement with the ablation too"
+    )
     parser.add_argument("--tokenized", help="the tokenizer stage's directory (data.source = text)")
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the evaluation batches (the training seed)"
@@ -40,11 +44,15 @@ def main(argv: list[str] | None = None) -> int:
         model = tl_checkpoint.load_model(args.model, args.config, dtype=torch.float64)
         hw, _ = weights.load(args.weights)
         scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS, empty_ok=False)
+        measured = scores  # the agreement with the ablation: of every measure given
+        if args.invariant:
+            inv = tables.read_csv(args.invariant, tables.INVARIANT_COLUMNS, empty_ok=False)
+            measured = tables.join_measures(scores, inv)
         dataset = data.load(
             cfg.data, model.cfg, args.seed, h.eval_sequences, args.tokenized, need_train=False
         )
         result = heads.analyse(model, hw, dataset, h, args.seed, scores, sources=(args.model, args.weights))
-        summary = heads.summarize(result, scores, h.min_effect)
+        summary = heads.summarize(result, measured, h.min_effect)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         io.write_csv(out / "heads.csv", result.table)

@@ -10,9 +10,17 @@ Planted excess (score - baseline_mean), times `scale` (seeds differ only by it):
     errata K        induction <- previous_token 0.50 and 0.40 (rotated denominators), 0.050 and
                     0.040 (true denominators: the same pairs, ten times smaller); all else 0.01
     all else        0.02 (true) or 0.01 (errata)
-z is excess / baseline_std with baseline_std = 0.01 (true), 0.001 (errata).
+    invariant K     induction <- previous_token 0.30 and 0.25, induction <- recent_window 0.20 and
+                    0.05 (as true); all else 0.02 (invariant.csv)
+z is excess / baseline_std with baseline_std = 0.01 (true, invariant), 0.001 (errata).
 Agreement with the ablation (heads summary.json): Spearman 0.6 (true), 0.2 and 0.3 (the
-rotations); top source, every effect and kind: 2 of 2 later heads (true), 1 of 2 (errata).
+rotations), 0.5 (invariant); top source, every effect and kind: 2 of 2 later heads (true,
+invariant), 1 of 2 (errata).
+
+Dynamics (steps.tsv, every seed alike), checkpoints at steps 0, 100, .., 500: induction
+reaches 0.5 at step 300 (the phase step). The pair's K z clears 3 for good at step 400
+(true), 300 (B C D A: it crosses at 100 and falls back first), 200 (D A B C) and 300
+(invariant): lags +100, 0, -100, 0; claim (t) = min(400 - 300, 400 - 200) = +100.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.compare.read import SeedInputs
-from pipeline.tables import KINDS, VARIANTS
+from pipeline.tables import INVARIANT, KINDS, MEASURES, STEPS_COLUMNS
 
 ROLES = {
     (0, 0): "previous_token",
@@ -39,6 +47,7 @@ BASELINE = {
     "errata_dabc": (0.03, 0.001),
     "errata_bcda_trueden": (0.002, 0.001),
     "errata_dabc_trueden": (0.003, 0.001),
+    "invariant": (0.2, 0.01),
 }
 PLANTED = {
     ("K", "true"): {(0, 0): 0.30, (1, 0): 0.25, (0, 1): 0.20, (1, 1): 0.05},  # {(dst_head, src_head): excess}
@@ -47,6 +56,7 @@ PLANTED = {
     ("K", "errata_dabc"): {(0, 0): 0.50, (1, 0): 0.40},
     ("K", "errata_bcda_trueden"): {(0, 0): 0.050, (1, 0): 0.040},
     ("K", "errata_dabc_trueden"): {(0, 0): 0.050, (1, 0): 0.040},
+    ("K", "invariant"): {(0, 0): 0.30, (1, 0): 0.25, (0, 1): 0.20, (1, 1): 0.05},
 }
 RHO = {
     "true": 0.6,
@@ -54,8 +64,15 @@ RHO = {
     "errata_dabc": 0.3,
     "errata_bcda_trueden": 0.2,
     "errata_dabc_trueden": 0.3,
+    "invariant": 0.5,
 }
-TOP = {v: {"match": 2 if v == "true" else 1, "heads": 2} for v in VARIANTS}
+TOP = {v: {"match": 2 if v in ("true", INVARIANT) else 1, "heads": 2} for v in MEASURES}
+Z_THROUGH_TRAINING = {
+    "true": [0, 1, 2, 2, 4, 6],
+    "errata_bcda": [0, 4, 2, 5, 6, 7],
+    "errata_dabc": [0, 1, 4, 5, 6, 7],
+    "invariant": [0, 0, 1, 4, 5, 5],
+}
 AGREEMENT = {
     effect: {"spearman": {k: dict(RHO) for k in KINDS}, "top_source": {k: dict(TOP) for k in KINDS}}
     for effect in ("heldout_loss_effect", "loss_effect", "attn_effect")
@@ -69,9 +86,9 @@ def scale_of(seed: int) -> float:
 def scores(scale: float = 1.0) -> pd.DataFrame:
     rows = []
     for kind in KINDS:
-        for variant in VARIANTS:
+        for variant in MEASURES:
             mean, std = BASELINE[variant]
-            background = 0.02 if variant == "true" else 0.01
+            background = 0.02 if variant in ("true", INVARIANT) else 0.01
             for src in range(3):
                 for dst in range(3):
                     excess = scale * PLANTED.get((kind, variant), {}).get((dst, src), background)
@@ -121,22 +138,44 @@ def curve(seed: int) -> pd.DataFrame:
     )
 
 
+def steps() -> pd.DataFrame:
+    """The dynamics stage's steps.tsv (module doc); the _trueden variants share their rotation's z."""
+    z = {m: Z_THROUGH_TRAINING[m.removesuffix("_trueden")] for m in MEASURES}
+    table = pd.DataFrame(
+        {
+            "step": [0, 100, 200, 300, 400, 500],
+            "tokens": [0, 6400, 12800, 19200, 25600, 32000],
+            "eval_loss": [5.0, 4.5, 4.2, 4.0, 3.9, 3.85],
+            "induction": [0.0, 0.1, 0.3, 0.6, 0.7, 0.7],
+            "prev_token": [0.1, 0.3, 0.6, 0.9, 0.95, 0.95],
+            **{f"z_{m}": [float(v) for v in z[m]] for m in MEASURES},
+        }
+    )
+    return table[list(STEPS_COLUMNS)]
+
+
 def seed_inputs(seed: int) -> SeedInputs:
     c = curve(seed)
     metrics = {k: float(c.iloc[-1][k]) for k in ("train_loss", "eval_loss", "induction", "prev_token", "icl")}
     return SeedInputs(
-        seed=seed, scores=scores(scale_of(seed)), heads=heads(), agreement=AGREEMENT, metrics=metrics, curve=c
+        seed=seed,
+        scores=scores(scale_of(seed)),
+        heads=heads(),
+        agreement=AGREEMENT,
+        metrics=metrics,
+        curve=c,
+        steps=steps(),
     )
 
 
 def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:
-    """The files the train, composition, heads and figures stages would write under `root`."""
+    """The files the train, composition, heads, dynamics and figures stages would write under `root`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    dirs = {name: root / name for name in ("train", "composition", "heads", "figures")}
+    dirs = {name: root / name for name in ("train", "composition", "heads", "dynamics", "figures")}
     for seed in seeds:
         inp = seed_inputs(seed)
         sub = {name: d / f"seed{seed}" for name, d in dirs.items()}
@@ -144,7 +183,12 @@ def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:
             d.mkdir(parents=True, exist_ok=True)
         inp.curve.to_csv(sub["train"] / "curve.tsv", sep="\t", index=False)
         (sub["train"] / "metrics.json").write_text(json.dumps(inp.metrics))
-        inp.scores.to_csv(sub["composition"] / "scores.csv", index=False)
+        invariant = inp.scores["variant"] == INVARIANT
+        inp.scores[~invariant].to_csv(sub["composition"] / "scores.csv", index=False)
+        inp.scores[invariant].drop(columns="variant").to_csv(
+            sub["composition"] / "invariant.csv", index=False
+        )
+        inp.steps.to_csv(sub["dynamics"] / "steps.tsv", sep="\t", index=False)
         inp.heads.to_csv(sub["heads"] / "heads.csv", index=False)
         (sub["heads"] / "summary.json").write_text(json.dumps({"roles": {}, "agreement": inp.agreement}))
         fig, ax = plt.subplots(figsize=(2, 1.5))

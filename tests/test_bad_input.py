@@ -48,6 +48,8 @@ class Good:
     weights: Path  # weights stage: heads.safetensors
     scores: Path  # composition stage: scores.csv
     heads: Path  # heads stage: heads.csv, ablation.csv, summary.json, patterns.safetensors
+    checkpoints: Path  # train stage: checkpoints/ (index.json, step*.safetensors)
+    dynamics: Path  # dynamics stage: composition.csv, heads.csv, steps.tsv, summary.json
 
     def state(self) -> dict[str, torch.Tensor]:
         return checkpoint.load_state(self.model)[0]
@@ -71,7 +73,10 @@ def good(tmp_path_factory) -> Good:
     scores = out["composition"] / "scores.csv"
     assert stage("heads", "--model", str(model), "--config", str(config), "--weights", str(weights),
                  "--scores", str(scores), "--out", str(out["heads"])) == 0  # fmt: skip
-    return Good(composed, model, config, weights, scores, out["heads"])
+    checkpoints = out["train"] / "checkpoints"
+    assert stage("dynamics", "--checkpoints", str(checkpoints), "--config", str(config),
+                 "--out", str(root / "dynamics"), "--no-progress") == 0  # fmt: skip
+    return Good(composed, model, config, weights, scores, out["heads"], checkpoints, root / "dynamics")
 
 
 # --- how each case is built --------------------------------------------------------------
@@ -132,6 +137,25 @@ def figures_args(tmp: Path, good: Good, changes: dict | None = None, heads: Path
             "--heads-summary", str(summary or good.heads / "summary.json"),
             "--patterns", str(patterns or good.heads / "patterns.safetensors"),
             "--out", str(tmp / "out")]  # fmt: skip
+
+
+def dynamics_args(tmp: Path, good: Good, spoil: Callable[[Path], object] | None = None,
+                  config: Path | None = None) -> list[str]:  # fmt: skip
+    """The dynamics stage on a copy of train's checkpoints/, `spoil`ed first."""
+    import shutil
+
+    checkpoints = tmp / "checkpoints"
+    shutil.copytree(good.checkpoints, checkpoints)
+    if spoil:
+        spoil(checkpoints)
+    return ["--params", str(write_params(tmp, good)), "--checkpoints", str(checkpoints),
+            "--config", str(config or good.config), "--out", str(tmp / "out"), "--no-progress"]  # fmt: skip
+
+
+def _edit_index(checkpoints: Path, edit: Callable[[dict], object]) -> None:
+    index = json.loads((checkpoints / "index.json").read_text())
+    edit(index)
+    (checkpoints / "index.json").write_text(json.dumps(index))
 
 
 def save_state(path: Path, state: dict) -> Path:
@@ -734,6 +758,66 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         ),
         ("curve.tsv", "no rows"),
     ),
+    # --- checkpoints through training (train.save_*, the dynamics stage) -----------------
+    "save-steps-beyond-steps": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.save_steps": [5, 999]}),
+        ("train.save_steps[1] = 999", "must be in [0, steps = 20]"),
+    ),
+    "save-every-negative": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.save_every": -1}),
+        ("train.save_every = -1", "must be >= 0"),
+    ),
+    "save-steps-not-integers": (
+        "train",
+        lambda t, g: train_args(t, g, {"train.save_steps": [2.5]}),
+        ("train.save_steps", "int"),
+    ),
+    "dynamics-without-index": (
+        "dynamics",
+        lambda t, g: dynamics_args(t, g, lambda d: (d / "index.json").unlink()),
+        ("checkpoints/index.json", "file not found"),
+    ),
+    "dynamics-index-lists-a-missing-file": (
+        "dynamics",
+        lambda t, g: dynamics_args(t, g, lambda d: (d / checkpoint.step_file(10)).unlink()),
+        ("step0000010.safetensors", "checkpoint not found"),
+    ),
+    "dynamics-index-out-of-order": (
+        "dynamics",
+        lambda t, g: dynamics_args(t, g, lambda d: _edit_index(d, lambda i: i["checkpoints"].reverse())),
+        ("checkpoints[1].step", "must be greater than the one before (20)"),
+    ),
+    "dynamics-index-empty": (
+        "dynamics",
+        lambda t, g: dynamics_args(t, g, lambda d: _edit_index(d, lambda i: i["checkpoints"].clear())),
+        ("index.json: checkpoints", "missing or empty"),
+    ),
+    "dynamics-checkpoint-of-another-model": (
+        "dynamics",
+        lambda t, g: dynamics_args(t, g, config=_other_config(t, g)),
+        ("step0000000.safetensors", "blocks.0.attn.W_Q"),
+    ),
+    "heads-invariant-without-rows": (
+        "heads",
+        lambda t, g: [
+            *heads_args(t, g),
+            "--invariant",
+            str(_header_only(t, g.scores.parent / "invariant.csv")),
+        ],  # fmt: skip
+        ("invariant.csv", "no rows"),
+    ),
+    "figures-dynamics-summary-without-pair": (
+        "figures",
+        lambda t, g: [*figures_args(t, g), "--dynamics", str(_dynamics_without_pair(t, g))],
+        ("summary.json: pair", "missing or malformed"),
+    ),
+    "steps-tsv-missing": (
+        "compare",
+        lambda t, g: _compare_args(t, g, lambda dirs: (dirs["dynamics"] / "seed0" / "steps.tsv").unlink()),
+        ("steps.tsv", "file not found"),
+    ),
     # --- outputs -----------------------------------------------------------------------
     "out-dir-under-a-file": (
         "weights",
@@ -793,7 +877,28 @@ def _compare_args(tmp: Path, good: Good, spoil: Callable[[dict[str, Path]], obje
     spoil(dirs)
     p = write_params(tmp, good, {"seeds": [0], "analysis.compare.bootstrap_samples": 100})
     return ["--params", str(p), "--train", str(dirs["train"]), "--composition", str(dirs["composition"]),
-            "--heads", str(dirs["heads"]), "--out", str(tmp / "compare")]  # fmt: skip
+            "--heads", str(dirs["heads"]), "--dynamics", str(dirs["dynamics"]),
+            "--out", str(tmp / "compare")]  # fmt: skip
+
+
+def _other_config(tmp: Path, good: Good) -> Path:
+    """config.json of a model with twice the heads: not the one the checkpoints hold."""
+    config = json.loads(good.config.read_text())
+    config["n_heads"] *= 2
+    path = tmp / "other" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    return path
+
+
+def _dynamics_without_pair(tmp: Path, good: Good) -> Path:
+    import shutil
+
+    shutil.copytree(good.dynamics, tmp / "dynamics")
+    summary = json.loads((tmp / "dynamics" / "summary.json").read_text())
+    del summary["pair"]
+    (tmp / "dynamics" / "summary.json").write_text(json.dumps(summary))
+    return tmp / "dynamics"
 
 
 def _empty_tokens_file(tmp: Path, good: Good) -> list[str]:
@@ -822,6 +927,7 @@ def _report_args(tmp: Path, good: Good) -> list[str]:
         compare = import_module("stages.compare").main(["--params", str(p), "--train", str(dirs["train"]),
                                                         "--composition", str(dirs["composition"]),
                                                         "--heads", str(dirs["heads"]),
+                                                        "--dynamics", str(dirs["dynamics"]),
                                                         "--out", str(shared / "compare")])  # fmt: skip
         assert compare == 0
     return ["--params", str(p), "--compare", str(shared / "compare"),

@@ -49,7 +49,7 @@ def test_group_composition_known_values():
     assert g["n_pairs"].sum() == len(syn.scores())
     # rows come in the fixed order: kinds, then variants, then roles
     assert list(g.index.get_level_values("kind").unique()) == ["Q", "K", "V"]
-    assert list(g.index.get_level_values("variant").unique()) == list(syn.VARIANTS)
+    assert list(g.index.get_level_values("variant").unique()) == list(syn.MEASURES)
 
 
 def test_group_composition_skips_undefined_errata_scores():
@@ -274,6 +274,8 @@ def run_stage(tmp_path: Path, dirs: dict, out: Path, seeds: str) -> int:
             str(dirs["composition"]),
             "--heads",
             str(dirs["heads"]),
+            "--dynamics",
+            str(dirs["dynamics"]),
             "--out",
             str(out),
         ]
@@ -293,6 +295,8 @@ EXPECTED_FILES = {
     "figures/roles.svg",
     "figures/curves.png",
     "figures/curves.svg",
+    "figures/timing.png",
+    "figures/timing.svg",
 }
 
 
@@ -357,7 +361,59 @@ def test_figures_show_every_seed():
             if hasattr(c, "get_offsets") and len(c.get_offsets()) == 3
         ]
     )
-    assert sorted(dots[:, 1]) == pytest.approx([20.0, 22.0, 24.0])
+    # (b) with the corrected score, then with the invariant measure: both planted at 0.20 / 0.01
+    assert sorted(dots[:, 1]) == pytest.approx([20.0, 20.0, 22.0, 22.0, 24.0, 24.0])
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_claims_under_the_invariant_measure_known_values():
+    long = long_table(syn.seed_inputs(0))  # scale 1
+    assert value(long, claim="b_inv", statistic="b_inv", variant="invariant") == pytest.approx(0.20 / 0.01)
+    # invariant: the 4 planted K pairs clear z > 3 (background 0.02 / 0.01 = 2 does not);
+    # every errata pair does (0.01 / 0.001 = 10): 4 - 27
+    assert value(long, claim="mz_inv", statistic="pairs_z", kind="K", variant="invariant") == 4
+    assert value(long, claim="mz_inv", statistic="pairs_z", kind="V", variant="invariant") == 0
+    assert value(long, claim="mz_inv", statistic="mz_inv") == 4 - 27
+    for h in ("rotated", "true"):  # top source 2/2 against the better rotation's 1/2
+        assert value(long, claim="c_inv", statistic="c_inv", hypothesis=h) == pytest.approx(0.5)
+    assert (
+        value(
+            long,
+            claim="c",
+            statistic="top_source",
+            kind="K",
+            variant="invariant",
+            effect="heldout_loss_effect",
+        )
+        == 1.0
+    )
+
+
+def test_timing_through_training_known_values():
+    long = long_table(syn.seed_inputs(0))
+    assert value(long, claim="t", statistic="phase_step") == 300
+    clear = {"true": 400, "errata_bcda": 300, "errata_dabc": 200, "invariant": 300}  # synthetic_seeds doc
+    for m, step in clear.items():
+        assert value(long, claim="t", statistic="clear_step", kind="K", variant=m) == step
+        assert value(long, claim="t", statistic="lag", kind="K", variant=m) == step - 300
+    assert (
+        value(long, claim="t", statistic="clear_step", kind="K", variant="errata_dabc_trueden") == 200
+    )  # same z
+    assert value(long, claim="t", statistic="t", kind="K") == 400 - 300  # the later rotation
+    result = compare.compare([syn.seed_inputs(s) for s in (0, 1)], CFG, EDGE)
+    t = result.summary["claims"]["t"]["-"]
+    assert (t["verdict"], t["seeds_holding"], t["mean"]) == ("holds", 2, 100.0)
+
+
+def test_timing_figure_shows_every_measure():
+    from pipeline.figures import compare as compare_figures
+
+    result = compare.compare([syn.seed_inputs(s) for s in (0, 1)], CFG, EDGE)
+    fig = compare_figures.timing_figure(result.claims, result.stats, 0.95)
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert len(ticks) == len(syn.MEASURES) and "basis-\ninvariant" in ticks
     import matplotlib.pyplot as plt
 
     plt.close(fig)

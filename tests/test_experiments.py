@@ -21,7 +21,7 @@ from dvc_repo import BIN, dvc, git, make_repo, run, stages_run
 
 pytestmark = pytest.mark.slow
 
-PER_SEED = ("origin", "train", "weights", "composition", "heads", "figures")
+PER_SEED = ("origin", "train", "weights", "composition", "heads", "dynamics", "figures")
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,13 @@ pytestmark = pytest.mark.slow
 
 ARTIFACTS = {
     "origin": ("origin.json",),
-    "train": ("model.safetensors", "config.json", "metrics.json", "curve.tsv"),
+    "train": ("model.safetensors", "config.json", "metrics.json", "curve.tsv", "checkpoints/index.json"),
     "weights": ("heads.safetensors", "summary.json"),
     "composition": ("scores.csv", "invariant.csv", "summary.json"),
     "heads": ("heads.csv", "summary.json", "ablation.csv"),
+    "dynamics": ("composition.csv", "heads.csv", "steps.tsv", "summary.json"),
     "figures": (
+        "dynamics.png",
         "errata_diagram.png",
         "errata_diagram.svg",
         "composition_Q.png",
@@ -90,7 +92,9 @@ def test_a_model_code_change_reruns_what_runs_the_model_but_not_composition(repo
     model.write_text(text + "# a comment: the bytes changed, the behaviour did not\n")
     try:
         changed = changed_stages(path)
-        assert changed == {f"{s}@{n}" for s in ("train", "weights", "heads") for n in (0, 1)}, changed
+        assert changed == {f"{s}@{n}" for s in ("train", "weights", "heads", "dynamics") for n in (0, 1)}, (
+            changed
+        )
     finally:
         model.write_text(text)
     assert changed_stages(path) == set()

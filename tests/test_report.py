@@ -75,6 +75,8 @@ def build(root: Path, seeds=SEEDS) -> Path:
                 str(dirs["composition"]),
                 "--heads",
                 str(dirs["heads"]),
+                "--dynamics",
+                str(dirs["dynamics"]),
                 "--out",
                 str(compare_out),
             ]
@@ -140,7 +142,7 @@ def test_page_embeds_every_figure_byte_for_byte(page):
     images = [a for t, a in Page(page.read_text()).tags if t == "img"]
     embedded = sorted(base64.b64decode(a["src"].split(",", 1)[1]) for a in images)
     expected = expected_images(root)
-    assert len(expected) == 3 + len(SEEDS)  # claims, curves, roles; each seed's errata diagram
+    assert len(expected) == 4 + len(SEEDS)  # claims, curves, roles, timing; each seed's errata diagram
     assert embedded == sorted(expected.values())
     assert all(a["alt"] for a in images)
 
@@ -150,7 +152,8 @@ def test_page_shows_claims_tables_config_and_environment(page):
     summary = json.loads((page.parents[1] / "compare" / "summary.json").read_text())
     verdicts = [s["verdict"] for claim in summary["claims"].values() for s in claim.values()]
     assert summary["claims"]["a"]["rotated"]["verdict"] == "holds" and "fails" in verdicts
-    assert text.count('class="holds">holds<') == verdicts.count("holds") == 8  # planted (synthetic_seeds)
+    # planted (synthetic_seeds): 8, and b_inv, c_inv under both hypotheses, t
+    assert text.count('class="holds">holds<') == verdicts.count("holds") == 12
     assert text.count('class="fails">fails<') == verdicts.count("fails")
     assert "rotated denominators" in text and "true denominators" in text  # both hypotheses, side by side
     for seed in SEEDS:

@@ -83,6 +83,47 @@ CLAIMS = {
             "zero",
             True,
         ),
+        # the claims about the corrected score, with the basis-invariant measure in its place
+        # (invariant.csv): (a) and (d) are about the original score alone, and (m)'s absolute
+        # threshold on the excess has no meaning on another measure's scale
+        Claim(
+            "b_inv",
+            "(b) with the basis-invariant measure as the corrected score: induction heads also compose "
+            "with a recent-window head.",
+            "max z (against its rotated-writer null in the whitened frame) of invariant K-composition "
+            "induction <- recent_window",
+            "z",
+            False,
+        ),
+        Claim(
+            "mz_inv",
+            "(mz) with the basis-invariant measure as the corrected score: it finds more composition "
+            "than the original.",
+            "pairs with z > analysis.compare.z_threshold, every kind: invariant minus original, the "
+            "rotation finding more",
+            "zero",
+            False,
+        ),
+        Claim(
+            "c_inv",
+            "(c) with the basis-invariant measure as the corrected score: it agrees better with the "
+            "causal ablation than the original.",
+            "K, held-out text: the fraction of later heads whose top source by ablation is also their "
+            "top-scoring source, invariant minus the better rotation",
+            "zero",
+            True,
+        ),
+        # through training (the dynamics stage; pipeline.phases): not the errata's claim, the
+        # question it raises
+        Claim(
+            "t",
+            "The original score sees the induction circuit form earlier than the corrected one.",
+            "steps from the original's clear step to the corrected's (clear step: the first checkpoint "
+            "from which the K z of the top induction <- previous-token pair stays above "
+            "analysis.compare.z_threshold), the rotation clearing later (> 0: the original is earlier)",
+            "zero",
+            False,
+        ),
     )
 }
 
@@ -106,6 +147,9 @@ STATISTICS = {
     "spearman": "Spearman rho between |ablation effect| and the score, over every pair",
     "spearman_gain": "K, held-out text: Spearman rho of the corrected score minus the better rotation's",
     "heads": "heads with this role",
+    "phase_step": "the first checkpoint at which the best induction score reaches 0.5 (dynamics)",
+    "clear_step": "the first checkpoint from which the pair's K z stays above the threshold (dynamics)",
+    "lag": "clear step minus phase step, in steps (< 0: the measure sees the circuit first)",
     "final": "final value of training (metrics.json)",
 }
 

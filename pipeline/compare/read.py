@@ -11,7 +11,14 @@ import pandas as pd
 
 from pipeline import io
 from pipeline.errors import UserError
-from pipeline.tables import CURVE_COLUMNS, SCORES_COLUMNS, read_csv
+from pipeline.tables import (
+    CURVE_COLUMNS,
+    INVARIANT_COLUMNS,
+    SCORES_COLUMNS,
+    STEPS_COLUMNS,
+    join_measures,
+    read_csv,
+)
 
 HEADS_COLUMNS = ("layer", "head", "role")
 TRAIN_METRICS = ("eval_loss", "induction", "prev_token")  # final values, from metrics.json
@@ -22,14 +29,15 @@ class SeedInputs:
     """What one seed's stages wrote, as read from disk."""
 
     seed: int
-    scores: pd.DataFrame  # composition scores.csv
+    scores: pd.DataFrame  # composition scores.csv, then invariant.csv as variant "invariant"
     heads: pd.DataFrame  # heads.csv: layer, head, role, scores
     agreement: dict  # heads summary.json "agreement": {effect: {"spearman": ..., "top_source": ...}}
     metrics: dict  # train metrics.json
     curve: pd.DataFrame  # train curve.tsv
+    steps: pd.DataFrame  # dynamics steps.tsv: one row per checkpoint
 
 
-def read_seed(seed: int, train: Path, composition: Path, heads: Path) -> SeedInputs:
+def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: Path) -> SeedInputs:
     """Read seed `seed`'s files from the stages' output directories (`<dir>/seed<N>/`)."""
     sub = f"seed{seed}"
     summary_path = heads / sub / "summary.json"
@@ -44,11 +52,15 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path) -> SeedInp
             raise UserError(f"{metrics_path}: {key}", "missing")
     return SeedInputs(
         seed=seed,
-        scores=read_csv(composition / sub / "scores.csv", SCORES_COLUMNS, empty_ok=False),
+        scores=join_measures(
+            read_csv(composition / sub / "scores.csv", SCORES_COLUMNS, empty_ok=False),
+            read_csv(composition / sub / "invariant.csv", INVARIANT_COLUMNS, empty_ok=False),
+        ),
         heads=read_csv(heads / sub / "heads.csv", HEADS_COLUMNS, empty_ok=False),
         agreement=agreement,
         metrics=metrics,
         curve=read_csv(train / sub / "curve.tsv", CURVE_COLUMNS, sep="\t", empty_ok=False),
+        steps=read_csv(dynamics / sub / "steps.tsv", STEPS_COLUMNS, sep="\t", empty_ok=False),
     )
 
 

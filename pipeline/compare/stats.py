@@ -14,6 +14,13 @@ effect, or "-"), statistic, value. A claim's own number has statistic == the cla
 name (`pipeline.compare.claims`); the rest are what it is built from. Wide views (the
 report's tables) are pivots of it.
 
+The composition tables carry six measures: scores.csv's five variants and invariant.csv's
+basis-invariant scores as variant `invariant` (`read.read_seed`). Claims (b), (mz) and (c)
+are also tested with the invariant measure in the corrected score's place (b_inv, mz_inv,
+c_inv), and claim (t) reads the dynamics stage's steps.tsv: when each measure's K z of the
+top induction <- previous-token pair clears its null, against the induction phase change
+(`pipeline.phases`).
+
 A statistic is NaN for a seed that lacks the heads it needs (no recent-window head, say);
 such seeds are left out of it and counted. Across seeds: the mean and a percentile
 bootstrap interval (seeded; `analysis.compare`); a verdict per claim and hypothesis:
@@ -31,12 +38,22 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pipeline import tables
+from pipeline import phases, tables
 from pipeline.compare.claims import CLAIM_KIND, CLAIMS, PRIMARY_EFFECT, threshold
 from pipeline.compare.read import TRAIN_METRICS, SeedInputs
 from pipeline.config import CompareConfig
 from pipeline.errors import UserError
-from pipeline.tables import CURVE_COLUMNS, ERRATA, HYPOTHESES, KINDS, ROLES, VARIANTS, excess
+from pipeline.tables import (
+    CURVE_COLUMNS,
+    ERRATA,
+    HYPOTHESES,
+    INVARIANT,
+    KINDS,
+    MEASURES,
+    ROLES,
+    VARIANTS,
+    excess,
+)
 
 GROUP_KEYS = list(tables.GROUP_KEYS)
 DIMENSIONS = list(tables.DIMENSIONS)
@@ -79,7 +96,7 @@ def with_roles(scores: pd.DataFrame, heads: pd.DataFrame, where: str = "heads.cs
 
 def _order(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     """Kinds, variants and roles in their fixed order (unknown values after, alphabetically)."""
-    rank = {v: i for i, v in enumerate((*KINDS, *VARIANTS, *ROLES))}
+    rank = {v: i for i, v in enumerate((*KINDS, *MEASURES, *ROLES))}
     key = lambda col: col.map(lambda v: (rank.get(v, len(rank)), str(v)))  # noqa: E731
     return frame.sort_values(list(keys), key=key, kind="stable").reset_index(drop=True)
 
@@ -222,15 +239,15 @@ def seed_statistics(
     rho: dict[tuple[str, str, str], float] = {}
     for effect, measures in inp.agreement.items():
         for kind in KINDS:
-            for v in VARIANTS:
+            for v in MEASURES:
                 t = measures.get("top_source", {}).get(kind, {}).get(v, {})
                 top[effect, kind, v] = t["match"] / t["heads"] if t.get("heads") else math.nan
                 r = measures.get("spearman", {}).get(kind, {}).get(v)
                 rho[effect, kind, v] = float(r) if isinstance(r, (int, float)) else math.nan
                 add("c", "top_source", top[effect, kind, v], kind=kind, variant=v, effect=effect)
                 add("c", "spearman", rho[effect, kind, v], kind=kind, variant=v, effect=effect)
+    key = (PRIMARY_EFFECT, CLAIM_KIND)
     for h, pair in HYPOTHESES.items():
-        key = (PRIMARY_EFFECT, CLAIM_KIND)
         gain = top.get((*key, "true"), math.nan) - _worst(
             [top.get((*key, v), math.nan) for v in pair], "lower"
         )
@@ -239,6 +256,34 @@ def seed_statistics(
             [rho.get((*key, v), math.nan) for v in pair], "lower"
         )
         add("c", "spearman_gain", gain, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
+
+    # (b), (mz) and (c) with the basis-invariant measure as the corrected score
+    add(
+        "b_inv",
+        "b_inv",
+        cell_value(CLAIM_KIND, INVARIANT, "induction", "recent_window", "max_z"),
+        kind=CLAIM_KIND,
+        variant=INVARIANT,
+    )
+    invariant_above = scored[(scored["variant"] == INVARIANT) & (scored["z"] > cfg.z_threshold)]
+    for kind in KINDS:
+        add("mz_inv", "pairs_z", (invariant_above["kind"] == kind).sum(), kind=kind, variant=INVARIANT)
+    add("mz_inv", "mz_inv", _worst([len(invariant_above) - len(above[v]) for v in ERRATA]))
+    for h, pair in HYPOTHESES.items():
+        gain = top.get((*key, INVARIANT), math.nan) - _worst(
+            [top.get((*key, v), math.nan) for v in pair], "lower"
+        )
+        add("c_inv", "c_inv", gain, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
+
+    # (t) through training: when each measure's K z of the top induction <- previous-token pair
+    # clears its null, against the induction phase change (pipeline.phases)
+    z = cfg.z_threshold
+    clear = {m: phases.clear_step(inp.steps, f"z_{m}", z) for m in MEASURES}
+    add("t", "phase_step", phases.phase_step(inp.steps))
+    for m, lag in phases.lags(inp.steps, z).items():
+        add("t", "clear_step", clear[m], kind=CLAIM_KIND, variant=m)
+        add("t", "lag", lag, kind=CLAIM_KIND, variant=m)
+    add("t", "t", _worst([clear["true"] - clear[v] for v in ERRATA]), kind=CLAIM_KIND)
     return pd.DataFrame(rows, columns=LONG_COLUMNS)
 
 

@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from pipeline.compare.claims import CLAIM_KIND, PRIMARY_EFFECT
-from pipeline.tables import HYPOTHESES, ROLES, VARIANTS
+from pipeline.tables import HYPOTHESES, INVARIANT, MEASURES, ROLES, VARIANTS
 
 VARIANT_LABELS = {
     "true": "corrected",
@@ -22,6 +22,7 @@ VARIANT_LABELS = {
     "errata_dabc": "DABC\nrot. den.",
     "errata_bcda_trueden": "BCDA\ntrue den.",
     "errata_dabc_trueden": "DABC\ntrue den.",
+    "invariant": "basis-\ninvariant",
 }
 HYPOTHESIS_LABELS = {"rotated": "rotated\ndenominators", "true": "true\ndenominators"}
 
@@ -95,8 +96,8 @@ def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, z_threshold: float,
         axes[1],
         claims,
         stats,
-        [{"claim": "b", "statistic": "b"}],
-        ["corrected"],
+        [{"claim": "b", "statistic": "b"}, {"claim": "b_inv", "statistic": "b_inv"}],
+        ["corrected", VARIANT_LABELS[INVARIANT]],
         threshold=z_threshold,
         ci=ci,
     )
@@ -111,9 +112,9 @@ def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, z_threshold: float,
     axes[3].set_title("(d) original draws only K edges,\nfrom one layer-0 head (1 = yes)", fontsize=9)
     top = [
         {"claim": "c", "statistic": "top_source", "kind": CLAIM_KIND, "variant": v, "effect": PRIMARY_EFFECT}
-        for v in VARIANTS
+        for v in MEASURES
     ]
-    dots_with_ci(axes[4], claims, stats, top, variants, ci=ci)
+    dots_with_ci(axes[4], claims, stats, top, [VARIANT_LABELS[v] for v in MEASURES], ci=ci)
     axes[4].set_title(
         "(c) K, held-out text: top source by score\n= top source by ablation (fraction)", fontsize=9
     )
@@ -153,4 +154,25 @@ def curves_figure(curves: pd.DataFrame, mean: pd.DataFrame) -> Figure:
         ax.set_title(title, fontsize=10)
     axes[0].legend(fontsize=8, frameon=False)
     fig.tight_layout()
+    return fig
+
+
+def timing_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figure:
+    """Through training: each measure's lag (clear step minus induction phase step), and claim (t)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [3, 1]})
+    lags = [{"claim": "t", "statistic": "lag", "variant": m} for m in MEASURES]
+    dots_with_ci(left, claims, stats, lags, [VARIANT_LABELS[m] for m in MEASURES], threshold=0.0, ci=ci)
+    left.set_ylabel("steps")
+    left.set_title(
+        "K z of the top induction <- prev-token pair clears its null:\n"
+        "steps after the induction phase change (< 0: before)",
+        fontsize=9,
+    )
+    dots_with_ci(right, claims, stats, [{"claim": "t", "statistic": "t"}], ["original\nearlier by"], 0.0, ci)
+    right.set_ylabel("steps")
+    right.set_title("(t) corrected clear step -\noriginal's (the later rotation)", fontsize=9)
+    handles, names = left.get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=3, frameon=False)
+    fig.suptitle(f"Composition through training, {claims['seed'].nunique()} seed(s)")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
