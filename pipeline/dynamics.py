@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import composition, heads, invariant, tl_checkpoint, weights
+from pipeline import composition, heads, invariant, phases, tl_checkpoint, weights
 from pipeline.config import Config
 from pipeline.errors import UserError
 from pipeline.model import next_token_loss
@@ -146,3 +146,9 @@ def analyse(
     pair = top_pair(head_scores[head_scores["step"] == checkpoints[-1]["step"]])
     steps = steps_table(comp, head_scores, pd.DataFrame(losses), pair)
     return DynamicsResult(comp, head_scores, steps, pair)
+
+
+def summarize(result: DynamicsResult, z: float) -> dict:
+    """summary.json: the checkpoint count, the pair followed, the phase step and each measure's
+    clear step and lag (`phases.summary`; z: analysis.compare.z_threshold)."""
+    return {"checkpoints": len(result.steps), "pair": result.pair, **phases.summary(result.steps, z)}

@@ -15,7 +15,7 @@ import sys
 
 from tqdm import tqdm
 
-from pipeline import checkpoint, data, dynamics, heads, io, memory, params, phases, tl_checkpoint
+from pipeline import checkpoint, data, dynamics, heads, io, memory, params, tl_checkpoint
 from pipeline.cli import run_cli, stage_parser
 
 
@@ -44,11 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         result = dynamics.analyse(
             entries, args.checkpoints, args.config, repeated, dataset.eval, cfg, args.seed, bar
         )
-        summary = {
-            "checkpoints": len(entries),
-            "pair": result.pair,
-            **phases.summary(result.steps, cfg.analysis.compare.z_threshold),
-        }
+        summary = dynamics.summarize(result, cfg.analysis.compare.z_threshold)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         io.write_csv(out / "composition.csv", result.composition)
