@@ -251,7 +251,7 @@ def chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProces
         *args,
         url,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)  # a slow, shared machine
 
 
 def images_loaded(tmp_path: Path, page_text: str) -> dict:
