@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import synthetic_seeds as syn
 
-from pipeline import params
+from pipeline import params, report
 from stages import compare as compare_stage
 from stages import report as report_stage
 
@@ -165,6 +165,44 @@ def test_page_shows_claims_tables_config_and_environment(page):
     assert f"<td>{importlib.metadata.version('torch')}</td>" in text and "git revision" in text
 
 
+def test_cross_seed_table_has_one_row_per_statistic_in_claims_order():
+    """A known answer: two statistics, two seeds, one value missing. (pivot_table with
+    dropna=False once emitted every combination of the six dimensions: 125,000 rows.)"""
+    dims = {
+        "hypothesis": ["-", "rotated"],
+        "kind": ["-", "K"],
+        "variant": ["-", "true"],
+        "effect": ["-", "-"],
+    }
+    claims = pd.DataFrame(
+        {
+            "seed": [1, 1, 0, 0],
+            "claim": ["b", "a", "b", "a"],
+            **{k: v * 2 for k, v in dims.items()},
+            "statistic": ["x", "mean", "x", "mean"],
+            "value": [3.0, 2.0, float("nan"), 1.0],
+        }
+    )
+    stats = pd.DataFrame(
+        {"claim": ["a", "b"], **{k: v[::-1] for k, v in dims.items()}, "statistic": ["mean", "x"]}
+        | {"n": [2, 1], "mean": [1.5, 3.0], "lo": [1.0, 3.0], "hi": [2.0, 3.0]}
+    )
+    text = report.cross_seed_table(claims, stats)
+    assert text.count("<tr") == 3  # the header and one row per statistic
+    body = [re.findall(r"<td>(.*?)</td>", r) for r in text.split("<tbody>")[1].split("</tr>")[:-1]]
+    assert [r[:6] + r[7:] for r in body] == [
+        ["b", "-", "-", "-", "-", "x", "3", "–", "1", "3", "3", "3"],
+        ["a", "rotated", "K", "true", "-", "mean", "2", "1", "2", "1.5", "1", "2"],
+    ]
+    assert re.findall(r"<th>(seed \d)</th>", text) == ["seed 1", "seed 0"]
+
+
+def test_page_has_one_across_seeds_row_per_statistic(page):
+    stats = pd.read_csv(page.parents[1] / "compare" / "stats.csv")
+    section = page.read_text().split('id="across-seeds"', 1)[1].split("<h2", 1)[0]
+    assert section.count("<tr") == len(stats) + 1
+
+
 def test_page_is_byte_stable(page, tmp_path):
     again = build(tmp_path)
     assert again.read_bytes() == page.read_bytes()
@@ -251,7 +289,7 @@ def chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProces
         *args,
         url,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)  # a slow, shared machine
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
 def images_loaded(tmp_path: Path, page_text: str) -> dict:
