@@ -17,8 +17,11 @@ export PATH := $(BIN):$(PATH)
 repro: $(VENV)/.installed
 	dvc repro
 
+# On every core (pytest-xdist): a test module per worker at a time, so a module's fixtures are
+# built once; the reproduced tiny repository is built once for all (tests/conftest.py).
+TEST_WORKERS ?= auto
 test: lint browser
-	ATTN_CIRCUITS_REQUIRE_BROWSER=1 python -m pytest $(PYTEST_ARGS)
+	ATTN_CIRCUITS_REQUIRE_BROWSER=1 python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The tier that runs in about a minute: everything not marked slow (real training, real dvc) in these
 # files, less the bad-input catalogue's subprocess reruns (the same cases run in-process here).

@@ -5,6 +5,7 @@ that run the real `dvc repro` / `dvc exp run` (no mocks).
     repo = make_repo(tmp_path / "repo")                  # TINY config, seeds [0]
     repo = make_repo(tmp_path / "repo", ["seeds=[0,1]"])  # plus overrides
     dvc(repo, "repro")                                    # the venv's dvc; fails the test on error
+    copy_repo(reproduced(shared_dir)[0], tmp_path / "repo")  # TINY, seeds [0], reproduced once a run
 
 What is copied: the files git knows in this checkout (`git ls-files`: tracked, plus
 untracked files that are not ignored, so work in progress is tested too; in CI, a fresh
@@ -22,6 +23,7 @@ DVC analytics off, and DVC's site cache (its hash database) beside the repo inst
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -160,6 +162,41 @@ def make_repo(dest: Path, overrides: Sequence[str] = (), commit: bool = True) ->
         git(dest, "add", "-A")
         git(dest, "commit", "-q", "-m", "tiny config")
     return dest
+
+
+def copy_repo(src: Path, dest: Path) -> Path:
+    """A copy of a repository, its git history, DVC cache and outputs included (DVC rehashes
+    the copied outputs: its hash database lives beside `src`, not in it)."""
+    shutil.copytree(src, dest, symlinks=True)
+    return Path(dest)
+
+
+def reproduced(shared: Path, seeds: Sequence[int] = (0,)) -> tuple[Path, list[str]]:
+    """The tiny project reproduced and committed (dvc.lock included), and the stages its last
+    `dvc repro` ran. Built once in `shared` however many modules or pytest-xdist workers ask
+    (a file lock per repository; a marker file, written last, holds the stages). Seeds other
+    than [0] are grown from [0]'s repository as a user adds seeds: the seeds changed in conf/
+    and params.yaml, then `dvc repro`. Read-only: callers `copy_repo` or `git clone` it."""
+    from filelock import FileLock
+
+    name = "reproduced-" + "-".join(map(str, seeds))
+    repo, done = shared / name / "repo", shared / f"{name}.json"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            if repo.parent.exists():  # an earlier build in this directory that did not finish
+                shutil.rmtree(repo.parent)
+            if list(seeds) == [0]:
+                make_repo(repo)
+            else:
+                copy_repo(reproduced(shared)[0], repo)
+                set_config(repo, [f"seeds=[{','.join(map(str, seeds))}]"])
+            ran = stages_run(dvc(repo, "repro"))
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "-m", "dvc repro")
+            tmp = done.with_suffix(".tmp")
+            tmp.write_text(json.dumps(ran))
+            tmp.rename(done)
+    return repo, json.loads(done.read_text())
 
 
 def stages_run(proc: subprocess.CompletedProcess) -> list[str]:

@@ -1,10 +1,12 @@
 """The README's recipes with the real DVC on the tiny config (tests/dvc_repo.py):
-growing and shrinking `seeds`, a queued sweep run by two workers, `dvc exp show --csv`,
+`dvc exp run -S` listed by `dvc exp show` with its metrics, shrinking `seeds` (growing
+them is test_pipeline_dvc's), a queued sweep run by two workers, `dvc exp show --csv`,
 `dvc metrics diff`, `dvc plots diff`, `dvc exp apply`, and sharing results through a
 DVC remote so that a fresh clone reproduces nothing.
 
-The pipeline is reproduced once (`base`); each test works in a git clone of it that
-shares its DVC cache, so it starts from checked-out outputs without recomputing them.
+The pipeline is reproduced once per test run (`tiny_reproduced`, tests/conftest.py) and
+copied (`base`); each test works in a git clone of it that shares its DVC cache, so it
+starts from checked-out outputs without recomputing them.
 """
 
 from __future__ import annotations
@@ -17,21 +19,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dvc_repo import BIN, dvc, git, make_repo, run, stages_run
+from dvc_repo import BIN, copy_repo, dvc, git, reproduced, run, stages_run
 
 pytestmark = pytest.mark.slow
 
-PER_SEED = ("origin", "train", "weights", "composition", "heads", "dynamics", "figures")
-
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    """The tiny project (seeds [0]) reproduced and committed, dvc.lock included."""
-    repo = make_repo(tmp_path_factory.mktemp("experiments") / "base")
-    dvc(repo, "repro")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "dvc repro")
-    return repo
+def base(tmp_path_factory, tiny_reproduced) -> Path:
+    """The tiny project (seeds [0]) reproduced and committed, dvc.lock included: a copy, as
+    this module's experiments write into its DVC cache."""
+    return copy_repo(tiny_reproduced, tmp_path_factory.mktemp("experiments") / "base")
 
 
 def clone(base: Path, dest: Path, share_cache: bool = True) -> Path:
@@ -55,14 +52,23 @@ def up_to_date(repo: Path) -> bool:
     return "Data and pipelines are up to date" in dvc(repo, "status").stdout
 
 
-def test_growing_seeds_runs_only_the_new_seed_and_shrinking_leaves_no_stale_seed(base, tmp_path):
+def test_experiment_runs_and_is_listed_with_metrics(base, tmp_path):
     repo = clone(base, tmp_path / "repo")
-    set_params(repo, "seeds=[0,1]")
-    ran = stages_run(dvc(repo, "repro"))
-    assert sorted(ran) == sorted([f"{s}@1" for s in PER_SEED] + ["compare", "report"])
-    assert seeds_in_table(repo) == [0, 1]
-    assert '<h2 id="seed1">' in (repo / "outputs" / "report" / "index.html").read_text()
+    # a compare parameter: the experiment reruns compare and the report, and restores the rest
+    # (the queued sweep below retrains)
+    done = dvc(repo, "exp", "run", "-n", "more-resamples", "-S", "analysis.compare.bootstrap_samples=300")
+    assert sorted(stages_run(done)) == ["compare", "report"]
+    table = list(csv.DictReader(io.StringIO(dvc(repo, "exp", "show", "--csv").stdout)))
+    row = next(r for r in table if r["Experiment"] == "more-resamples")
+    assert int(row["analysis.compare.bootstrap_samples"]) == 300
+    metric_columns = [c for c in row if c.endswith("induction") or c.endswith("eval_loss")]
+    assert metric_columns and all(row[c] not in ("", "-") for c in metric_columns), row
 
+
+def test_shrinking_seeds_leaves_no_stale_seed(shared_dir, tmp_path):
+    repo = copy_repo(
+        reproduced(shared_dir, (0, 1))[0], tmp_path / "repo"
+    )  # grown from [0] (test_pipeline_dvc)
     set_params(repo, "seeds=[1]")
     proc = dvc(repo, "repro")
     assert sorted(stages_run(proc)) == ["compare", "report"]

@@ -1,18 +1,17 @@
 """The foundation, end to end with the real DVC, Hydra and torch on the tiny config:
 `dvc repro` produces every artifact; a second run does nothing; a figures parameter
-reruns only what draws; `dvc exp run -S` runs an experiment that `dvc exp show` lists;
-a bad override fails in one line naming the key, leaving params.yaml as it was; a change to
-the model code reruns the stages that run the model and not composition (which reads only
-weight files); editing train.checkpoint while training reruns no training."""
+reruns only what draws; a bad experiment override fails in one line naming the key,
+leaving params.yaml as it was; a change to the model code reruns the stages that run the
+model and not composition (which reads only weight files);
+editing train.checkpoint while training reruns no training."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 
+import pandas as pd
 import pytest
-from dvc_repo import BIN, dvc, git, make_repo, run, stages_run
+from dvc_repo import BIN, copy_repo, dvc, git, reproduced, run, stages_run
 
 pytestmark = pytest.mark.slow
 
@@ -35,16 +34,16 @@ ARTIFACTS = {
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory):
-    path = make_repo(tmp_path_factory.mktemp("foundation") / "repo", ["seeds=[0,1]"])
-    first = dvc(path, "repro")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "dvc repro")
-    return path, first
+def repo(tmp_path_factory, shared_dir):
+    """Seeds [0, 1]: [0] reproduced, then seed 1 added and reproduced (tests/dvc_repo.py,
+    built once a run); a copy, as these tests change it. Also the stages each repro ran."""
+    _, first = reproduced(shared_dir, (0,))
+    two, grown = reproduced(shared_dir, (0, 1))
+    return copy_repo(two, tmp_path_factory.mktemp("foundation") / "repo"), first, grown
 
 
 def test_repro_produces_every_artifact_for_every_seed(repo):
-    path, first = repo
+    path, first, grown = repo
     for seed in (0, 1):
         for stage, names in ARTIFACTS.items():
             for name in names:
@@ -57,18 +56,25 @@ def test_repro_produces_every_artifact_for_every_seed(repo):
     }
     metrics = json.loads((path / "outputs/train/seed0/metrics.json").read_text())
     assert {"train_loss", "eval_loss", "induction", "prev_token"} <= set(metrics)
-    assert set(stages_run(first)) >= {f"{s}@{n}" for s in ARTIFACTS for n in (0, 1)}
+    assert set(first) >= {f"{s}@0" for s in ARTIFACTS} and set(grown) >= {f"{s}@1" for s in ARTIFACTS}
+
+
+def test_adding_a_seed_runs_only_the_new_seed(repo):
+    path, _, grown = repo
+    assert sorted(grown) == sorted([f"{s}@1" for s in ARTIFACTS] + ["compare", "report"])
+    assert list(pd.read_csv(path / "outputs" / "compare" / "claims.csv")["seed"].unique()) == [0, 1]
+    assert '<h2 id="seed1">' in (path / "outputs" / "report" / "index.html").read_text()
 
 
 def test_second_repro_runs_nothing(repo):
-    path, _ = repo
+    path, _, _ = repo
     again = dvc(path, "repro")
     assert stages_run(again) == []
     assert "Data and pipelines are up to date" in dvc(path, "status").stdout
 
 
 def test_a_figures_parameter_reruns_only_what_draws(repo):
-    path, _ = repo
+    path, _, _ = repo
     run(path, str(BIN / "python"), "-m", "pipeline.params", "analysis.figures.dpi=31")
     try:
         ran = stages_run(dvc(path, "repro"))
@@ -86,7 +92,7 @@ def changed_stages(path) -> set[str]:
 
 
 def test_a_model_code_change_reruns_what_runs_the_model_but_not_composition(repo):
-    path, _ = repo
+    path, _, _ = repo
     model = path / "pipeline" / "model.py"
     text = model.read_text()
     model.write_text(text + "# a comment: the bytes changed, the behaviour did not\n")
@@ -101,7 +107,7 @@ def test_a_model_code_change_reruns_what_runs_the_model_but_not_composition(repo
 
 
 def test_editing_an_unused_checkpoint_reruns_no_training(repo):
-    path, _ = repo
+    path, _, _ = repo
     run(path, str(BIN / "python"), "-m", "pipeline.params", "train.checkpoint=elsewhere/model.safetensors")
     try:
         changed = changed_stages(path)
@@ -117,22 +123,11 @@ def test_editing_an_unused_checkpoint_reruns_no_training(repo):
         dvc(path, "repro", "-q")
 
 
-def test_experiment_runs_and_is_listed_with_metrics(repo):
-    path, _ = repo
-    done = dvc(path, "exp", "run", "-n", "faster-lr", "-S", "train.lr=0.002")
-    assert {"train@0", "train@1"} <= set(stages_run(done))
-    table = list(csv.DictReader(io.StringIO(dvc(path, "exp", "show", "--csv").stdout)))
-    row = next(r for r in table if r["Experiment"] == "faster-lr")
-    assert float(row["train.lr"]) == 0.002
-    metric_columns = [c for c in row if c.endswith("induction") or c.endswith("eval_loss")]
-    assert metric_columns and all(row[c] not in ("", "-") for c in metric_columns), row
-
-
 @pytest.mark.parametrize(
     "override,key", [("model.n_head=4", "model.n_head"), ("model.n_heads=four", "model.n_heads")]
 )
 def test_bad_experiment_override_fails_in_one_line_naming_the_key(repo, override, key):
-    path, _ = repo
+    path, _, _ = repo
     before = (path / "params.yaml").read_text()
     done = dvc(path, "exp", "run", "-S", override, check=False)
     assert done.returncode != 0
