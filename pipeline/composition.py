@@ -84,6 +84,7 @@ from pipeline.config import CompositionConfig
 from pipeline.strands import (
     Strand,
     all_pairs_norms,
+    gram_vector_length,
     gram_vectors,
     grams_are_cheaper,
     norm,
@@ -98,6 +99,7 @@ ZERO_RTOL = 1e-8  # a strand with ||A B|| <= ZERO_RTOL ||A|| ||B|| counts as zer
 _BLOCK = (
     2**21
 )  # elements per [writers, readers, samples, d_head, d_head] block of the null (16 MB in float64)
+_GRAMS = 2**27  # elements of the writers' Gram vectors held at once by `true_scores` (1 GiB in float64)
 
 
 # --- the factors of each kind, paper letters --------------------------------------
@@ -193,27 +195,39 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
         method == "auto"
         and grams_are_cheaper(n_writers, len(kinds) * n_writers, len(kinds) * n_pairs, d, D, d)
     )
-    if use_grams:
-        writer_grams = gram_vectors(Strand(tuple(f[:-1] for f in OV.factors)), "left")  # [L - 1, H, N]
-        reader_grams = writer_grams.new_empty(len(kinds) * H, writer_grams.shape[-1])  # one buffer, reused
     out = {kind: torch.full((L, H, L, H), torch.nan, dtype=hw.W_Q.dtype) for kind in kinds}
-    for j in range(1, L):
-        if use_grams:  # all kinds' readers in layer j, [kinds x H, N]
-            for k, (right, _) in enumerate(readers.values()):
-                gram_vectors(
-                    Strand(tuple(f[j] for f in right.factors)), "right", out=reader_grams[k * H : (k + 1) * H]
-                )
-            nums = (writer_grams[:j] @ reader_grams.T).clamp_min(0).sqrt().split(H, dim=-1)  # [j, H, H] each
-        else:
+    if not use_grams:
+        for j in range(1, L):
             writers = Strand(tuple(f[:j] for f in OV.factors))  # batch [j, H]
             nums = [
                 all_pairs_norms(writers, Strand(tuple(f[j] for f in right.factors)), method="factors")
                 for right, _ in readers.values()
             ]
-        # not strict: a kind repeated in `kinds` is one entry of `readers`, but the Gram route
-        # still splits len(kinds) blocks (only the first len(readers) are used)
-        for kind, num in zip(readers, nums, strict=False):
-            out[kind][:j, :, j] = num / (ov_norm[:j, :, None] * readers[kind][1][j])
+            for kind, num in zip(readers, nums, strict=True):
+                out[kind][:j, :, j] = num / (ov_norm[:j, :, None] * readers[kind][1][j])
+        return out
+    # The writers' Gram vectors, N ~ d_model^2 / 2 each, in blocks of layers that fit _GRAMS
+    # elements (one block up to GPT-2-small sizes; 1,200 heads at d_model 1600 would need 12 GB
+    # at once); each block meets every later reader layer, whose grams are formed per block.
+    N = gram_vector_length(D)
+    per_block = max(1, _GRAMS // (H * N))  # writer layers per block
+    reader_grams = hw.W_Q.new_empty(len(kinds) * H, N)  # all kinds' readers of one layer, reused
+    for i0 in range(0, L - 1, per_block):
+        i1 = min(i0 + per_block, L - 1)
+        writer_grams = gram_vectors(Strand(tuple(f[i0:i1] for f in OV.factors)), "left")  # [i1 - i0, H, N]
+        for j in range(i0 + 1, L):
+            for k, (right, _) in enumerate(readers.values()):
+                gram_vectors(
+                    Strand(tuple(f[j] for f in right.factors)), "right", out=reader_grams[k * H : (k + 1) * H]
+                )
+            w = slice(i0, min(j, i1))  # the block's writers below layer j
+            nums = writer_grams[: w.stop - i0] @ reader_grams.T  # [writers, H, kinds x H]
+            nums = nums.clamp_min(0).sqrt().split(H, dim=-1)
+            # not strict: a kind repeated in `kinds` is one entry of `readers`, but the buffer
+            # still splits len(kinds) blocks (only the first len(readers) are used)
+            for kind, num in zip(readers, nums, strict=False):
+                out[kind][w, :, j] = num / (ov_norm[w, :, None] * readers[kind][1][j])
+        del writer_grams
     return out
 
 

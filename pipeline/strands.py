@@ -256,6 +256,11 @@ def _folded_right(s: Strand) -> Tensor:
 _TILE = 128  # rows per tile of a packed Gram matrix
 
 
+def gram_vector_length(n: int) -> int:
+    """N, the length of one packed n x n Gram matrix from `gram_vectors` (about n^2 / 2)."""
+    return sum(min(_TILE, n - p) * (n - p) for p in range(0, n, _TILE))
+
+
 def _upper_tiles_weight(n: int, dtype: torch.dtype) -> Tensor:
     """Weights of the entries `gram_vectors` keeps: 2 above the diagonal, 1 on it, 0 below."""
     parts = []

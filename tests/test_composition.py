@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pipeline import composition as comp
+from pipeline import strands
 from pipeline.composition import COLUMNS, KINDS, VARIANTS, composition_scores, summarize, true_scores
 from pipeline.config import CompositionConfig
 from pipeline.weights import HeadWeights, from_state_dict
@@ -190,6 +191,20 @@ def test_true_scores_fast_path_equals_dense_and_table(method: str) -> None:
             assert r.score == pytest.approx(want, rel=1e-10)
         later = torch.arange(3)[:, None, None, None] < torch.arange(3)[None, None, :, None]
         assert torch.isnan(ours[~later.expand_as(ours)]).all()
+
+
+@pytest.mark.parametrize("per_block", [1, 2])
+def test_true_scores_in_blocks_of_writer_layers_equal_one_block(monkeypatch, per_block: int) -> None:
+    """Large models hold the writers' Gram vectors a few layers at a time: the same scores
+    (each is one dot product of the same two vectors; only the GEMM's shape changes)."""
+    hw = random_heads(9, L=5, H=2, D=12, d=4)
+    whole = true_scores(hw, method="grams")
+    n = strands.gram_vector_length(12)
+    assert n == 12 * 12  # d_model < one tile (128 rows): the tile is the whole matrix
+    monkeypatch.setattr(comp, "_GRAMS", per_block * 2 * n)  # per_block layers of 2 heads
+    blocked = true_scores(hw, method="grams")
+    for kind in KINDS:
+        torch.testing.assert_close(blocked[kind], whole[kind], rtol=1e-14, atol=0, equal_nan=True)
 
 
 # --- the null ------------------------------------------------------------------------
