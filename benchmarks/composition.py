@@ -2,10 +2,12 @@
 
     python benchmarks/composition.py            # both models (about 10-15 minutes on 2 cores)
     python benchmarks/composition.py --quick    # the small model only (seconds)
+    python benchmarks/composition.py --quick --huge   # the small model and (c), 1,200 heads (minutes)
 
 Models, random Gaussian weights, seeded:
   (a) the default model shape (pipeline.config.ModelConfig: 2 layers x 8 heads, d_model 64, d_head 8)
   (b) 12 layers x 12 heads, d_model 768, d_head 64 (GPT-2-small-sized heads)
+  (c) 48 layers x 25 heads, d_model 1600, d_head 64 (GPT-2-XL-sized: 1,200 heads), with --huge
 
 Methods, on the same weights in the same run:
   ours      `pipeline.composition.true_scores` for Q, K, V (float64), exact: each pair's
@@ -15,13 +17,17 @@ Methods, on the same weights in the same run:
   TL 3.9    `HookedTransformer.all_composition_scores(kind)` for Q, K, V (float32, its default).
             On (b) it materialises [12, 12, 12, 12, 64, 768] float32 operands (~4 GB each), so
             each kind runs in its own subprocess (wall times summed, peak = the largest) and it
-            is skipped, with a message, unless the machine has 12 GB available.
+            is skipped, with a message, unless the machine has 12 GB available. On (c) its
+            operands would be [48, 25, 48, 25, 64, 1600] float32, ~590 GB per kind: skipped.
   dense     float64 products OV^a @ QK^b (d_model x d_model) and their Frobenius norms. On (b)
             that is 9504 pairs x 3 kinds of 768^3 products, so it runs on a seeded subset of
             pairs and its full time is extrapolated (marked ~). Max |diff| of every method is
             measured against dense on the pairs dense computed.
   full      `composition_scores` at the default CompositionConfig: all kinds and variants,
             the random-matrix baselines and the rotated-writer null (z). Reported on its own line.
+            On (c) it runs on the first FULL_LAYERS layers (all their pairs, the same per-pair
+            work) and its time is extrapolated by the number of pairs (marked ~); its peak
+            memory is that run's.
 
 Wall seconds: the best of a few repeats (one repeat for the slow ones), computation only
 (loading weights is not timed), one torch thread in every child by default (`--threads`):
@@ -74,6 +80,8 @@ def default_shape() -> Shape:
 
 
 LARGE = Shape("(b) 12x12", 12, 12, 768, 64)
+HUGE = Shape("(c) 48x25", 48, 25, 1600, 64)
+FULL_LAYERS = 3  # of (c), for the full analysis (1,875 pairs per kind of 705,000)
 
 
 # --- child processes: one method each ----------------------------------------------
@@ -118,7 +126,9 @@ def _best_of(fn, repeats: int) -> float:
     return best
 
 
-def child(method: str, shape: Shape, weights: str, out: str, kinds: str, repeats: int) -> dict:
+def child(
+    method: str, shape: Shape, weights: str, out: str, kinds: str, repeats: int, layers: int | None
+) -> dict:
     _import_libraries()
     import numpy as np
     import torch
@@ -131,6 +141,11 @@ def child(method: str, shape: Shape, weights: str, out: str, kinds: str, repeats
     if method == "idle":
         return {"peak_mb": _peak_mb()}
     state = load_file(weights)
+    if layers is not None:  # the model's first `layers` layers
+        state = {
+            k: v for k, v in state.items() if not k.startswith("blocks.") or int(k.split(".")[1]) < layers
+        }
+        shape = Shape(shape.name, layers, shape.n_heads, shape.d_model, shape.d_head)
     L, H = shape.n_layers, shape.n_heads
     scores = np.full((3, L, H, L, H), np.nan)
     result: dict = {}
@@ -177,7 +192,7 @@ def child(method: str, shape: Shape, weights: str, out: str, kinds: str, repeats
 
     elif method == "dense":
         hw = from_state_dict(state)
-        pairs = _pairs(shape, DENSE_PAIRS)
+        pairs = _pairs(shape, DENSE_PAIRS if shape.d_model < 1600 else DENSE_PAIRS // 4)
         n = torch.linalg.matrix_norm
 
         def run() -> None:
@@ -230,12 +245,15 @@ def _spawn(
     kinds: str = "QKV",
     repeats: int = 1,
     threads: int = 1,
+    layers: int | None = None,
 ) -> dict:
     cmd = [sys.executable, __file__, "--child", method, "--shape", json.dumps(shape.__dict__),
            "--weights", str(weights), "--out", str(out),
            "--kinds", kinds, "--repeats", str(repeats)]  # fmt: skip
     if threads:
         cmd += ["--threads", str(threads)]
+    if layers is not None:
+        cmd += ["--layers", str(layers)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{method} on {shape.name} failed:\n{done.stderr[-3000:]}")
@@ -258,13 +276,21 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
     small = shape.n_pairs <= 2000
     runs: dict[str, dict] = {}
     runs["ours"] = _spawn(
-        "ours", shape, weights, tmp / "ours.npy", repeats=5 if small else 3, threads=threads
+        "ours",
+        shape,
+        weights,
+        tmp / "ours.npy",
+        repeats=5 if small else 1 if shape == HUGE else 3,
+        threads=threads,
     )
     runs["ours"]["scores"] = np.load(tmp / "ours.npy")
 
     notes = []
     if skip_tl:
         notes.append("TransformerLens skipped (--skip-tl)")
+    elif shape == HUGE:
+        tl_gb = shape.n_pairs * 2 * shape.d_head * shape.d_model * 4 / 1e9
+        notes.append(f"TransformerLens skipped: its all-pairs operands alone are ~{tl_gb:,.0f} GB per kind")
     elif small:
         runs["tl"] = _spawn("tl", shape, weights, tmp / "tl.npy", repeats=5, threads=threads)
         runs["tl"]["scores"] = np.load(tmp / "tl.npy")
@@ -292,9 +318,24 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
         notes.append(
             f"dense: {done} of {shape.n_pairs} pairs per kind, seeded; time extrapolated x{scale:.0f} (~)"
         )
+    full_layers = FULL_LAYERS if shape == HUGE else None
     runs["full"] = _spawn(
-        "full", shape, weights, tmp / "full.npy", repeats=3 if small else 1, threads=threads
+        "full",
+        shape,
+        weights,
+        tmp / "full.npy",
+        repeats=3 if small else 1,
+        threads=threads,
+        layers=full_layers,
     )
+    full_scale = 1.0
+    if full_layers is not None:
+        done_pairs = Shape(shape.name, full_layers, shape.n_heads, shape.d_model, shape.d_head).n_pairs
+        full_scale = shape.n_pairs / done_pairs
+        notes.append(
+            f"full: the first {full_layers} layers ({done_pairs} pairs per kind), time extrapolated "
+            f"x{full_scale:.0f} (~); peak memory of that run"
+        )
 
     title = (
         f"{shape.name}: {shape.n_layers} layers x {shape.n_heads} heads, d_model {shape.d_model}, "
@@ -321,9 +362,10 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
             f"  {labels[key]:<36}{mark + f'{wall:.3f}':>10}{r['peak_mb'] - idle:>10.0f}{diff:>22}{ratio:>13}"
         )
     full = runs["full"]
+    mark = "~" if full_scale > 1 else ""
     lines.append(
-        f"  ours, full composition_scores (3 kinds x 3 variants, baseline 200, null 64): "
-        f"{full['wall_s']:.2f} s, peak {full['peak_mb'] - idle:.0f} MB"
+        f"  ours, full composition_scores (3 kinds x 5 variants, baseline 200, null 64): "
+        f"{mark}{full['wall_s'] * full_scale:.2f} s, peak {full['peak_mb'] - idle:.0f} MB"
     )
     lines += [f"  note: {n}" for n in notes]
     return lines
@@ -333,6 +375,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the default-shape model only")
     ap.add_argument("--skip-tl", action="store_true", help="leave out TransformerLens")
+    ap.add_argument("--huge", action="store_true", help="add (c), 1,200 heads (about 10 minutes more)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads in every child (default 1)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
@@ -340,6 +383,7 @@ def main() -> None:
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--kinds", default="QKV", help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--layers", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.child:
@@ -348,7 +392,11 @@ def main() -> None:
         if args.threads:
             torch.set_num_threads(args.threads)
         shape = Shape(**json.loads(args.shape))
-        print(json.dumps(child(args.child, shape, args.weights, args.out, args.kinds, args.repeats)))
+        print(
+            json.dumps(
+                child(args.child, shape, args.weights, args.out, args.kinds, args.repeats, args.layers)
+            )
+        )
         return
 
     import torch
@@ -356,7 +404,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {args.threads} thread(s) per method, {os.cpu_count()} CPUs; "
           "peak MB = peak RSS minus an idle child's (see the module docstring)", flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        for shape in [default_shape()] + ([] if args.quick else [LARGE]):
+        shapes = [default_shape()] + ([] if args.quick else [LARGE]) + ([HUGE] if args.huge else [])
+        for shape in shapes:
             print("\n".join(bench(shape, Path(tmp), args.threads, args.skip_tl)) + "\n", flush=True)
 
 
