@@ -18,7 +18,7 @@ repro: $(VENV)/.installed
 	dvc repro
 
 # On every core (pytest-xdist): a test module per worker at a time, so a module's fixtures are
-# built once; the reproduced tiny repository is built once for all (tests/conftest.py).
+# built once; the reproduced tiny projects are built once for all (tests/dvc_repo.py, reproduced).
 TEST_WORKERS ?= auto
 test: lint browser
 	ATTN_CIRCUITS_REQUIRE_BROWSER=1 python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

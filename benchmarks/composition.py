@@ -25,7 +25,7 @@ Methods, on the same weights in the same run:
             measured against dense on the pairs dense computed.
   full      `composition_scores` at the default CompositionConfig: all kinds and variants,
             the random-matrix baselines and the rotated-writer null (z). Reported on its own line.
-            On (c) it runs on the first FULL_LAYERS layers (all their pairs, the same per-pair
+            On (c) it runs on the first `full_layers` layers (all their pairs, the same per-pair
             work) and its time is extrapolated by the number of pairs (marked ~); its peak
             memory is that run's.
 
@@ -43,6 +43,7 @@ on top of the libraries, including its own copy of the weights (and converting t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -50,22 +51,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 KINDS = ("Q", "K", "V")
-DENSE_PAIRS = 96  # per kind, when the model has more pairs than this
+DENSE_PAIRS = 96
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Shape:
     name: str
     n_layers: int
     n_heads: int
     d_model: int
     d_head: int
+    dense_pairs: int = DENSE_PAIRS  # per kind, when the model has more pairs than this
+    full_layers: int | None = None  # the full analysis on these first layers only, extrapolated
 
     @property
     def n_pairs(self) -> int:
@@ -80,8 +82,8 @@ def default_shape() -> Shape:
 
 
 LARGE = Shape("(b) 12x12", 12, 12, 768, 64)
-HUGE = Shape("(c) 48x25", 48, 25, 1600, 64)
-FULL_LAYERS = 3  # of (c), for the full analysis (1,875 pairs per kind of 705,000)
+# the full analysis on 3 layers: 1,875 pairs per kind of 705,000
+HUGE = Shape("(c) 48x25", 48, 25, 1600, 64, dense_pairs=24, full_layers=3)
 
 
 # --- child processes: one method each ----------------------------------------------
@@ -145,7 +147,7 @@ def child(
         state = {
             k: v for k, v in state.items() if not k.startswith("blocks.") or int(k.split(".")[1]) < layers
         }
-        shape = Shape(shape.name, layers, shape.n_heads, shape.d_model, shape.d_head)
+        shape = dataclasses.replace(shape, n_layers=layers)
     L, H = shape.n_layers, shape.n_heads
     scores = np.full((3, L, H, L, H), np.nan)
     result: dict = {}
@@ -192,7 +194,7 @@ def child(
 
     elif method == "dense":
         hw = from_state_dict(state)
-        pairs = _pairs(shape, DENSE_PAIRS if shape.d_model < 1600 else DENSE_PAIRS // 4)
+        pairs = _pairs(shape, shape.dense_pairs)
         n = torch.linalg.matrix_norm
 
         def run() -> None:
@@ -280,7 +282,7 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
         shape,
         weights,
         tmp / "ours.npy",
-        repeats=5 if small else 1 if shape == HUGE else 3,
+        repeats=5 if small else 3 if shape.full_layers is None else 1,
         threads=threads,
     )
     runs["ours"]["scores"] = np.load(tmp / "ours.npy")
@@ -288,8 +290,7 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
     notes = []
     if skip_tl:
         notes.append("TransformerLens skipped (--skip-tl)")
-    elif shape == HUGE:
-        tl_gb = shape.n_pairs * 2 * shape.d_head * shape.d_model * 4 / 1e9
+    elif (tl_gb := shape.n_pairs * 2 * shape.d_head * shape.d_model * 4 / 1e9) > _available_gb():
         notes.append(f"TransformerLens skipped: its all-pairs operands alone are ~{tl_gb:,.0f} GB per kind")
     elif small:
         runs["tl"] = _spawn("tl", shape, weights, tmp / "tl.npy", repeats=5, threads=threads)
@@ -318,7 +319,7 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
         notes.append(
             f"dense: {done} of {shape.n_pairs} pairs per kind, seeded; time extrapolated x{scale:.0f} (~)"
         )
-    full_layers = FULL_LAYERS if shape == HUGE else None
+    full_layers = shape.full_layers
     runs["full"] = _spawn(
         "full",
         shape,
@@ -330,7 +331,7 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
     )
     full_scale = 1.0
     if full_layers is not None:
-        done_pairs = Shape(shape.name, full_layers, shape.n_heads, shape.d_model, shape.d_head).n_pairs
+        done_pairs = dataclasses.replace(shape, n_layers=full_layers).n_pairs
         full_scale = shape.n_pairs / done_pairs
         notes.append(
             f"full: the first {full_layers} layers ({done_pairs} pairs per kind), time extrapolated "

@@ -211,7 +211,7 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
     # at once); each block meets every later reader layer, whose grams are formed per block.
     N = gram_vector_length(D)
     per_block = max(1, _GRAMS // (H * N))  # writer layers per block
-    reader_grams = hw.W_Q.new_empty(len(kinds) * H, N)  # all kinds' readers of one layer, reused
+    reader_grams = hw.W_Q.new_empty(len(readers) * H, N)  # every kind's readers of one layer, reused
     for i0 in range(0, L - 1, per_block):
         i1 = min(i0 + per_block, L - 1)
         writer_grams = gram_vectors(Strand(tuple(f[i0:i1] for f in OV.factors)), "left")  # [i1 - i0, H, N]
@@ -223,9 +223,7 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
             w = slice(i0, min(j, i1))  # the block's writers below layer j
             nums = writer_grams[: w.stop - i0] @ reader_grams.T  # [writers, H, kinds x H]
             nums = nums.clamp_min(0).sqrt().split(H, dim=-1)
-            # not strict: a kind repeated in `kinds` is one entry of `readers`, but the buffer
-            # still splits len(kinds) blocks (only the first len(readers) are used)
-            for kind, num in zip(readers, nums, strict=False):
+            for kind, num in zip(readers, nums, strict=True):
                 out[kind][w, :, j] = num / (ov_norm[w, :, None] * readers[kind][1][j])
         del writer_grams
     return out

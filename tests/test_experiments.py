@@ -4,9 +4,9 @@ them is test_pipeline_dvc's), a queued sweep run by two workers, `dvc exp show -
 `dvc metrics diff`, `dvc plots diff`, `dvc exp apply`, and sharing results through a
 DVC remote so that a fresh clone reproduces nothing.
 
-The pipeline is reproduced once per test run (`tiny_reproduced`, tests/conftest.py) and
-copied (`base`); each test works in a git clone of it that shares its DVC cache, so it
-starts from checked-out outputs without recomputing them.
+The pipeline is reproduced once per test run (`dvc_repo.reproduced`) and copied (`base`);
+each test works in a git clone of it that shares its DVC cache, so it starts from
+checked-out outputs without recomputing them.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory, tiny_reproduced) -> Path:
+def base(tmp_path_factory, shared_dir) -> Path:
     """The tiny project (seeds [0]) reproduced and committed, dvc.lock included: a copy, as
     this module's experiments write into its DVC cache."""
-    return copy_repo(tiny_reproduced, tmp_path_factory.mktemp("experiments") / "base")
+    return copy_repo(reproduced(shared_dir)[0], tmp_path_factory.mktemp("experiments") / "base")
 
 
 def clone(base: Path, dest: Path, share_cache: bool = True) -> Path:
@@ -66,9 +66,8 @@ def test_experiment_runs_and_is_listed_with_metrics(base, tmp_path):
 
 
 def test_shrinking_seeds_leaves_no_stale_seed(shared_dir, tmp_path):
-    repo = copy_repo(
-        reproduced(shared_dir, (0, 1))[0], tmp_path / "repo"
-    )  # grown from [0] (test_pipeline_dvc)
+    grown = reproduced(shared_dir, (0, 1))[0]  # seeds [0] reproduced, then seed 1 added
+    repo = copy_repo(grown, tmp_path / "repo")
     set_params(repo, "seeds=[1]")
     proc = dvc(repo, "repro")
     assert sorted(stages_run(proc)) == ["compare", "report"]

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dvc_repo import BIN, TINY, copy_repo, dvc, env, git, stages_run
+from dvc_repo import BIN, TINY, copy_repo, dvc, env, git, reproduced, stages_run
 
 from pipeline import io
 from pipeline import params as params_mod
@@ -48,8 +48,9 @@ def leftovers(directory: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, tiny_reproduced) -> tuple[Path, dict[str, str]]:
-    repo = copy_repo(tiny_reproduced, tmp_path_factory.mktemp("first") / "repo")  # this module kills in it
+def reference(tmp_path_factory, shared_dir) -> tuple[Path, dict[str, str]]:
+    # a copy of the tiny project reproduced once a run: this module kills processes in it
+    repo = copy_repo(reproduced(shared_dir)[0], tmp_path_factory.mktemp("first") / "repo")
     outputs = hashes(repo / "outputs")
     assert len(outputs) > 30 and "report/index.html" in outputs
     return repo, outputs

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import synthetic_seeds as syn
 
-from pipeline import params, report
+from pipeline import params, report, tables
 from stages import compare as compare_stage
 from stages import report as report_stage
 
@@ -168,25 +168,12 @@ def test_page_shows_claims_tables_config_and_environment(page):
 def test_cross_seed_table_has_one_row_per_statistic_in_claims_order():
     """A known answer: two statistics, two seeds, one value missing. (pivot_table with
     dropna=False once emitted every combination of the six dimensions: 125,000 rows.)"""
-    dims = {
-        "hypothesis": ["-", "rotated"],
-        "kind": ["-", "K"],
-        "variant": ["-", "true"],
-        "effect": ["-", "-"],
-    }
+    a = ("a", "rotated", "K", "true", "-", "mean")  # claim, hypothesis, kind, variant, effect, statistic
+    b = ("b", "-", "-", "-", "-", "x")
     claims = pd.DataFrame(
-        {
-            "seed": [1, 1, 0, 0],
-            "claim": ["b", "a", "b", "a"],
-            **{k: v * 2 for k, v in dims.items()},
-            "statistic": ["x", "mean", "x", "mean"],
-            "value": [3.0, 2.0, float("nan"), 1.0],
-        }
+        [(1, *b, 3.0), (1, *a, 2.0), (0, *b, float("nan")), (0, *a, 1.0)], columns=tables.CLAIMS_COLUMNS
     )
-    stats = pd.DataFrame(
-        {"claim": ["a", "b"], **{k: v[::-1] for k, v in dims.items()}, "statistic": ["mean", "x"]}
-        | {"n": [2, 1], "mean": [1.5, 3.0], "lo": [1.0, 3.0], "hi": [2.0, 3.0]}
-    )
+    stats = pd.DataFrame([(*a, 2, 1.5, 1.0, 2.0), (*b, 1, 3.0, 3.0, 3.0)], columns=tables.STATS_COLUMNS)
     text = report.cross_seed_table(claims, stats)
     assert text.count("<tr") == 3  # the header and one row per statistic
     body = [re.findall(r"<td>(.*?)</td>", r) for r in text.split("<tbody>")[1].split("</tr>")[:-1]]
