@@ -91,10 +91,10 @@ from pipeline.strands import (
     shrink_left,
     shrink_right,
 )
-from pipeline.tables import KINDS, SCORES_COLUMNS, VARIANTS
+from pipeline.tables import KINDS, MEASURES, RAW_SCORES_COLUMNS, VARIANTS
 from pipeline.weights import HeadWeights, power_of_two_scaled
 
-COLUMNS = list(SCORES_COLUMNS)
+COLUMNS = list(RAW_SCORES_COLUMNS)
 ZERO_RTOL = 1e-8  # a strand with ||A B|| <= ZERO_RTOL ||A|| ||B|| counts as zero
 _BLOCK = (
     2**21
@@ -352,8 +352,11 @@ def _pair_block(w: _Writers, r: _Readers) -> dict[str, tuple[Tensor, Tensor, Ten
     return {v: (scores[v], *mean_std(nulls[v], -1)) for v in VARIANTS}
 
 
-def _kind_tensors(hw: HeadWeights, kind: str, Z: Tensor) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
-    """Per variant: (score, null_mean, null_std), each [L, H, L, H], NaN unless dst_layer > src_layer."""
+def _kind_tensors(
+    hw: HeadWeights, kind: str, Z: Tensor, placebo: bool = False
+) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
+    """Per variant: (score, null_mean, null_std), each [L, H, L, H], NaN unless dst_layer > src_layer
+    (placebo: NaN unless dst_layer <= src_layer, the pairs that cannot compose; `placebo_pairs`)."""
     L, H, d_head, S = hw.n_layers, hw.n_heads, hw.d_head, Z.shape[0]
     A, B = reader_factors(hw.W_Q, hw.W_K, hw.W_V, hw.W_O, kind)
     C, D = writer_factors(hw.W_V, hw.W_O)
@@ -361,14 +364,16 @@ def _kind_tensors(hw: HeadWeights, kind: str, Z: Tensor) -> dict[str, tuple[Tens
         v: tuple(torch.full((L, H, L, H), torch.nan, dtype=torch.float64) for _ in range(3)) for v in VARIANTS
     }
     step = max(1, _BLOCK // (H * S * d_head * d_head))  # reader heads per block: bounds memory
-    for i in range(L - 1):
+    for i in range(L if placebo else L - 1):
+        # the reader layers: later ones, or (placebo) the writer's own layer and earlier ones
+        first, last = (0, i + 1) if placebo else (i + 1, L)
         writers = _Writers.of(C[i], D[i], Z)
-        A_later = A[i + 1 :].reshape(-1, *A.shape[-2:])  # [(L - i - 1) H, d_model, d_head]
-        B_later = B[i + 1 :].reshape(-1, *B.shape[-2:])
+        A_later = A[first:last].reshape(-1, *A.shape[-2:])  # [(last - first) H, d_model, d_head]
+        B_later = B[first:last].reshape(-1, *B.shape[-2:])
         for start in range(0, A_later.shape[0], step):
             A_b, B_b = A_later[start : start + step], B_later[start : start + step]
             block = _pair_block(writers, _Readers.of(A_b, B_b, Z))
-            columns = slice((i + 1) * H + start, (i + 1) * H + start + A_b.shape[0])  # later heads, flat
+            columns = slice(first * H + start, first * H + start + A_b.shape[0])  # reader heads, flat
             for v in VARIANTS:
                 for target, values in zip(out[v], block[v], strict=True):
                     # written in place: keeping small per-block results alive between the
@@ -387,12 +392,27 @@ def later_pairs(n_layers: int, n_heads: int) -> tuple[np.ndarray, ...]:
     return i[keep], h[keep], j[keep], g[keep]
 
 
-def composition_scores(hw: HeadWeights, cfg: CompositionConfig, seed: int) -> pd.DataFrame:
+def placebo_pairs(n_layers: int, n_heads: int) -> tuple[np.ndarray, ...]:
+    """(src_layer, src_head, dst_layer, dst_head) of every pair that cannot compose, sorted: a head
+    of the same layer (not itself) or of an earlier one reads what the writer never gave it. They
+    share the model's residual stream with the later pairs, so the null of `pipeline.significance`
+    is estimated from them (placebo.csv)."""
+    i, h, j, g = (
+        x.ravel() for x in np.meshgrid(*(np.arange(n) for n in (n_layers, n_heads) * 2), indexing="ij")
+    )
+    keep = (j < i) | ((j == i) & (g != h))
+    return i[keep], h[keep], j[keep], g[keep]
+
+
+def composition_scores(
+    hw: HeadWeights, cfg: CompositionConfig, seed: int, placebo: bool = False
+) -> pd.DataFrame:
     """One row per (kind, variant, earlier head, later head), in that order (KINDS, VARIANTS).
 
     Columns: kind, variant, src_layer, src_head, dst_layer, dst_head, score,
     baseline_mean, baseline_std (random factors of the same shapes), z (against the
-    rotated-writer null). Deterministic for a seed. Computed in float64.
+    rotated-writer null). Deterministic for a seed. Computed in float64. placebo: the same
+    columns for the pairs that cannot compose (`placebo_pairs`) instead of the later ones.
     """
     hw = power_of_two_scaled(hw.to(torch.float64))  # exact; no overflow or underflow for any finite weights
     L, H, d_model, d_head = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
@@ -400,12 +420,12 @@ def composition_scores(hw: HeadWeights, cfg: CompositionConfig, seed: int) -> pd
     baseline = _baseline(d_model, d_head, cfg, gen)
     Z = haar_blocks(cfg.null_samples, d_model, min(d_model, 2 * d_head), gen)
 
-    i, h, j, g = later_pairs(L, H)
+    i, h, j, g = (placebo_pairs if placebo else later_pairs)(L, H)
     n = len(i)
 
     parts = []
     for kind in KINDS:
-        tensors = _kind_tensors(hw, kind, Z)
+        tensors = _kind_tensors(hw, kind, Z, placebo)
         for v in VARIANTS:
             score, null_mean, null_std = (t.numpy()[i, h, j, g] for t in tensors[v])
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -425,22 +445,30 @@ def pair_label(row: pd.Series) -> str:
     return f"L{int(row['src_layer'])}H{int(row['src_head'])}->L{int(row['dst_layer'])}H{int(row['dst_head'])}"
 
 
-def summarize(scores: pd.DataFrame) -> dict:
-    """Per kind and variant: pairs, undefined (NaN) scores, max score and its pair, pairs with z > 3.
+def summarize(scores: pd.DataFrame, placebo: pd.DataFrame | None = None) -> dict:
+    """Per kind and measure (the variants, and "invariant" where the table has it): pairs,
+    undefined (NaN) scores, max score and its pair, pairs with raw z > 3, and, for calibrated
+    tables, discoveries; with `placebo`, its pairs and (false) discoveries.
 
     JSON-serialisable: NaN becomes None.
     """
     out: dict = {}
     for kind in KINDS:
-        for v in VARIANTS:
+        for v in (m for m in MEASURES if m in set(scores["variant"]) or m in VARIANTS):
             rows = scores[(scores["kind"] == kind) & (scores["variant"] == v)]
             defined = rows[rows["score"].notna()]
             best = defined.loc[defined["score"].idxmax()] if len(defined) else None
-            out.setdefault(kind, {})[v] = {
+            entry = out.setdefault(kind, {})[v] = {
                 "n_pairs": int(len(rows)),
                 "n_undefined": int(len(rows) - len(defined)),
                 "max_score": None if best is None else float(best["score"]),
                 "max_pair": None if best is None else pair_label(best),
-                "n_z_above_3": int((rows["z"] > 3).sum()),  # NaN > 3 is False
+                "n_z_above_3": int((rows["z"] > 3).sum()),  # the raw z; NaN > 3 is False
             }  # fmt: skip
+            if "discovery" in rows:
+                entry["n_discoveries"] = int(rows["discovery"].sum())
+            if placebo is not None:
+                mine = placebo[(placebo["kind"] == kind) & (placebo["variant"] == v)]
+                entry["placebo_pairs"] = int(mine["z"].notna().sum())
+                entry["placebo_discoveries"] = int(mine["discovery"].sum())
     return out

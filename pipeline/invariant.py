@@ -108,14 +108,14 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline.composition import ZERO_RTOL, haar_blocks, later_pairs, mean_std, pair_label
+from pipeline.composition import ZERO_RTOL, haar_blocks, later_pairs, mean_std, placebo_pairs
 from pipeline.config import CompositionConfig
 from pipeline.errors import UserError
 from pipeline.strands import shrink_left, shrink_right
-from pipeline.tables import INVARIANT_COLUMNS, KINDS
+from pipeline.tables import KINDS, RAW_SCORES_COLUMNS
 from pipeline.weights import HeadWeights
 
-COLUMNS = list(INVARIANT_COLUMNS)
+COLUMNS = [c for c in RAW_SCORES_COLUMNS if c != "variant"]
 POSITIONS = ("shortformer", "standard")
 RANK_RTOL = 1e-10  # eigenvalues of G_l at or below RANK_RTOL * its largest count as zero
 _FIELDS = ("score", "null_mean", "null_std", "base_mean", "base_std")  # per kind, [L, H, L, H]
@@ -313,6 +313,7 @@ def invariant_scores(
     seed: int,
     positions: str = "shortformer",
     grams: Sequence[Tensor] | None = None,
+    placebo: bool = False,
 ) -> pd.DataFrame:
     """One row per (kind, earlier head, later head), in that order (KINDS; pairs sorted).
 
@@ -320,7 +321,8 @@ def invariant_scores(
     baseline_std (Gaussian heads in the frames), z (against the rotated-writer null in the
     frame). Unchanged by the residual stream's GL(d_model) symmetry, baseline and z too.
     `grams`: G_0 .. G_L to whiten by instead of `residual_grams(hw, positions)`.
-    Deterministic for a seed.
+    Deterministic for a seed. placebo: the pairs that cannot compose instead
+    (`composition.placebo_pairs`), the writer's output read in the reader's frame.
     """
     if positions not in POSITIONS:
         raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, not {positions!r}")
@@ -336,23 +338,24 @@ def invariant_scores(
     gen = torch.Generator().manual_seed(seed)
     S = cfg.baseline_samples
 
+    # (writer layer, reader layer) of the pairs scored: later readers, or (placebo) the same and earlier
+    layer_pairs = [(i, j) for j in range(L) for i in (range(j, L) if placebo else range(j))]
     # baselines first, then the null's blocks, each in a fixed order: deterministic for a seed
     baselines: dict[tuple[int, int, int], tuple[float, float]] = {}
-    for i in range(L - 1):
-        for j in range(i + 1, L):
-            for kind in KINDS:
-                key = (fr[i].rank, fr[j].rank, fr[j + 1 if kind == "V" else j].rank)
-                if key not in baselines and min(key) > 0:
-                    baselines[key] = _baseline(*key, d_head, S, gen)
+    for i, j in sorted(layer_pairs):
+        for kind in KINDS:
+            key = (fr[i].rank, fr[j].rank, fr[j + 1 if kind == "V" else j].rank)
+            if key not in baselines and min(key) > 0:
+                baselines[key] = _baseline(*key, d_head, S, gen)
     blocks: dict[int, Tensor] = {}
-    for j in range(1, L):
+    for j in sorted({j for _, j in layer_pairs}):
         r = fr[j].rank
         if r not in blocks and r > 0:
             blocks[r] = haar_blocks(cfg.null_samples, r, min(d_head, r), gen).square()  # [S, k, k]
 
     nan = lambda: torch.full((L, H, L, H), torch.nan, dtype=torch.float64)  # noqa: E731
     out = {kind: {c: nan() for c in _FIELDS} for kind in KINDS}
-    for j in range(1, L):
+    for j in sorted({j for _, j in layer_pairs}):
         if fr[j].rank == 0:
             continue
         k = min(d_head, fr[j].rank)
@@ -361,7 +364,7 @@ def invariant_scores(
             if r_out == 0:
                 continue
             readers = _readers(*_reader_factors(hw, fr, j, kind), k)
-            for i in range(j):
+            for i in (i for i, jj in layer_pairs if jj == j):
                 if fr[i].rank == 0:
                     continue
                 writers = _writers(fr[i].R @ hw.W_V[i], hw.W_O[i] @ fr[j].R_pinv, k)
@@ -370,7 +373,7 @@ def invariant_scores(
                 t["null_mean"][i, :, j], t["null_std"][i, :, j] = _null(writers, readers, blocks[fr[j].rank])
                 t["base_mean"][i, :, j], t["base_std"][i, :, j] = baselines[(fr[i].rank, fr[j].rank, r_out)]
 
-    i, h, j, g = later_pairs(L, H)
+    i, h, j, g = (placebo_pairs if placebo else later_pairs)(L, H)
     n = len(i)
     parts = []
     for kind in KINDS:
@@ -383,23 +386,3 @@ def invariant_scores(
         }))  # fmt: skip
     frame = pd.concat(parts, ignore_index=True) if n else pd.DataFrame(columns=COLUMNS)
     return frame[COLUMNS].astype({c: "int64" for c in ("src_layer", "src_head", "dst_layer", "dst_head")})
-
-
-def summarize(scores: pd.DataFrame) -> dict:
-    """Per kind: pairs, undefined (NaN) scores, max score and its pair, pairs with z > 3.
-
-    JSON-serialisable: NaN becomes None.
-    """
-    out: dict = {}
-    for kind in KINDS:
-        rows = scores[scores["kind"] == kind]
-        defined = rows[rows["score"].notna()]
-        best = defined.loc[defined["score"].idxmax()] if len(defined) else None
-        out[kind] = {
-            "n_pairs": int(len(rows)),
-            "n_undefined": int(len(rows) - len(defined)),
-            "max_score": None if best is None else float(best["score"]),
-            "max_pair": None if best is None else pair_label(best),
-            "n_z_above_3": int((rows["z"] > 3).sum()),  # NaN > 3 is False
-        }
-    return out

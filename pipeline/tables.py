@@ -34,7 +34,9 @@ ROLES = (
     "other",
 )
 
-SCORES_COLUMNS = (
+# what a measure computes per pair (pipeline/composition.py, pipeline/invariant.py): z is the raw
+# z against the rotated-writer (Haar) null, kept so that users can see what calibration changes
+RAW_SCORES_COLUMNS = (
     "kind",
     "variant",
     "src_layer",
@@ -46,6 +48,10 @@ SCORES_COLUMNS = (
     "baseline_std",
     "z",
 )
+# and its significance (pipeline/significance.py): z_cal (z standardised by its block's
+# empirical null), p (conformal, against the placebo pairs), q (Benjamini-Hochberg), discovery
+SIGNIFICANCE_COLUMNS = ("z_cal", "p", "q", "discovery")
+SCORES_COLUMNS = (*RAW_SCORES_COLUMNS, *SIGNIFICANCE_COLUMNS)  # scores.csv, placebo.csv
 # invariant.csv: composition measured in the whitened residual frame (pipeline/invariant.py),
 # unchanged by the residual stream's GL(d_model) symmetry; one measure, so no variant column
 INVARIANT_COLUMNS = tuple(c for c in SCORES_COLUMNS if c != "variant")
@@ -61,7 +67,14 @@ DYNAMICS_COLUMNS = (*STEP_KEYS, *SCORES_COLUMNS, "excess")
 # the heads stage's attention scores (pipeline/heads.py)
 PATTERN_SCORES = ("prev_token", "current_token", "first_token", "recent_mass", "duplicate_token", "induction")
 DYNAMICS_HEADS_COLUMNS = (*STEP_KEYS, "layer", "head", *PATTERN_SCORES)
-STEPS_COLUMNS = (*STEP_KEYS, "eval_loss", "induction", "prev_token", *(f"z_{m}" for m in MEASURES))
+STEPS_COLUMNS = (
+    *STEP_KEYS,
+    "eval_loss",
+    "induction",
+    "prev_token",
+    *(f"z_{m}" for m in MEASURES),  # the raw z
+    *(f"q_{m}" for m in MEASURES),  # BH's q at that checkpoint: a discovery when <= analysis.composition.fdr
+)
 ABLATION_COLUMNS = (
     "kind",
     "src_layer",
@@ -75,10 +88,10 @@ ABLATION_COLUMNS = (
 # the compare stage's tables: composition between role groups, and the long table of
 # per-seed statistics (claims.csv) with its summary across seeds (stats.csv)
 GROUP_KEYS = ("kind", "variant", "dst_role", "src_role")
-GROUP_COLUMNS = (*GROUP_KEYS, "n_pairs", "max_excess", "mean_excess", "max_z")
+GROUP_COLUMNS = (*GROUP_KEYS, "n_pairs", "max_excess", "mean_excess", "max_z", "discoveries")
 DIMENSIONS = ("claim", "hypothesis", "kind", "variant", "effect", "statistic")
 CLAIMS_COLUMNS = ("seed", *DIMENSIONS, "value")
-STATS_COLUMNS = (*DIMENSIONS, "n", "mean", "lo", "hi")
+STATS_COLUMNS = (*DIMENSIONS, "n", "mean", "sd", "lo", "hi")
 # the induction phase change: the first step at which the best layer >= 1 head's induction
 # score reaches this (metrics.json of train; the dynamics stage and compare)
 INDUCTION_THRESHOLD = 0.5
@@ -91,11 +104,21 @@ def excess(scores: pd.DataFrame) -> pd.Series:
 
 
 def join_measures(scores: pd.DataFrame, invariant: pd.DataFrame) -> pd.DataFrame:
-    """scores.csv's rows, then invariant.csv's as variant INVARIANT: one table of every measure."""
+    """scores.csv's rows, then invariant.csv's as variant INVARIANT: one table of every measure
+    (SCORES_COLUMNS, or RAW_SCORES_COLUMNS for tables not yet calibrated)."""
     import pandas as pd
 
-    columns = list(SCORES_COLUMNS)
+    columns = [c for c in SCORES_COLUMNS if c in scores.columns]
     return pd.concat([scores[columns], invariant.assign(variant=INVARIANT)[columns]], ignore_index=True)
+
+
+def split_measures(measured: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """join_measures undone: (scores.csv's rows, invariant.csv's rows)."""
+    invariant = measured["variant"] == INVARIANT
+    return (
+        measured[~invariant].reset_index(drop=True),
+        measured[invariant].drop(columns="variant").reset_index(drop=True),
+    )
 
 
 def read_csv(

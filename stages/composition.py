@@ -1,10 +1,12 @@
 """Q-, K- and V-composition of every (earlier, later) head pair: scores.csv (Frobenius, five
 variants), invariant.csv (in the whitened residual frame: unchanged by a change of residual
-basis; pipeline/invariant.py), summary.json (both).
+basis; pipeline/invariant.py), placebo.csv (every measure for the pairs that cannot compose),
+each with its raw z, calibrated z, p, q and discovery (pipeline/significance.py), and
+summary.json (discoveries per kind and measure, and the placebo pairs' false ones).
 
 Works on any weights file in TransformerLens's state-dict names, e.g.
 
-    python -m stages.composition --weights outputs/weights/seed0/heads.safetensors \
+    python -m stages.composition --weights outputs/weights/seed0/heads.safetensors \\
         --out outputs/composition/seed0
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import composition, invariant, io, params, weights
+from pipeline import composition, invariant, io, params, significance, tables, weights
 from pipeline.cli import run_cli, stage_parser
 
 
@@ -26,15 +28,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
+        c = cfg.analysis.composition
         hw, metadata = weights.load(args.weights)
         positions = invariant.positions_of(metadata, source=args.weights)  # as the weights stage recorded
-        scores = composition.composition_scores(hw, cfg.analysis.composition, args.seed)
-        inv = invariant.invariant_scores(hw, cfg.analysis.composition, args.seed, positions)
+        measured, placebo = significance.measured(hw, c, args.seed, positions)
+        scores, inv = tables.split_measures(measured)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         io.write_csv(out / "scores.csv", scores)
         io.write_csv(out / "invariant.csv", inv)
-        summary = {**composition.summarize(scores), "invariant": invariant.summarize(inv)}
+        io.write_csv(out / "placebo.csv", placebo)
+        summary = {"fdr": c.fdr, **composition.summarize(measured, placebo)}
         io.write_json(out / "summary.json", summary)
 
     return run_cli(parser, body, argv)

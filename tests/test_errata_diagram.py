@@ -75,8 +75,19 @@ def test_the_figure_titles_say_the_criterion_and_count_the_same_edges(scores):
     fig = errata_diagram(scores, "z", 3.0, 0.05, None, ("errata_bcda", "errata_bcda_trueden"))
     titles = [ax.get_title() for ax in fig.axes]
     assert titles[0].split("edges: ")[1] == titles[1].split("edges: ")[1]
-    assert "z against the spectrum-preserving null > 3" in fig._suptitle.get_text()
+    assert "raw z against the spectrum-preserving null > 3" in fig._suptitle.get_text()
     plt.close(fig)
     fig = errata_diagram(scores, "excess", 3.0, 0.05, None, ("errata_bcda", "errata_bcda_trueden"))
     assert "an absolute threshold" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+def test_the_default_draws_the_discoveries_and_says_so(scores):
+    """`edges: fdr` (the default): exactly the pairs the calibration discovers, in both panels."""
+    calibrated = scores.assign(z_cal=scores["z"], discovery=scores["z"] > 3.0)  # a stand-in calibration
+    edges = diagram_edges(calibrated, "fdr", edge_z=99.0, edge_threshold=99.0)
+    assert len(edges) == int(calibrated["discovery"].sum()) > 0
+    assert (edges["strength"] == edges["z_cal"]).all()
+    fig = errata_diagram(calibrated, "fdr", 3.0, 0.05, None, ("errata_bcda", "true"), fdr=0.05)
+    assert "a discovery, FDR q < 0.05" in fig._suptitle.get_text()
     plt.close(fig)

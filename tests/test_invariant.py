@@ -22,6 +22,7 @@ from pipeline.config import CompositionConfig, ModelConfig
 from pipeline.errors import UserError
 from pipeline.invariant import COLUMNS, KINDS, invariant_scores
 from pipeline.model import AttnOnlyTransformer
+from pipeline.tables import INVARIANT, SIGNIFICANCE_COLUMNS
 
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)
 F64 = torch.float64
@@ -250,8 +251,8 @@ def test_planted_model_only_induction_k_composes():
     # carries, so Q and K into them are undefined rather than zero
     undefined = others[others.isna()].index
     assert set(undefined) == {(kind, 0, a, 1, b) for kind in "QK" for a in range(3) for b in (1, 2)}
-    assert invariant.summarize(df)["K"]["max_pair"] == "L0H0->L1H0"
-    assert invariant.summarize(df)["K"]["n_z_above_3"] == 1
+    summary = composition.summarize(df.assign(variant=INVARIANT))["K"][INVARIANT]
+    assert summary["max_pair"] == "L0H0->L1H0" and summary["n_z_above_3"] == 1
 
 
 def test_white_frames_give_the_frobenius_scores():
@@ -342,6 +343,6 @@ def test_stage_writes_invariant_csv_and_its_summary(tmp_path):
     args = ["--params", str(tmp_path / "params.yaml"), "--weights", str(tmp_path / "heads.safetensors")]
     assert stage.main([*args, "--out", str(out)]) == 0
     table = pd.read_csv(out / "invariant.csv")
-    assert list(table.columns) == COLUMNS and len(table) == 27
+    assert list(table.columns) == [*COLUMNS, *SIGNIFICANCE_COLUMNS] and len(table) == 27
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["invariant"]["K"]["max_pair"] == "L0H0->L1H0" and "true" in summary["K"]
+    assert summary["K"]["invariant"]["max_pair"] == "L0H0->L1H0" and "true" in summary["K"]

@@ -105,26 +105,32 @@ def _diagram_panel(
 def diagram_edges(scores: pd.DataFrame, criterion: str, edge_z: float, edge_threshold: float) -> pd.DataFrame:
     """The pairs the errata diagram draws, with `excess` and `strength` (what sets the width).
 
-    "z": z against the spectrum-preserving null above `edge_z`: the same criterion in
+    "fdr": the discoveries (`pipeline.significance`: calibrated against the model's own
+    placebo pairs, Benjamini-Hochberg per kind and measure; width: the calibrated z).
+    "z": the raw z against the spectrum-preserving null above `edge_z` (uncalibrated: on a
+    trained model most pairs can clear it); the same criterion in
     every panel, whatever a variant's scale (width: z). "excess": score - baseline above
     `edge_threshold`, an absolute threshold (width: the excess), which counts scale: the
     errata variants with rotated denominators reach ~30x the corrected score's excess.
     """
     scored = scores.assign(excess=excess)
+    if criterion == "fdr":
+        return scored[scored["discovery"]].assign(strength=lambda f: f["z_cal"])
     if criterion == "z":
         return scored[scored["z"] > edge_z].assign(strength=lambda f: f["z"])
     if criterion == "excess":
         return scored[scored["excess"] > edge_threshold].assign(strength=lambda f: f["excess"])
-    raise ValueError(f"criterion must be 'z' or 'excess', not {criterion!r}")
+    raise ValueError(f"criterion must be 'fdr', 'z' or 'excess', not {criterion!r}")
 
 
 def errata_diagram(
     scores: pd.DataFrame,
-    criterion: str = "z",
+    criterion: str = "fdr",
     edge_z: float = 3.0,
     edge_threshold: float = 0.05,
     roles: pd.DataFrame | None = None,
     variants: tuple[str, ...] = ("errata_bcda_trueden", "true"),
+    fdr: float = 0.05,
 ) -> Figure:
     """The paper's composition diagram, original (errata) and corrected, side by side.
 
@@ -146,10 +152,14 @@ def errata_diagram(
         ax.set_title(f"{VARIANT_TITLES.get(variant, variant)}\nedges: {counts}", fontsize=9)
     handles = [Line2D([], [], color=KIND_COLORS[k], linewidth=3, label=f"{k}-composition") for k in KINDS]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    if criterion == "z":
+    if criterion == "fdr":
         rule = (
-            f"z against the spectrum-preserving null > {edge_z:g} "
-            f"(the same in every panel; width: z, max {top:.1f})"
+            f"a discovery, FDR q < {fdr:g} (Benjamini-Hochberg against the model's own empirical null; "
+            f"width: calibrated z, max {top:.1f})"
+        )
+    elif criterion == "z":
+        rule = (
+            f"raw z against the spectrum-preserving null > {edge_z:g}, uncalibrated (width: z, max {top:.1f})"
         )
     else:
         rule = f"score - baseline > {edge_threshold:g}, an absolute threshold (width: excess, max {top:.3f})"
