@@ -1,7 +1,16 @@
-"""Does a composition score predict the causal ablation? Two measures per kind and variant,
-between the heads stage's `ablation.csv` and the composition stage's `scores.csv` (and
-`invariant.csv`, as variant `invariant`, where given).
-Torch-free: the heads stage writes them to its summary.json, the compare stage reads them.
+"""Does a composition score predict the causal ablation? Measures per kind and variant,
+between the heads stage's ablation (`ablation.csv`, and every batch in `ablation_batches.csv`)
+and the composition stage's `scores.csv` (and `invariant.csv`, as variant `invariant`, where
+given). Torch-free: the heads stage writes them to its summary.json, the compare stage reads them.
+
+- causal edges, by the ablation's own noise (`causal_edges`): the path ablation runs on K
+  disjoint held-out batches (and K probes); an edge is causal for an effect when its mean over
+  the batches reaches `min_effect` and exceeds its batch-to-batch spread, a one-sided t-test at
+  level `CAUSAL_ALPHA` (mean / (sd / sqrt K) > t_{1 - alpha, K - 1}). The effect is signed: an
+  edge whose ablation *lowers* the loss (the circuit hurts there) is never causal evidence.
+- `pr_auc` (average precision) and `roc_auc` of each score as a ranking of the causal edges,
+  over every pair of the kind (an undefined score ranks last); NaN without a causal edge or
+  without a non-causal one. PR-AUC's chance level is the fraction of causal edges.
 
 - `spearman`: the rank correlation over every (earlier, later) head pair between |effect|
   and the score. On models where a few edges matter and the rest are ~0, it is decided
@@ -25,6 +34,7 @@ import pandas as pd
 from pipeline.tables import INVARIANT, KINDS, VARIANTS
 
 EFFECTS = ("heldout_loss_effect", "loss_effect", "attn_effect")
+CAUSAL_ALPHA = 0.05
 PAIR = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
 DST = ["dst_layer", "dst_head"]
 
@@ -85,12 +95,89 @@ def top_source(
     return out
 
 
-def summarize(effects: pd.DataFrame, scores: pd.DataFrame, min_effect: float) -> dict:
-    """{effect: {"spearman": ..., "top_source": ...}} for every effect in EFFECTS."""
-    return {
-        effect: {
+def causal_edges(batches: pd.DataFrame, effect: str, min_effect: float) -> pd.DataFrame:
+    """One row per pair (PAIR) of `batches` (a "batch" column and the effects): n (batches),
+    mean, sd and `causal` (module doc). With one batch there is no spread to exceed: causal
+    when the effect reaches `min_effect`; an effect constant over the batches likewise."""
+    from scipy.stats import t as student_t  # here: the compare stage imports this module for names
+
+    g = batches.groupby(PAIR, sort=False)[effect]
+    out = pd.DataFrame({"n": g.count(), "mean": g.mean(), "sd": g.std(ddof=1)}).reset_index()
+    n = out["n"].to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = out["mean"].to_numpy(float) / (out["sd"].to_numpy(float) / np.sqrt(n))
+        critical = student_t.ppf(1 - CAUSAL_ALPHA, np.maximum(n - 1, 1))
+        beyond_noise = np.where((n < 2) | (out["sd"].to_numpy(float) == 0), True, t > critical)
+    out["causal"] = (out["mean"].to_numpy(float) >= min_effect) & beyond_noise
+    return out
+
+
+def _ranked(score: np.ndarray) -> np.ndarray:
+    """Average ranks (1 = lowest) with an undefined score below every defined one."""
+    return pd.Series(np.where(np.isfinite(score), score, -np.inf)).rank(method="average").to_numpy()
+
+
+def average_precision(labels: np.ndarray, score: np.ndarray) -> float:
+    """PR-AUC as average precision: sum over the distinct scores t, highest first, of
+    (recall(t) - recall(previous t)) x precision(t), counting every pair scored >= t (ties
+    together); NaN without a positive or a negative."""
+    labels = np.asarray(labels, dtype=bool)
+    score = np.where(np.isfinite(score), score, -np.inf)
+    n_pos = int(labels.sum())
+    if n_pos == 0 or n_pos == len(labels):
+        return math.nan
+    ap, recall_before = 0.0, 0.0
+    for t in np.unique(score)[::-1]:
+        chosen = score >= t
+        tp = int((labels & chosen).sum())
+        recall = tp / n_pos
+        ap += (recall - recall_before) * tp / int(chosen.sum())
+        recall_before = recall
+    return ap
+
+
+def roc_auc(labels: np.ndarray, score: np.ndarray) -> float:
+    """P(a causal edge outscores a non-causal one), ties counting 1/2 (Mann-Whitney); NaN
+    without a positive or a negative."""
+    labels = np.asarray(labels, dtype=bool)
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    ranks = _ranked(np.asarray(score, dtype=float))
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def ranking(
+    causal: pd.DataFrame, scores: pd.DataFrame
+) -> dict[str, dict[str, dict[str, float | int | None]]]:
+    """{kind: {variant: {"pr_auc", "roc_auc", "causal", "pairs"}}}: each score as a ranking of the
+    causal edges (`causal_edges`) over the pairs both tables have."""
+    merged = causal.merge(scores, on=PAIR, how="inner")
+    out: dict = {}
+    for kind in KINDS:
+        for variant in measures(scores):
+            rows = merged[(merged["kind"] == kind) & (merged["variant"] == variant)]
+            labels, score = rows["causal"].to_numpy(bool), rows["score"].to_numpy(float)
+            out.setdefault(kind, {})[variant] = {
+                "pr_auc": _finite(average_precision(labels, score)),
+                "roc_auc": _finite(roc_auc(labels, score)),
+                "causal": int(labels.sum()),
+                "pairs": int(len(rows)),
+            }
+    return out
+
+
+def summarize(
+    effects: pd.DataFrame, scores: pd.DataFrame, min_effect: float, batches: pd.DataFrame | None = None
+) -> dict:
+    """{effect: {"spearman", "top_source", and with `batches` (ablation_batches.csv) "ranking"}}
+    for every effect in EFFECTS."""
+    out = {}
+    for effect in EFFECTS:
+        out[effect] = {
             "spearman": spearman(effects, scores, effect),
             "top_source": top_source(effects, scores, effect, min_effect),
         }
-        for effect in EFFECTS
-    }
+        if batches is not None:
+            out[effect]["ranking"] = ranking(causal_edges(batches, effect, min_effect), scores)
+    return out

@@ -33,6 +33,7 @@ highest score, else "other".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +45,7 @@ from pipeline import ablation, agreement, data, patterns, strands
 from pipeline.config import HeadsConfig, RoleThresholds, require_fits_context, require_window_fits
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
-from pipeline.tables import PATTERN_SCORES, ROLES
+from pipeline.tables import ABLATION_COLUMNS, PATTERN_SCORES, ROLES
 from pipeline.weights import HeadWeights, power_of_two_scaled
 
 # The primary role. Some scores nest: a previous-token head also fills the recent window,
@@ -71,9 +72,10 @@ COLUMNS = ["layer", "head", "role", *SCORES, *FLAGS]
 @dataclass
 class HeadsResult:
     table: pd.DataFrame  # heads.csv: COLUMNS, one row per head
-    ablation: pd.DataFrame  # ablation.csv: tables.ABLATION_COLUMNS
+    ablation: pd.DataFrame  # ablation.csv: tables.ABLATION_COLUMNS, each effect's mean over the batches
     # one probe sequence: tokens [pos], pattern [layer, head, query_pos, key_pos]
     example: dict[str, Tensor]
+    batches: pd.DataFrame  # ablation_batches.csv: "batch" + tables.ABLATION_COLUMNS, every batch
 
 
 # --- scores ------------------------------------------------------------------------
@@ -172,32 +174,47 @@ def analyse(
     scores: pd.DataFrame,
     sources: tuple[str, str] = ("model", "weights"),
 ) -> HeadsResult:
-    """Scores, roles and the path ablation of every head: the probe drawn from `seed`, the
-    held-out windows of `dataset`; `scores` is the composition stage's scores.csv, `sources`
-    name the model and the weights in errors."""
+    """Scores, roles and the path ablation of every head: `cfg.ablation_batches` probes drawn
+    from `seed`, `seed + 1`, ..., and as many disjoint batches of the held-out windows of
+    `dataset` (loaded with that many times `eval_sequences`); `scores` is the composition stage's
+    scores.csv, `sources` name the model and the weights in errors."""
     require_lengths_fit(model.cfg.n_ctx, cfg)
-    probe = data.repeated_probe(dataset, cfg.eval_sequences, cfg.repeat_length, model.cfg.d_vocab, seed)
-    return analyse_batches(model, hw, probe, dataset.eval, cfg, scores, sources)
+    n = cfg.eval_sequences
+    # as many batches as the held-out windows give (all of them when loaded with ablation_batches x n)
+    heldout = [
+        dataset.eval[b * n : (b + 1) * n] for b in range(cfg.ablation_batches) if len(dataset.eval) > b * n
+    ]
+    probes = [
+        data.repeated_probe(dataset, n, cfg.repeat_length, model.cfg.d_vocab, seed + b)
+        for b in range(len(heldout))
+    ]
+    return analyse_batches(model, hw, probes, heldout, cfg, scores, sources)
 
 
 @torch.no_grad()
 def analyse_batches(
     model: AttnOnlyTransformer,
     hw: HeadWeights,
-    repeated: Tensor,
-    heldout: Tensor,
+    repeated: Tensor | Sequence[Tensor],
+    heldout: Tensor | Sequence[Tensor],
     cfg: HeadsConfig,
     scores: pd.DataFrame,
     sources: tuple[str, str] = ("model", "weights"),
 ) -> HeadsResult:
-    """`analyse` on given batches: `repeated` [batch, 1 + 2 repeat_length], `heldout` [batch, pos]."""
+    """`analyse` on given batches: `repeated` [batch, 1 + 2 repeat_length], `heldout` [batch, pos],
+    or lists of them: the head scores read the first of each, the path ablation every pair of
+    them (probe b with held-out batch b), so that its noise can be measured."""
+    repeated = [repeated] if isinstance(repeated, Tensor) else list(repeated)
+    heldout = [heldout] if isinstance(heldout, Tensor) else list(heldout)
+    if len(repeated) != len(heldout):
+        raise ValueError(f"{len(repeated)} probe batches but {len(heldout)} held-out ones")
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if (L, H) != (hw.n_layers, hw.n_heads):
         problem = (
             f"has {hw.n_layers} layers x {hw.n_heads} heads, but {sources[0]} has {L} layers x {H} heads"
         )
         raise UserError(sources[1], problem)
-    values, example = pattern_scores(model, repeated, heldout, cfg.repeat_length, cfg.window_length)
+    values, example = pattern_scores(model, repeated[0], heldout[0], cfg.repeat_length, cfg.window_length)
     values["copying"] = copying(hw)
     values["qk_positivity"] = qk_positivity(hw, best_sources(scores))
     layer, head = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
@@ -205,9 +222,14 @@ def analyse_batches(
     for name in SCORES:
         table[name] = values[name].to(torch.float64).reshape(-1).numpy()
     table = classify(table, cfg.thresholds)
-    on_probe = ablation.path_ablation(model, repeated, cfg.repeat_length)
-    on_text = ablation.path_ablation(model, heldout, None)  # same rows, same order
-    effects = on_probe.assign(heldout_loss_effect=on_text["loss_effect"].to_numpy())
+    per_batch = []
+    for b, (probe, text) in enumerate(zip(repeated, heldout, strict=True)):
+        on_probe = ablation.path_ablation(model, probe, cfg.repeat_length)
+        on_text = ablation.path_ablation(model, text, None)  # same rows, same order
+        per_batch.append(on_probe.assign(heldout_loss_effect=on_text["loss_effect"].to_numpy(), batch=b))
+    batches = pd.concat(per_batch, ignore_index=True)[["batch", *ABLATION_COLUMNS]]
+    pair = list(ABLATION_COLUMNS[:5])
+    effects = batches.groupby(pair, sort=False)[list(ABLATION_COLUMNS[5:])].mean().reset_index()
     # finite weights can still overflow a forward pass; a NaN here would silently take no role
     must_be_finite = [
         table[["prev_token", "current_token", "first_token", "recent_mass", "induction"]].to_numpy(),
@@ -216,7 +238,7 @@ def analyse_batches(
     if not all(np.isfinite(x).all() for x in must_be_finite):
         problem = "attention patterns or losses are not finite on the evaluation batches: weights too large"
         raise UserError(sources[0], problem)
-    return HeadsResult(table, effects, example)
+    return HeadsResult(table, effects, example, batches)
 
 
 # --- summary -----------------------------------------------------------------------
@@ -240,5 +262,5 @@ def summarize(result: HeadsResult, scores: pd.DataFrame, min_effect: float) -> d
         },
         "max": {name: _finite(table[name].max()) for name in SCORES},
         "min_effect": min_effect,
-        "agreement": agreement.summarize(result.ablation, scores, min_effect),
+        "agreement": agreement.summarize(result.ablation, scores, min_effect, result.batches),
     }

@@ -1,5 +1,6 @@
 """Classify every head and check composition against a causal path ablation:
-heads.csv, ablation.csv, patterns.safetensors (one probe sequence), summary.json.
+heads.csv, ablation.csv (each effect averaged over the disjoint batches), ablation_batches.csv (every
+batch: the ablation's noise), patterns.safetensors (one probe sequence), summary.json.
 
     python -m stages.heads --model outputs/train/seed0/model.safetensors \
         --config outputs/train/seed0/config.json --weights outputs/weights/seed0/heads.safetensors \
@@ -48,8 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.invariant:
             inv = tables.read_csv(args.invariant, tables.INVARIANT_COLUMNS, empty_ok=False)
             measured = tables.join_measures(scores, inv)
-        dataset = data.load(
-            cfg.data, model.cfg, args.seed, h.eval_sequences, args.tokenized, need_train=False
+        dataset = data.load(  # one batch of held-out windows per ablation batch
+            cfg.data,
+            model.cfg,
+            args.seed,
+            h.eval_sequences * h.ablation_batches,
+            args.tokenized,
+            need_train=False,
         )
         result = heads.analyse(model, hw, dataset, h, args.seed, scores, sources=(args.model, args.weights))
         summary = heads.summarize(result, measured, h.min_effect)
@@ -57,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         io.clean_stale(out)
         io.write_csv(out / "heads.csv", result.table)
         io.write_csv(out / "ablation.csv", result.ablation)
+        io.write_csv(out / "ablation_batches.csv", result.batches)
         checkpoint.save_state(out / "patterns.safetensors", result.example, {"seed": args.seed})
         io.write_json(out / "summary.json", summary)
 

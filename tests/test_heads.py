@@ -12,7 +12,18 @@ import planted
 import pytest
 import torch
 
-from pipeline import agreement, checkpoint, composition, data, heads, params, tl_checkpoint, weights
+from pipeline import (
+    agreement,
+    checkpoint,
+    composition,
+    data,
+    heads,
+    params,
+    significance,
+    tables,
+    tl_checkpoint,
+    weights,
+)
 from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, ModelConfig, RoleThresholds
 from pipeline.model import AttnOnlyTransformer
 from pipeline.tables import ABLATION_COLUMNS, VARIANTS
@@ -240,6 +251,54 @@ def test_top_source_known_answers():
     assert agreement.top_source(effects, scores, "attn_effect", 0.01)["K"]["true"] == {"match": 0, "heads": 0}
 
 
+def test_causal_edges_exceed_their_batch_to_batch_spread():
+    pair = {"kind": "K", "src_layer": 0, "dst_layer": 1, "dst_head": 0}
+    effects = {  # three batches per source head
+        0: [0.10, 0.11, 0.12],  # mean 0.11, sd 0.01: t = 19 > t_{0.95, 2} = 2.92: causal
+        1: [0.30, -0.10, 0.10],  # mean 0.10, sd 0.2: t = 0.87: within its noise
+        2: [0.004, 0.005, 0.006],  # beyond its noise but below min_effect 0.01
+        3: [-0.2, -0.21, -0.22],  # ablation lowers the loss: the circuit hurts; never causal
+        4: [0.05, 0.05, 0.05],  # no spread at all: its size decides
+    }
+    batches = pd.DataFrame(
+        [
+            {"batch": b, **pair, "src_head": a, "loss_effect": e}
+            for a, es in effects.items()
+            for b, e in enumerate(es)
+        ]
+    )
+    got = agreement.causal_edges(batches, "loss_effect", min_effect=0.01).set_index("src_head")
+    assert got["causal"].to_dict() == {0: True, 1: False, 2: False, 3: False, 4: True}
+    assert got.loc[0, "mean"] == pytest.approx(0.11) and got.loc[0, "sd"] == pytest.approx(0.01)
+    one = agreement.causal_edges(batches[batches["batch"] == 1], "loss_effect", 0.01)  # no spread to measure
+    assert one.set_index("src_head")["causal"].to_dict() == {0: True, 1: False, 2: False, 3: False, 4: True}
+
+
+def test_ranking_known_answers():
+    labels = np.array([True, False, True, False, False])
+    # scores rank: 0.9 (T), 0.8 (F), 0.7 (T), then the rest: AP = 1/2 (1/1) + 1/2 (2/3)
+    assert agreement.average_precision(labels, np.array([0.9, 0.8, 0.7, 0.1, 0.2])) == pytest.approx(
+        0.5 + 0.5 * 2 / 3
+    )
+    # ROC-AUC: of 2 x 3 (causal, not) pairs, the causal one wins 5 (0.7 loses to 0.8)
+    assert agreement.roc_auc(labels, np.array([0.9, 0.8, 0.7, 0.1, 0.2])) == pytest.approx(5 / 6)
+    # ties share: every score equal gives 1/2; an undefined score ranks last
+    assert agreement.roc_auc(labels, np.ones(5)) == pytest.approx(0.5)
+    assert agreement.average_precision(labels, np.ones(5)) == pytest.approx(2 / 5)
+    assert agreement.roc_auc(labels, np.array([np.nan, 0.8, 0.7, 0.1, 0.2])) == pytest.approx(2 / 6)
+    assert np.isnan(agreement.average_precision(np.zeros(3, bool), np.arange(3.0)))  # nothing causal
+
+
+def test_ranking_reads_the_causal_edges_per_kind_and_measure():
+    effects, scores = pairs_table()
+    batches = pd.concat([effects.assign(batch=b) for b in range(3)])  # no spread: causal when >= 0.01
+    ranked = agreement.ranking(agreement.causal_edges(batches, "heldout_loss_effect", 0.01), scores)
+    # held-out: (a, b) = (0, 0) 0.5 and (1, 0) 0.1 causal; true scores 1, 3 of [1, 2, 3, 4]
+    assert ranked["K"]["true"]["causal"] == 2 and ranked["K"]["true"]["pairs"] == 4
+    assert ranked["K"]["true"]["roc_auc"] == pytest.approx(1 / 4)  # 3 beats 2, loses to 4; 1 loses both
+    assert ranked["K"]["errata_bcda"]["roc_auc"] == pytest.approx(3 / 4)
+
+
 def test_summary_counts_roles(planted_result, planted_scores):
     summary = heads.summarize(planted_result, planted_scores, min_effect=0.01)
     assert summary["roles"] == {role: (0 if role == "other" else 1) for role in heads.ROLES}
@@ -264,8 +323,10 @@ def stage_inputs(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(planted.CONFIG)))
     hw = weights.from_state_dict(model.state_dict())
     weights.save(tmp_path / "heads.safetensors", hw)
-    scores = composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
-    scores.to_csv(tmp_path / "scores.csv", index=False)
+    measured, _ = significance.measured(
+        hw, CompositionConfig(baseline_samples=8, null_samples=4), 0, "shortformer"
+    )
+    tables.split_measures(measured)[0].to_csv(tmp_path / "scores.csv", index=False)
     overrides = [
         "setup=synthetic", "model.n_ctx=16", "model.d_vocab=16",
         "model.n_heads=3", "model.d_head=32", "model.d_model=96",
@@ -295,6 +356,16 @@ def test_stage_writes_the_interface_and_is_byte_identical_on_rerun(tmp_path):
     )
     ablated = pd.read_csv(out / "ablation.csv")
     assert list(ablated.columns) == list(ABLATION_COLUMNS)
+    # three disjoint batches (analysis.heads.ablation_batches), ablation.csv their mean
+    batches = pd.read_csv(out / "ablation_batches.csv")
+    assert list(batches.columns) == ["batch", *ABLATION_COLUMNS] and sorted(set(batches["batch"])) == [
+        0,
+        1,
+        2,
+    ]
+    mean = batches.groupby(list(ABLATION_COLUMNS[:5]), sort=False)[list(ABLATION_COLUMNS[5:])].mean()
+    pd.testing.assert_frame_equal(ablated.set_index(list(ABLATION_COLUMNS[:5])), mean)
+    assert batches.groupby("batch")["heldout_loss_effect"].sum().nunique() == 3  # different data each
     summary = json.loads((out / "summary.json").read_text())
     assert summary["roles"]["induction"] == 1
     assert summary["agreement"]["loss_effect"]["spearman"]["K"].keys() == set(VARIANTS)
