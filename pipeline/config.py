@@ -308,9 +308,13 @@ class TrainConfig(Section):
 class CompositionConfig(Section):
     baseline_samples: int = 200  # random matrices of the same shapes per score variant
     null_samples: int = 64  # random orthogonal rotations for the spectrum-preserving null
+    # a pair composes (a discovery) at this false-discovery rate, Benjamini-Hochberg per kind and
+    # measure, against the model's own empirical null (pipeline/significance.py)
+    fdr: float = 0.05
 
     def check(self) -> None:
         _positive(self, "baseline_samples", "null_samples")
+        require(0.0 < self.fdr < 1.0, "fdr", "must be in (0, 1)", self.fdr)
 
 
 @dataclass
@@ -342,22 +346,26 @@ class HeadsConfig(Section):
     # top-source agreement counts a later head when its strongest ablation effect reaches this
     # (nats of loss, or induction score)
     min_effect: float = 0.01
+    # the path ablation runs on this many disjoint held-out batches (and probes of their own):
+    # an edge is causal when its effect exceeds their spread (pipeline/agreement.py)
+    ablation_batches: int = 3
     thresholds: RoleThresholds = field(default_factory=RoleThresholds)
 
     def check(self) -> None:
-        _positive(self, "eval_sequences", "repeat_length", "window_length")
+        _positive(self, "eval_sequences", "repeat_length", "window_length", "ablation_batches")
         require(self.min_effect >= 0, "min_effect", "must be >= 0", self.min_effect)
 
 
-EDGE_CRITERIA = ("z", "excess")
+EDGE_CRITERIA = ("fdr", "z", "excess")
 
 
 @dataclass
 class FiguresConfig(Section):
     # errata diagram: which pairs get an edge, by a criterion that means the same in both panels
-    # ("z": z against the spectrum-preserving null > edge_z), or by an absolute threshold on
+    # ("fdr": the discoveries at analysis.composition.fdr; "z": the raw, uncalibrated z against
+    # the spectrum-preserving null > edge_z), or by the paper's absolute threshold on
     # score - baseline ("excess" > edge_threshold: the variants' scales differ up to ~30x)
-    edges: str = "z"
+    edges: str = "fdr"
     edge_z: float = 3.0
     edge_threshold: float = 0.05
     errata_variant: str = "errata_bcda_trueden"  # the "original" panel (README, "The denominators")
@@ -379,18 +387,15 @@ class FiguresConfig(Section):
 
 @dataclass
 class CompareConfig(Section):
-    """Across seeds: means with percentile-bootstrap confidence intervals (pipeline/compare.py)."""
+    """Across seeds: means with t intervals, sign counts and verdicts (pipeline/compare/stats.py)."""
 
     ci: float = 0.95  # confidence level of every interval
-    bootstrap_samples: int = 10000  # resamples of the seeds
-    bootstrap_seed: int = 0  # the resampling is seeded: same inputs, same intervals
-    z_threshold: float = 3.0  # claim (b): a composition "shows" when its z against the null exceeds this
+    min_seeds: int = 3  # a verdict (holds or fails) needs at least this many seeds, every one agreeing
     dpi: int = 120  # the compare figures (own key: figures params rerun only the figures stages)
 
     def check(self) -> None:
         require(0.0 < self.ci < 1.0, "ci", "must be in (0, 1)", self.ci)
-        _positive(self, "bootstrap_samples", "dpi")
-        require(self.bootstrap_seed >= 0, "bootstrap_seed", "must be >= 0", self.bootstrap_seed)
+        _positive(self, "min_seeds", "dpi")
 
 
 @dataclass

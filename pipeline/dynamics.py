@@ -4,18 +4,18 @@ model gets, on the same footing.
 At each checkpoint (train's checkpoints/, `pipeline.checkpoint.read_index`):
 
 - the analysis-ready weights, exactly as the weights stage prepares them
-  (`weights.prepare`), then every composition score with its baseline and z, as the
-  composition stage computes them (`composition.composition_scores`, five variants, and
-  `invariant.invariant_scores`, the measure that survives a change of residual basis),
-  from the same seed: at the final checkpoint the rows equal the composition stage's;
+  (`weights.prepare`), then every composition score with its baseline, raw z and
+  significance, as the composition stage computes them (`significance.measured`: five
+  variants and the invariant measure, calibrated against that checkpoint's own placebo
+  pairs), from the same seed: at the final checkpoint the rows equal the composition stage's;
 - the attention scores of every head (`heads.pattern_scores`) on the heads stage's two
   batches (the repeated probe and held-out text, drawn from the same seed), and the
   held-out loss.
 
 The top induction <- previous-token pair is chosen once, at the last checkpoint: the
 later head (layer >= 1) with the highest induction score, and the earlier head with the
-highest previous-token score in a layer before it. steps.tsv follows its K-composition z
-under every measure through training (`pipeline.phases` reads it).
+highest previous-token score in a layer before it. steps.tsv follows its K-composition raw
+z and BH q under every measure through training (`pipeline.phases` reads it).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import composition, heads, invariant, phases, tl_checkpoint, weights
+from pipeline import heads, phases, significance, tl_checkpoint, weights
 from pipeline.config import Config
 from pipeline.errors import UserError
 from pipeline.model import next_token_loss
@@ -40,7 +40,6 @@ from pipeline.tables import (
     PATTERN_SCORES,
     STEPS_COLUMNS,
     excess,
-    join_measures,
 )
 
 PAIR_KIND = "K"  # an induction head's keys read what the previous-token head wrote
@@ -56,11 +55,8 @@ class DynamicsResult:
 
 def scores_at(hw: weights.HeadWeights, cfg: Config, seed: int, positions: str) -> pd.DataFrame:
     """Every composition score of one set of weights: scores.csv's rows, then invariant.csv's as
-    variant `invariant` (SCORES_COLUMNS), as the composition stage computes them."""
-    c = cfg.analysis.composition
-    return join_measures(
-        composition.composition_scores(hw, c, seed), invariant.invariant_scores(hw, c, seed, positions)
-    )
+    variant `invariant` (SCORES_COLUMNS), as the composition stage computes and calibrates them."""
+    return significance.measured(hw, cfg.analysis.composition, seed, positions)[0]
 
 
 @torch.no_grad()
@@ -94,7 +90,7 @@ def steps_table(
 ) -> pd.DataFrame:
     """One row per checkpoint: held-out loss, best induction and previous-token scores (as
     train's curve.tsv: induction over layers >= 1, previous-token over layers before the
-    last), and the pair's K z under every measure (`z_<measure>`)."""
+    last), and the pair's K raw z and BH q under every measure (`z_<measure>`, `q_<measure>`)."""
     L = int(head_scores["layer"].max()) + 1
     late = head_scores[head_scores["layer"] >= min(1, L - 1)]
     early = head_scores[head_scores["layer"] <= max(0, L - 2)]
@@ -107,9 +103,10 @@ def steps_table(
         & (comp["src_layer"] == i) & (comp["src_head"] == a)
         & (comp["dst_layer"] == j) & (comp["dst_head"] == b)
     ]  # fmt: skip
-    z = rows.pivot(index="step", columns="variant", values="z")
-    for m in MEASURES:
-        out[f"z_{m}"] = z[m]
+    for column in ("z", "q"):
+        values = rows.pivot(index="step", columns="variant", values=column)
+        for m in MEASURES:
+            out[f"{column}_{m}"] = values[m]
     return out.reset_index()[list(STEPS_COLUMNS)]
 
 
@@ -148,7 +145,7 @@ def analyse(
     return DynamicsResult(comp, head_scores, steps, pair)
 
 
-def summarize(result: DynamicsResult, z: float) -> dict:
+def summarize(result: DynamicsResult, fdr: float) -> dict:
     """summary.json: the checkpoint count, the pair followed, the phase step and each measure's
-    clear step and lag (`phases.summary`; z: analysis.compare.z_threshold)."""
-    return {"checkpoints": len(result.steps), "pair": result.pair, **phases.summary(result.steps, z)}
+    clear step and lag (`phases.summary`; fdr: analysis.composition.fdr)."""
+    return {"checkpoints": len(result.steps), "pair": result.pair, **phases.summary(result.steps, fdr)}

@@ -1,5 +1,5 @@
 """Compare the seeds of params.yaml: the long table of per-seed statistics (claims.csv), each
-across seeds with a bootstrap interval (stats.csv), composition between role groups
+across seeds with a t interval (stats.csv), composition between role groups
 (groups.csv), every head's role (roles.csv), mean training curves (curves.tsv), verdicts
 (summary.json, DVC metrics) and figures; the claims under the basis-invariant measure, and
 when each measure sees the induction circuit form (the dynamics stage).
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         inputs = [read.read_seed(seed, *dirs) for seed in cfg.seeds]
-        result = stats.compare(inputs, c, cfg.analysis.figures.edge_threshold)
+        result = stats.compare(inputs, c, cfg.analysis.figures.edge_threshold, cfg.analysis.composition.fdr)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         for name in ("claims", "stats", "groups", "roles"):
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         io.write_text(out / "summary.json", stats.summary_json(result.summary))
         figs = io.ensure_dir(out / "figures")
         io.clean_stale(figs)
-        claims_fig = compare_figures.claims_figure(result.claims, result.stats, c.z_threshold, c.ci)
+        claims_fig = compare_figures.claims_figure(result.claims, result.stats, c.ci)
         figures.save(claims_fig, figs / "claims", dpi=c.dpi)
         figures.save(compare_figures.roles_figure(result.claims, result.stats), figs / "roles", dpi=c.dpi)
         figures.save(

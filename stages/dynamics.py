@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         result = dynamics.analyse(
             entries, args.checkpoints, args.config, repeated, dataset.eval, cfg, args.seed, bar
         )
-        summary = dynamics.summarize(result, cfg.analysis.compare.z_threshold)
+        summary = dynamics.summarize(result, cfg.analysis.composition.fdr)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         io.write_csv(out / "composition.csv", result.composition)

@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output directory")
 
     def body(args) -> None:
-        cfg = params.load(args.params).analysis.figures
+        analysis = params.load(args.params).analysis
+        cfg = analysis.figures
         # every input is read (and checked) before anything is written
         scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS, empty_ok=False)
         heads = (
@@ -56,11 +57,17 @@ def main(argv: list[str] | None = None) -> int:
             steps = tables.read_csv(
                 f"{args.dynamics}/steps.tsv", tables.STEPS_COLUMNS, sep="\t", empty_ok=False
             )
-            pair, z = dynamics_figures.read_summary(f"{args.dynamics}/summary.json")
+            pair, fdr = dynamics_figures.read_summary(f"{args.dynamics}/summary.json")
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         diagram = composition_figures.errata_diagram(
-            scores, cfg.edges, cfg.edge_z, cfg.edge_threshold, heads, (cfg.errata_variant, "true")
+            scores,
+            cfg.edges,
+            cfg.edge_z,
+            cfg.edge_threshold,
+            heads,
+            (cfg.errata_variant, "true"),
+            analysis.composition.fdr,
         )
         figures.save(diagram, out / "errata_diagram", dpi=cfg.dpi)
         for kind in composition_figures.KINDS:
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 fig = heads_figures.ablation_vs_composition(effects, scores, effect, rhos.get(effect), kinds)
                 figures.save(fig, out / f"ablation_{name}", dpi=cfg.dpi)
         if args.dynamics:
-            fig = dynamics_figures.dynamics_figure(steps, pair, z)
+            fig = dynamics_figures.dynamics_figure(steps, pair, fdr)
             figures.save(fig, out / "dynamics", dpi=cfg.dpi)
 
     return run_cli(parser, body, argv)

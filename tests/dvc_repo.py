@@ -63,7 +63,6 @@ TINY = [
     "analysis.heads.repeat_length=6",
     "analysis.heads.window_length=2",
     "analysis.figures.dpi=30",
-    "analysis.compare.bootstrap_samples=200",
     "analysis.compare.dpi=30",
     "seeds=[0]",
 ]

@@ -13,14 +13,23 @@ Planted excess (score - baseline_mean), times `scale` (seeds differ only by it):
     invariant K     induction <- previous_token 0.30 and 0.25, induction <- recent_window 0.20 and
                     0.05 (as true); all else 0.02 (invariant.csv)
 z is excess / baseline_std with baseline_std = 0.01 (true, invariant), 0.001 (errata).
+Discoveries (every seed alike; z_cal 5, p 0.001, q 0.01; the rest z_cal 0, p 0.4, q 0.5):
+    true            K 1.0 <- 0.0, 1.1 <- 0.0, 1.0 <- 0.1 (induction <- recent_window); V 1.2 <- 0.2: 4
+    errata          K 1.0 <- 0.0, 1.1 <- 0.0; B C D A (both denominators) also Q 1.2 <- 0.2: 3 and 2
+    invariant       K 1.0 <- 0.0, 1.1 <- 0.0: 2
+so (b) = 1, (b_inv) = 0, (m) = 4 - 3, (m_inv) = 2 - 3. placebo.csv: three pairs (1.h -> 0.h) per
+kind and measure, one of them discovered for K errata_dabc (a false-positive rate of 1/3).
 Agreement with the ablation (heads summary.json): Spearman 0.6 (true), 0.2 and 0.3 (the
 rotations), 0.5 (invariant); top source, every effect and kind: 2 of 2 later heads (true,
-invariant), 1 of 2 (errata).
+invariant), 1 of 2 (errata); PR-AUC of the causal edges (2 of 9) 0.8 (true), 0.5 and 0.6 (the
+rotations), 0.7 (invariant), ROC-AUC 0.1 above each: (c) = 0.8 - 0.6, (c_inv) = 0.7 - 0.6.
 
 Dynamics (steps.tsv, every seed alike), checkpoints at steps 0, 100, .., 500: induction
-reaches 0.5 at step 300 (the phase step). The pair's K z clears 3 for good at step 400
-(true), 300 (B C D A: it crosses at 100 and falls back first), 200 (D A B C) and 300
-(invariant): lags +100, 0, -100, 0; claim (t) = min(400 - 300, 400 - 200) = +100.
+reaches 0.5 at step 300 (the phase step). The pair's K z clears 3 (there its q is 0.01, else 0.5:
+a discovery) for good at step 400 (true), 300 (B C D A: it crosses at 100 and falls back
+first), 200 (D A B C) and 300 (invariant): lags +100, 0, -100, 0; claim (t) = min(400 - 300,
+400 - 200) = +100. z growth over steps 0-300, per 100 steps: 0.7 (true), 1.3 (B C D A), 1.8
+(D A B C): the ratio of the slower rotation, 13 / 7.
 """
 
 from __future__ import annotations
@@ -58,6 +67,22 @@ PLANTED = {
     ("K", "errata_dabc_trueden"): {(0, 0): 0.050, (1, 0): 0.040},
     ("K", "invariant"): {(0, 0): 0.30, (1, 0): 0.25, (0, 1): 0.20, (1, 1): 0.05},
 }
+DISCOVERED = {  # {(kind, variant): {(dst_head, src_head)}}
+    ("K", "true"): {(0, 0), (1, 0), (0, 1)},
+    ("V", "true"): {(2, 2)},
+    **{("K", v): {(0, 0), (1, 0)} for v in ("errata_bcda", "errata_dabc", "errata_bcda_trueden",
+                                            "errata_dabc_trueden", "invariant")},
+    ("Q", "errata_bcda"): {(2, 2)},
+    ("Q", "errata_bcda_trueden"): {(2, 2)},
+}  # fmt: skip
+PR_AUC = {
+    "true": 0.8,
+    "errata_bcda": 0.5,
+    "errata_dabc": 0.6,
+    "errata_bcda_trueden": 0.5,
+    "errata_dabc_trueden": 0.6,
+    "invariant": 0.7,
+}
 RHO = {
     "true": 0.6,
     "errata_bcda": 0.2,
@@ -73,10 +98,23 @@ Z_THROUGH_TRAINING = {
     "errata_dabc": [0, 1, 4, 5, 6, 7],
     "invariant": [0, 0, 1, 4, 5, 5],
 }
+RANKING = {v: {"pr_auc": a, "roc_auc": a + 0.1, "causal": 2, "pairs": 9} for v, a in PR_AUC.items()}
 AGREEMENT = {
-    effect: {"spearman": {k: dict(RHO) for k in KINDS}, "top_source": {k: dict(TOP) for k in KINDS}}
+    effect: {
+        "spearman": {k: dict(RHO) for k in KINDS},
+        "top_source": {k: dict(TOP) for k in KINDS},
+        "ranking": {k: dict(RANKING) for k in KINDS},
+    }
     for effect in ("heldout_loss_effect", "loss_effect", "attn_effect")
 }
+
+
+def significance(found: bool) -> dict:
+    return (
+        {"z_cal": 5.0, "p": 0.001, "q": 0.01, "discovery": True}
+        if found
+        else {"z_cal": 0.0, "p": 0.4, "q": 0.5, "discovery": False}
+    )
 
 
 def scale_of(seed: int) -> float:
@@ -92,6 +130,7 @@ def scores(scale: float = 1.0) -> pd.DataFrame:
             for src in range(3):
                 for dst in range(3):
                     excess = scale * PLANTED.get((kind, variant), {}).get((dst, src), background)
+                    found = (dst, src) in DISCOVERED.get((kind, variant), ())
                     rows.append(
                         {
                             "kind": kind,
@@ -104,8 +143,24 @@ def scores(scale: float = 1.0) -> pd.DataFrame:
                             "baseline_mean": mean,
                             "baseline_std": std,
                             "z": excess / std,
+                            **significance(found),
                         }
                     )
+    return pd.DataFrame(rows)
+
+
+def placebo() -> pd.DataFrame:
+    """placebo.csv: pairs 1.h -> 0.h of every kind and measure; one false discovery (module doc)."""
+    rows = []
+    for kind in KINDS:
+        for variant in MEASURES:
+            for h in range(3):
+                found = (kind, variant, h) == ("K", "errata_dabc", 0)
+                rows.append({
+                    "kind": kind, "variant": variant, "src_layer": 1, "src_head": h, "dst_layer": 0,
+                    "dst_head": h, "score": 0.1, "baseline_mean": 0.1, "baseline_std": 0.01, "z": 0.0,
+                    **significance(found),
+                })  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -149,6 +204,7 @@ def steps() -> pd.DataFrame:
             "induction": [0.0, 0.1, 0.3, 0.6, 0.7, 0.7],
             "prev_token": [0.1, 0.3, 0.6, 0.9, 0.95, 0.95],
             **{f"z_{m}": [float(v) for v in z[m]] for m in MEASURES},
+            **{f"q_{m}": [0.01 if v > 3 else 0.5 for v in z[m]] for m in MEASURES},
         }
     )
     return table[list(STEPS_COLUMNS)]
@@ -160,6 +216,7 @@ def seed_inputs(seed: int) -> SeedInputs:
     return SeedInputs(
         seed=seed,
         scores=scores(scale_of(seed)),
+        placebo=placebo(),
         heads=heads(),
         agreement=AGREEMENT,
         metrics=metrics,
@@ -188,6 +245,7 @@ def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:
         inp.scores[invariant].drop(columns="variant").to_csv(
             sub["composition"] / "invariant.csv", index=False
         )
+        inp.placebo.to_csv(sub["composition"] / "placebo.csv", index=False)
         inp.steps.to_csv(sub["dynamics"] / "steps.tsv", sep="\t", index=False)
         inp.heads.to_csv(sub["heads"] / "heads.csv", index=False)
         (sub["heads"] / "summary.json").write_text(json.dumps({"roles": {}, "agreement": inp.agreement}))

@@ -337,7 +337,7 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
     "unknown-edge-criterion": (
         "figures",
         lambda t, g: figures_args(t, g, {"analysis.figures.edges": "thick"}),
-        ("analysis.figures.edges = 'thick'", "one of z, excess"),
+        ("analysis.figures.edges = 'thick'", "one of fdr, z, excess"),
     ),
     "unknown-errata-variant": (
         "figures",
@@ -875,7 +875,7 @@ def _compare_args(tmp: Path, good: Good, spoil: Callable[[dict[str, Path]], obje
 
     dirs = syn.write_stage_outputs(tmp / "inputs", [0])
     spoil(dirs)
-    p = write_params(tmp, good, {"seeds": [0], "analysis.compare.bootstrap_samples": 100})
+    p = write_params(tmp, good, {"seeds": [0], "analysis.compare.min_seeds": 1})
     return ["--params", str(p), "--train", str(dirs["train"]), "--composition", str(dirs["composition"]),
             "--heads", str(dirs["heads"]), "--dynamics", str(dirs["dynamics"]),
             "--out", str(tmp / "compare")]  # fmt: skip
@@ -921,7 +921,7 @@ def _report_args(tmp: Path, good: Good) -> list[str]:
     import synthetic_seeds as syn
 
     shared = good.heads.parent / "report-inputs"  # built once, for both runs of this case (read only)
-    p = write_params(tmp, good, {"seeds": [0], "analysis.compare.bootstrap_samples": 100})
+    p = write_params(tmp, good, {"seeds": [0], "analysis.compare.min_seeds": 1})
     if not (shared / "compare" / "summary.json").exists():
         dirs = syn.write_stage_outputs(shared / "inputs", [0])
         compare = import_module("stages.compare").main(["--params", str(p), "--train", str(dirs["train"]),

@@ -1,5 +1,5 @@
 """The compare stage: role-group composition, the errata's claims per seed as one long table
-(known answers under both denominator hypotheses), bootstrap intervals across seeds, and
+(known answers under both denominator hypotheses), t intervals and verdicts across seeds, and
 the stage's files (exact seeds, byte-stable, one-line errors).
 
 Inputs are the hand-made tables of `synthetic_seeds` (planted values, see its docstring).
@@ -24,7 +24,8 @@ from pipeline.errors import UserError
 from pipeline.tables import CURVE_COLUMNS
 from stages import compare as compare_stage
 
-CFG = CompareConfig(bootstrap_samples=2000)
+CFG = CompareConfig()
+FDR = 0.05
 
 
 def scored(seed: int = 0) -> pd.DataFrame:
@@ -43,6 +44,8 @@ def test_group_composition_known_values():
     assert cell["max_excess"] == pytest.approx(0.30 * k)
     assert cell["mean_excess"] == pytest.approx((0.30 + 0.25) / 2 * k)
     assert cell["max_z"] == pytest.approx(0.30 * k / 0.01)
+    assert cell["discoveries"] == 2
+    assert g.loc[("K", "true", "induction", "recent_window"), "discoveries"] == 1
     assert g.loc[("K", "errata_bcda", "induction", "recent_window"), "max_excess"] == pytest.approx(0.01 * k)
     assert g.loc[("V", "true", "other", "other"), "n_pairs"] == 1
     # every head pair lands in exactly one cell of each (kind, variant)
@@ -77,7 +80,7 @@ EDGE = 0.1  # the paper's plotting threshold on the excess, for claims (m) and (
 
 def long_table(inp) -> pd.DataFrame:
     s = compare.with_roles(inp.scores, inp.heads)
-    return compare.seed_statistics(inp, s, compare.group_composition(s), EDGE, CFG)
+    return compare.seed_statistics(inp, s, compare.group_composition(s), EDGE, FDR)
 
 
 def value(table: pd.DataFrame, **where) -> float:
@@ -91,7 +94,6 @@ def value(table: pd.DataFrame, **where) -> float:
 def test_seed_statistics_claims_known_values():
     inp = syn.seed_inputs(2)
     t = long_table(inp)
-    k = syn.scale_of(2)
     assert list(t.columns) == list(compare.LONG_COLUMNS) and set(t["seed"]) == {2}
     assert not t.duplicated(compare.DIMENSIONS).any()  # one row per statistic
     assert (
@@ -99,33 +101,47 @@ def test_seed_statistics_claims_known_values():
         and value(t, claim="roles", statistic="other") == 2
     )
     assert value(t, claim="training", statistic="eval_loss") == pytest.approx(1.8)
-    # (a): true's strongest composition is V other <- other; each rotation singles out K induction <- prev
+    # (a): true's strongest composition is V other <- other; each rotation singles out K induction <- prev,
+    # the original's selectivity (the less selective rotation) minus the corrected one's
     assert value(t, claim="a", statistic="selectivity", variant="true") == pytest.approx(-1 / 13)
-    assert value(t, claim="a", statistic="a", hypothesis="rotated") == pytest.approx(49 / 51)
+    assert value(t, claim="a", statistic="a", hypothesis="rotated") == pytest.approx(49 / 51 + 1 / 13)
     assert value(t, claim="a", statistic="a", hypothesis="true") == pytest.approx(
-        (0.05 - 0.01) / (0.05 + 0.01)
+        (0.05 - 0.01) / (0.05 + 0.01) + 1 / 13
     )
-    # (b)
-    assert value(t, claim="b", statistic="b") == pytest.approx(20 * k)
+    # (b): one discovery among true K induction <- recent_window (1.0 <- 0.1, not 1.1 <- 0.1)
+    assert value(t, claim="b", statistic="b") == 1
     assert value(t, claim="b", statistic="relative", variant="true") == pytest.approx(2 / 3)
     assert value(t, claim="b", statistic="relative", variant="errata_dabc") == pytest.approx(0.01 / 0.50)
-    # (m): excess > 0.1 draws four true pairs (three K, one V), two of each rotated-denominator
-    # rotation (K), none with true denominators
-    assert value(t, claim="m", statistic="drawn", kind="K", variant="true") == 3
-    assert value(t, claim="m", statistic="m", hypothesis="rotated") == 4 - 2
-    assert value(t, claim="m", statistic="m", hypothesis="true") == 4 - 0
-    # (d): only K edges, all from head 0.0, under rotated denominators; nothing drawn under true ones
+    # (m): discoveries, 4 true against 3 (B C D A) and 2 (D A B C): the rotation finding more
+    assert value(t, claim="m", statistic="discoveries", kind="K", variant="true") == 3
+    assert value(t, claim="m", statistic="discoveries", kind="Q", variant="errata_bcda") == 1
+    assert value(t, claim="m", statistic="m") == 4 - 3
+    # beside them the raw rule: z > 3 for five true pairs (the 0.05 pair: z = 5 k) and every errata
+    # pair (background z 10); and the placebo pairs' false-positive rate
+    assert value(t, claim="m", statistic="raw_z_above_3", kind="K", variant="true") == 4
+    assert value(t, claim="m", statistic="raw_z_above_3", kind="Q", variant="errata_bcda") == 9
+    assert value(t, claim="m", statistic="placebo_rate", kind="K", variant="errata_dabc") == pytest.approx(
+        1 / 3
+    )
+    assert value(t, claim="m", statistic="placebo_rate", kind="K", variant="errata_bcda") == 0
+    # (d): the paper's plotting (excess > 0.1) draws three true K pairs and one V; only K edges, all
+    # from head 0.0, under rotated denominators; nothing drawn under true ones
+    assert value(t, claim="d", statistic="drawn", kind="K", variant="true") == 3
     assert value(t, claim="d", statistic="layer0_k_sources", variant="errata_bcda") == 1
     assert value(t, claim="d", statistic="d", hypothesis="rotated") == 1.0
     assert value(t, claim="d", statistic="d", hypothesis="true") == 0.0
     assert value(t, claim="d", statistic="only_k_one_source", variant="true") == 0.0  # V edges too
-    # (mz): z > 3 for five true pairs (the 0.05 pair: z = 5 k), every errata pair (background z 10)
-    assert value(t, claim="mz", statistic="mz") == 5 - 27
-    # (c): top source 2/2 (true) against 1/2; Spearman 0.6 against the better rotation's 0.3
+    # (c): PR-AUC 0.8 against the better rotation's 0.6; the chance level 2 / 9 beside it
     e = "heldout_loss_effect"
+    assert value(t, claim="c", statistic="pr_auc", kind="K", variant="true", effect=e) == pytest.approx(0.8)
+    assert value(
+        t, claim="c", statistic="roc_auc", kind="K", variant="errata_dabc", effect=e
+    ) == pytest.approx(0.7)
+    assert value(t, claim="c", statistic="causal_edges", kind="K", effect=e) == 2
+    assert value(t, claim="c", statistic="causal_fraction", kind="K", effect=e) == pytest.approx(2 / 9)
     assert value(t, claim="c", statistic="top_source", kind="K", variant="true", effect=e) == 1.0
-    assert value(t, claim="c", statistic="c", hypothesis="true") == pytest.approx(0.5)
-    assert value(t, claim="c", statistic="spearman_gain", hypothesis="rotated") == pytest.approx(0.6 - 0.3)
+    for h in ("rotated", "true"):
+        assert value(t, claim="c", statistic="c", hypothesis=h) == pytest.approx(0.8 - 0.6)
 
 
 def test_seed_without_recent_window_heads_leaves_claim_b_out():
@@ -135,8 +151,8 @@ def test_seed_without_recent_window_heads_leaves_claim_b_out():
     t = long_table(inp)
     assert math.isnan(value(t, claim="b", statistic="b"))
     assert math.isnan(value(t, claim="b", statistic="relative", variant="true"))
-    assert math.isnan(value(t, claim="c", statistic="c", hypothesis="rotated"))  # no top-source counts
-    assert value(t, claim="a", statistic="a", hypothesis="rotated") == pytest.approx(49 / 51)  # unaffected
+    assert math.isnan(value(t, claim="c", statistic="c", hypothesis="rotated"))  # no ranking
+    assert value(t, claim="a", statistic="a", hypothesis="rotated") == pytest.approx(49 / 51 + 1 / 13)
 
 
 def test_a_head_without_a_role_is_named():
@@ -148,82 +164,94 @@ def test_a_head_without_a_role_is_named():
 # --- across seeds --------------------------------------------------------------------
 
 
-def test_bootstrap_known_answers():
-    assert compare.bootstrap_ci([1.0], CFG) == (None, None)
-    assert compare.bootstrap_ci([2.0, math.nan], CFG) == (None, None)
-    assert compare.bootstrap_ci([0.5, 0.5, 0.5], CFG) == (0.5, 0.5)
-    # two seeds: resampled means are x1 (1/4), the midpoint (1/2), x2 (1/4): the 95% interval is [x1, x2]
-    assert compare.bootstrap_ci([1.0, 3.0], CFG) == (1.0, 3.0)
-    lo, hi = compare.bootstrap_ci([0.0, 1.0, 2.0], CFG)
-    assert 0.0 <= lo < 1.0 < hi <= 2.0 and lo == pytest.approx(2.0 - hi, abs=0.05)  # symmetric data
-    # a narrower level gives a narrower interval
-    lo80, hi80 = compare.bootstrap_ci(
-        [0.0, 1.0, 2.0, 5.0, 3.0], CompareConfig(ci=0.8, bootstrap_samples=2000)
+def test_t_interval_known_answers():
+    assert compare.t_interval([1.0], 0.95) == (None, None)
+    assert compare.t_interval([2.0, math.nan], 0.95) == (None, None)
+    assert compare.t_interval([0.5, 0.5, 0.5], 0.95) == (0.5, 0.5)
+    # mean 2, sd 1, n 3: 2 -+ t_{0.975, 2} / sqrt(3), t_{0.975, 2} = 4.302653
+    lo, hi = compare.t_interval([1.0, 2.0, 3.0], 0.95)
+    assert lo == pytest.approx(2 - 4.302653 / 3**0.5, abs=1e-6) and hi == pytest.approx(
+        2 + 4.302653 / 3**0.5, abs=1e-6
     )
-    lo95, hi95 = compare.bootstrap_ci([0.0, 1.0, 2.0, 5.0, 3.0], CFG)
-    assert lo95 <= lo80 < hi80 <= hi95
+    lo80, hi80 = compare.t_interval([1.0, 2.0, 3.0], 0.8)  # t_{0.9, 2} = 1.885618
+    assert hi80 - lo80 == pytest.approx(2 * 1.885618 / 3**0.5, abs=1e-6)
 
 
-def test_bootstrap_is_seeded():
-    x = [0.1, 0.7, 0.3, 0.9, 0.4]
-    assert compare.bootstrap_ci(x, CFG) == compare.bootstrap_ci(x, CFG)
-    other = compare.bootstrap_ci(x, CompareConfig(bootstrap_samples=2000, bootstrap_seed=1))
-    assert other != compare.bootstrap_ci(x, CFG)
+def test_sign_test_known_answers():
+    assert compare.sign_test([1.0, 2.0, 3.0], 0.0) == pytest.approx(0.25)  # 2 x (1/2)^3
+    assert compare.sign_test([1.0, 2.0, 3.0, 4.0, 5.0, -1.0], 0.0) == pytest.approx(14 / 64)
+    assert compare.sign_test([0.0, 0.0], 0.0) is None  # every value on the limit
 
 
 @pytest.mark.parametrize(
-    "stat, expected",
+    "stat, values, expected",
     [
-        ({"n": 0, "lo": None, "hi": None}, "untestable"),
-        ({"n": 1, "lo": None, "hi": None}, "inconclusive"),
-        ({"n": 3, "lo": 0.1, "hi": 0.5}, "holds"),
-        ({"n": 3, "lo": -0.5, "hi": -0.1}, "fails"),
-        ({"n": 3, "lo": -0.1, "hi": 0.5}, "inconclusive"),
+        ({"n": 0, "lo": None, "hi": None}, [], "untestable"),
+        ({"n": 1, "lo": None, "hi": None}, [1.0], "inconclusive"),
+        ({"n": 3, "lo": 0.1, "hi": 0.5}, [0.2, 0.3, 0.4], "holds"),
+        ({"n": 3, "lo": -0.5, "hi": -0.1}, [-0.2, -0.3, -0.4], "fails"),
+        ({"n": 3, "lo": -0.1, "hi": 0.5}, [0.2, 0.3, -0.01], "inconclusive"),
+        ({"n": 3, "lo": 0.1, "hi": 0.5}, [0.2, 0.3, 0.0], "inconclusive"),  # one seed on the threshold
+        ({"n": 2, "lo": 0.1, "hi": 0.5}, [0.2, 0.4], "inconclusive"),  # fewer than min_seeds = 3
     ],
 )
-def test_verdict(stat, expected):
-    assert compare.verdict(stat, 0.0) == expected
+def test_verdict(stat, values, expected):
+    assert compare.verdict(stat, 0.0, values, min_seeds=3) == expected
 
 
 def test_compare_across_seeds():
-    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE)
+    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE, FDR)
     assert list(result.claims["seed"].unique()) == [0, 1, 2]
     assert list(result.groups["seed"].unique()) == [0, 1, 2]
     assert list(result.roles["seed"].unique()) == [0, 1, 2]
     summary = result.summary
     assert summary["n_seeds"] == 3
     b = summary["claims"]["b"]["-"]
-    assert b["mean"] == pytest.approx(22.0) and 20.0 <= b["lo"] < 22.0 < b["hi"] <= 24.0
+    assert (b["mean"], b["lo"], b["hi"]) == (1.0, 1.0, 1.0)  # one discovery in every seed
     for name, hypothesis, expected in [
-        ("a", "rotated", "holds"), ("a", "true", "holds"), ("b", "-", "holds"), ("m", "true", "holds"),
-        ("mz", "-", "fails"), ("d", "rotated", "holds"), ("d", "true", "fails"), ("c", "true", "holds"),
+        ("a", "rotated", "holds"), ("a", "true", "holds"), ("b", "-", "holds"), ("m", "-", "holds"),
+        ("m_inv", "-", "fails"), ("b_inv", "-", "fails"), ("d", "rotated", "holds"),
+        ("d", "true", "fails"), ("c", "true", "holds"), ("c_inv", "rotated", "holds"), ("t", "-", "holds"),
     ]:  # fmt: skip
         assert summary["claims"][name][hypothesis]["verdict"] == expected, (name, hypothesis)
     a = summary["claims"]["a"]["rotated"]
-    assert a["seeds_holding"] == 3 and a["seeds_tested"] == 3 and a["threshold"] == 0.0
-    assert summary["claims"]["d"]["true"]["threshold"] == 0.5 and b["threshold"] == 3.0
+    assert a["seeds_holding"] == 3 and a["seeds_failing"] == 0 and a["seeds_tested"] == 3
+    assert a["threshold"] == 0.0 and a["sign_p"] == pytest.approx(0.25)
+    assert a["per_seed"] == {"0": pytest.approx(49 / 51 + 1 / 13)} | {
+        s: pytest.approx(49 / 51 + 1 / 13) for s in ("1", "2")
+    }
+    assert summary["claims"]["d"]["true"]["threshold"] == 0.5 and b["threshold"] == 0.5
+    assert summary["claims"]["m_inv"]["-"]["seeds_failing"] == 3
     assert summary["training"]["eval_loss"] == pytest.approx(1.9) and summary["roles"]["induction"] == 2
-    assert list(summary) == ["n_seeds", "claims", "training", "roles"]
-    assert list(a) == ["verdict", "seeds_holding", "seeds_tested", "mean", "lo", "hi", "threshold"]
-    # every statistic of the long table has its row across seeds
+    assert list(summary) == ["n_seeds", "rule", "claims", "training", "roles"]
+    assert list(a) == [
+        "verdict", "seeds_holding", "seeds_failing", "seeds_tested", "mean", "lo", "hi", "sign_p",
+        "per_seed", "threshold",
+    ]  # fmt: skip
+    # every statistic of the long table has its row across seeds; a t interval where seeds differ
     stats = result.stats.set_index(compare.DIMENSIONS)
     assert len(stats) == len(result.claims.drop_duplicates(compare.DIMENSIONS))
-    assert stats.loc[("c", "true", "K", "-", "heldout_loss_effect", "c"), "lo"] == pytest.approx(0.5)
+    row = stats.loc[("training", "-", "-", "-", "-", "eval_loss")]  # 2.0, 1.9, 1.8
+    assert row["mean"] == pytest.approx(1.9) and row["sd"] == pytest.approx(0.1)
+    assert row["hi"] - row["mean"] == pytest.approx(4.302653 * 0.1 / 3**0.5, abs=1e-6)
     # the mean training curve, step by step
     assert list(result.mean_curve["eval_loss"]) == pytest.approx([4.0, 3.0, 1.9])
     assert result.mean_curve["tokens"].dtype.kind == "i"
 
 
 def test_one_seed_has_no_interval_and_no_verdict():
-    result = compare.compare([syn.seed_inputs(0)], CFG, EDGE)
+    result = compare.compare([syn.seed_inputs(0)], CFG, EDGE, FDR)
     assert result.summary["claims"]["b"]["-"] == {
         "verdict": "inconclusive",
         "seeds_holding": 1,
+        "seeds_failing": 0,
         "seeds_tested": 1,
-        "mean": 20.0,
+        "mean": 1.0,
         "lo": None,
         "hi": None,
-        "threshold": 3.0,
+        "sign_p": 1.0,
+        "per_seed": {"0": 1.0},
+        "threshold": 0.5,
     }
     json.loads(compare.summary_json(result.summary))
 
@@ -232,7 +260,7 @@ def test_seeds_evaluated_at_different_steps_are_refused():
     a, b = syn.seed_inputs(0), syn.seed_inputs(1)
     b.curve = b.curve.assign(step=[0, 5, 20])
     with pytest.raises(UserError, match="different steps"):
-        compare.compare([a, b], CFG, EDGE)
+        compare.compare([a, b], CFG, EDGE, FDR)
 
 
 def test_stale_seed_dirs(tmp_path):
@@ -246,7 +274,7 @@ def test_stale_seed_dirs(tmp_path):
 def test_report_describes_every_statistic():
     from pipeline import report
 
-    result = compare.compare([syn.seed_inputs(0)], CFG, EDGE)
+    result = compare.compare([syn.seed_inputs(0)], CFG, EDGE, FDR)
     pairs = result.claims[["claim", "statistic"]].drop_duplicates()
     assert all(report.describe(c, s) for c, s in zip(pairs["claim"], pairs["statistic"], strict=True))
 
@@ -262,7 +290,7 @@ def write_params(path: Path, overrides: list[str]) -> Path:
 def run_stage(tmp_path: Path, dirs: dict, out: Path, seeds: str) -> int:
     p = write_params(
         tmp_path / f"params-{out.name}.yaml",
-        [f"seeds={seeds}", "analysis.compare.bootstrap_samples=500", "analysis.compare.dpi=40"],
+        [f"seeds={seeds}", "analysis.compare.dpi=40"],
     )
     return compare_stage.main(
         [
@@ -351,44 +379,36 @@ def test_stage_summary_without_agreement_is_named(tmp_path, capsys):
 def test_figures_show_every_seed():
     from pipeline.figures import compare as compare_figures
 
-    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE)
-    fig = compare_figures.claims_figure(result.claims, result.stats, 3.0, 0.95)
-    b_axis = fig.axes[1]
+    inputs = [syn.seed_inputs(s) for s in (0, 1, 2)]
+    inputs[2].agreement = json.loads(json.dumps(syn.AGREEMENT))
+    inputs[2].agreement["heldout_loss_effect"]["ranking"]["K"]["true"]["pr_auc"] = 0.9
+    result = compare.compare(inputs, CFG, EDGE, FDR)
+    fig = compare_figures.claims_figure(result.claims, result.stats, 0.95)
+    c_axis = fig.axes[4]
     dots = np.concatenate(
         [
             c.get_offsets()
-            for c in b_axis.collections
+            for c in c_axis.collections
             if hasattr(c, "get_offsets") and len(c.get_offsets()) == 3
         ]
     )
-    # (b) with the corrected score, then with the invariant measure: both planted at 0.20 / 0.01
-    assert sorted(dots[:, 1]) == pytest.approx([20.0, 20.0, 22.0, 22.0, 24.0, 24.0])
+    # (c): PR-AUC per measure, a dot per seed; the corrected score's third seed at 0.9
+    assert sorted(dots[:, 1]) == pytest.approx(
+        sorted([0.8, 0.8, 0.9, *[syn.PR_AUC[v] for v in syn.MEASURES[1:]] * 3])
+    )
     import matplotlib.pyplot as plt
 
     plt.close(fig)
 
 
 def test_claims_under_the_invariant_measure_known_values():
-    long = long_table(syn.seed_inputs(0))  # scale 1
-    assert value(long, claim="b_inv", statistic="b_inv", variant="invariant") == pytest.approx(0.20 / 0.01)
-    # invariant: the 4 planted K pairs clear z > 3 (background 0.02 / 0.01 = 2 does not);
-    # every errata pair does (0.01 / 0.001 = 10): 4 - 27
-    assert value(long, claim="mz_inv", statistic="pairs_z", kind="K", variant="invariant") == 4
-    assert value(long, claim="mz_inv", statistic="pairs_z", kind="V", variant="invariant") == 0
-    assert value(long, claim="mz_inv", statistic="mz_inv") == 4 - 27
-    for h in ("rotated", "true"):  # top source 2/2 against the better rotation's 1/2
-        assert value(long, claim="c_inv", statistic="c_inv", hypothesis=h) == pytest.approx(0.5)
-    assert (
-        value(
-            long,
-            claim="c",
-            statistic="top_source",
-            kind="K",
-            variant="invariant",
-            effect="heldout_loss_effect",
-        )
-        == 1.0
-    )
+    long = long_table(syn.seed_inputs(0))
+    assert value(long, claim="b_inv", statistic="b_inv", variant="invariant") == 0  # 1.0 <- 0.1 not found
+    assert value(long, claim="m", statistic="discoveries", kind="K", variant="invariant") == 2
+    assert value(long, claim="m", statistic="discoveries", kind="V", variant="invariant") == 0
+    assert value(long, claim="m_inv", statistic="m_inv") == 2 - 3
+    for h in ("rotated", "true"):  # PR-AUC 0.7 against the better rotation's 0.6
+        assert value(long, claim="c_inv", statistic="c_inv", hypothesis=h) == pytest.approx(0.7 - 0.6)
 
 
 def test_timing_through_training_known_values():
@@ -402,15 +422,18 @@ def test_timing_through_training_known_values():
         value(long, claim="t", statistic="clear_step", kind="K", variant="errata_dabc_trueden") == 200
     )  # same z
     assert value(long, claim="t", statistic="t", kind="K") == 400 - 300  # the later rotation
-    result = compare.compare([syn.seed_inputs(s) for s in (0, 1)], CFG, EDGE)
+    assert value(long, claim="t", statistic="z_growth", kind="K", variant="true") == pytest.approx(0.7)
+    assert value(long, claim="t", statistic="z_growth", kind="K", variant="errata_dabc") == pytest.approx(1.8)
+    assert value(long, claim="t", statistic="z_growth_ratio", kind="K") == pytest.approx(1.3 / 0.7)
+    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE, FDR)
     t = result.summary["claims"]["t"]["-"]
-    assert (t["verdict"], t["seeds_holding"], t["mean"]) == ("holds", 2, 100.0)
+    assert (t["verdict"], t["seeds_holding"], t["mean"]) == ("holds", 3, 100.0)
 
 
 def test_timing_figure_shows_every_measure():
     from pipeline.figures import compare as compare_figures
 
-    result = compare.compare([syn.seed_inputs(s) for s in (0, 1)], CFG, EDGE)
+    result = compare.compare([syn.seed_inputs(s) for s in (0, 1)], CFG, EDGE, FDR)
     fig = compare_figures.timing_figure(result.claims, result.stats, 0.95)
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert len(ticks) == len(syn.MEASURES) and "basis-\ninvariant" in ticks

@@ -144,13 +144,14 @@ def test_steps_table_follows_the_top_pair(run):
             & (comp["dst_layer"] == j)
             & (comp["dst_head"] == b)
         )
-        z = comp.loc[(comp["kind"] == "K") & (comp["variant"] == m) & pair, "z"]
-        assert steps[f"z_{m}"].tolist() == z.tolist()
+        rows = comp.loc[(comp["kind"] == "K") & (comp["variant"] == m) & pair]
+        assert steps[f"z_{m}"].tolist() == rows["z"].tolist()
+        assert steps[f"q_{m}"].tolist() == rows["q"].tolist()  # each checkpoint calibrated on its own
     best = heads.groupby("step").apply(
         lambda f: f.loc[f["layer"] >= 1, "induction"].max(), include_groups=False
     )
     assert steps["induction"].tolist() == best.tolist()
-    assert summary["checkpoints"] == 3 and summary == {**summary, **phases.summary(steps, 3.0)}
+    assert summary["checkpoints"] == 3 and summary == {**summary, **phases.summary(steps, 0.05)}
     assert (steps["eval_loss"] > 0).all() and steps["eval_loss"].iloc[-1] < steps["eval_loss"].iloc[0]
 
 
@@ -173,8 +174,9 @@ def test_figure_marks_the_phase_change(run):
 # --- phases: known answers -----------------------------------------------------------
 
 
-def steps_with(induction, z) -> pd.DataFrame:
-    return pd.DataFrame({"step": [0, 100, 200, 300, 400], "induction": induction, "z_true": z})
+def steps_with(induction, q, z=None) -> pd.DataFrame:
+    z = [0.0] * 5 if z is None else z
+    return pd.DataFrame({"step": [0, 100, 200, 300, 400], "induction": induction, "q_true": q, "z_true": z})
 
 
 def test_phase_step_is_the_first_checkpoint_at_the_threshold():
@@ -183,31 +185,39 @@ def test_phase_step_is_the_first_checkpoint_at_the_threshold():
 
 
 @pytest.mark.parametrize(
-    "z, cleared",
+    "q, cleared",
     [
-        ([0, 4, 5, 6, 7], 100),
-        ([0, 4, 1, 6, 7], 300),  # crossed at 100, fell back: cleared for good at 300
-        ([4, 4, 4, 4, 4], 0),
-        ([0, 1, 2, 3, 3], None),  # 3 is not above 3
-        ([0, 5, 6, 7, 2], None),  # not above at the end: not cleared
-        ([0, 5, float("nan"), 7, 8], 300),  # an undefined z is not above
+        ([1, 0.01, 0.02, 0.001, 0.001], 100),
+        ([1, 0.01, 0.5, 0.01, 0.01], 300),  # discovered at 100, lost again: cleared for good at 300
+        ([0.01] * 5, 0),
+        ([1, 0.06, 0.051, 0.05, 0.05], 300),  # q = fdr is a discovery
+        ([1, 0.01, 0.01, 0.01, 0.2], None),  # not a discovery at the end: not cleared
+        ([1, 0.01, float("nan"), 0.01, 0.01], 300),  # an undefined q is not a discovery
     ],
 )
-def test_clear_step_is_the_first_from_which_z_stays_above(z, cleared):
-    got = phases.clear_step(steps_with([0] * 5, z), "z_true", 3.0)
+def test_clear_step_is_the_first_from_which_the_pair_stays_a_discovery(q, cleared):
+    got = phases.clear_step(steps_with([0] * 5, q), "q_true", 0.05)
     assert (math.isnan(got) and cleared is None) or got == cleared
 
 
 def test_lag_is_clear_step_minus_phase_step():
-    s = steps_with([0, 0.2, 0.6, 0.7, 0.7], [0, 4, 5, 6, 7])
+    s = steps_with([0, 0.2, 0.6, 0.7, 0.7], [1, 0.01, 0.01, 0.01, 0.01])
     for m in tables.MEASURES:
         if m != "true":
-            s[f"z_{m}"] = [0, 0, 0, 0, 0]
-    lags = phases.lags(s, 3.0)
+            s[f"q_{m}"] = [1.0] * 5
+            s[f"z_{m}"] = [0.0] * 5
+    lags = phases.lags(s, 0.05)
     assert lags["true"] == 100 - 200 and all(math.isnan(v) for m, v in lags.items() if m != "true")
-    summary = phases.summary(s, 3.0)
+    summary = phases.summary(s, 0.05)
     assert (
         summary["phase_step"] == 200
         and summary["lag"]["true"] == -100
         and summary["lag"]["invariant"] is None
     )
+
+
+def test_z_growth_is_the_slope_before_the_phase_step():
+    # phase at 200: the window is [0, 200] (500 steps before it reach below 0); z = 1 + 3 x step/100
+    s = steps_with([0, 0.2, 0.6, 0.7, 0.7], [1] * 5, z=[1, 4, 7, 0, 0])
+    assert phases.z_growth(s, "true") == pytest.approx(3.0, abs=1e-12)
+    assert math.isnan(phases.z_growth(steps_with([0] * 5, [1] * 5), "true"))  # no phase change

@@ -56,11 +56,11 @@ def test_experiment_runs_and_is_listed_with_metrics(base, tmp_path):
     repo = clone(base, tmp_path / "repo")
     # a compare parameter: the experiment reruns compare and the report, and restores the rest
     # (the queued sweep below retrains)
-    done = dvc(repo, "exp", "run", "-n", "more-resamples", "-S", "analysis.compare.bootstrap_samples=300")
+    done = dvc(repo, "exp", "run", "-n", "narrower", "-S", "analysis.compare.ci=0.9")
     assert sorted(stages_run(done)) == ["compare", "report"]
     table = list(csv.DictReader(io.StringIO(dvc(repo, "exp", "show", "--csv").stdout)))
-    row = next(r for r in table if r["Experiment"] == "more-resamples")
-    assert int(row["analysis.compare.bootstrap_samples"]) == 300
+    row = next(r for r in table if r["Experiment"] == "narrower")
+    assert float(row["analysis.compare.ci"]) == 0.9
     metric_columns = [c for c in row if c.endswith("induction") or c.endswith("eval_loss")]
     assert metric_columns and all(row[c] not in ("", "-") for c in metric_columns), row
 

@@ -58,9 +58,7 @@ def build(root: Path, seeds=SEEDS) -> Path:
     p = root / "params.yaml"
     p.write_text(
         params.dump(
-            params.compose(
-                [f"seeds={seeds}", "analysis.compare.bootstrap_samples=500", "analysis.compare.dpi=40"]
-            )
+            params.compose([f"seeds={seeds}", "analysis.compare.dpi=40", "analysis.compare.min_seeds=2"])
         )
     )
     compare_out = root / "outputs" / "compare"
@@ -152,8 +150,8 @@ def test_page_shows_claims_tables_config_and_environment(page):
     summary = json.loads((page.parents[1] / "compare" / "summary.json").read_text())
     verdicts = [s["verdict"] for claim in summary["claims"].values() for s in claim.values()]
     assert summary["claims"]["a"]["rotated"]["verdict"] == "holds" and "fails" in verdicts
-    # planted (synthetic_seeds): 8, and b_inv, c_inv under both hypotheses, t
-    assert text.count('class="holds">holds<') == verdicts.count("holds") == 12
+    # planted (synthetic_seeds): a and c under both hypotheses, b, m, d (rotated), c_inv under both, t
+    assert text.count('class="holds">holds<') == verdicts.count("holds") == 9
     assert text.count('class="fails">fails<') == verdicts.count("fails")
     assert "rotated denominators" in text and "true denominators" in text  # both hypotheses, side by side
     for seed in SEEDS:
@@ -161,7 +159,7 @@ def test_page_shows_claims_tables_config_and_environment(page):
     assert (
         "induction &lt;- previous_token" in text and "recent_window" in text
     )  # composition and roles tables
-    assert "bootstrap_samples: 500" in text  # the config
+    assert "dpi: 40" in text  # the config
     assert f"<td>{importlib.metadata.version('torch')}</td>" in text and "git revision" in text
 
 

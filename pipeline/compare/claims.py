@@ -25,7 +25,7 @@ class Claim:
     name: str
     statement: str  # the errata's (or the paper's) words
     statistic: str  # what the per-seed number is
-    threshold: str  # "zero", "half" or "z" (analysis.compare.z_threshold)
+    threshold: str  # "zero" or "half" (a count: at least one; a 0-or-1 indicator: yes)
     by_hypothesis: bool  # tested under each denominator hypothesis
 
     def hypotheses(self) -> tuple[str, ...]:
@@ -37,70 +37,64 @@ CLAIMS = {
     for claim in (
         Claim(
             "a",
-            "The original score singles out induction <- previous-token K-composition.",
+            "The original score singles out induction <- previous-token K-composition, more than the "
+            "corrected score does.",
             "selectivity of K induction <- previous_token, (T - O) / (|T| + |O|): T its max excess, O the "
             "max excess of every other kind and head pair of the variant (> 0: the strongest of all); "
-            "the worse rotation",
+            "the original's (the less selective rotation) minus the corrected score's",
             "zero",
             True,
         ),
         Claim(
             "b",
             "The corrected score also shows induction heads composing with a recent-window head.",
-            "max z (against the spectrum-preserving null) of true K-composition induction <- recent_window",
-            "z",
+            "discoveries (FDR analysis.composition.fdr, against the model's own null) among the true "
+            "K-composition pairs induction <- recent_window (> 0.5: at least one)",
+            "half",
             False,
         ),
         Claim(
             "m",
-            "The corrected figure shows more composition than the original.",
-            "pairs drawn with the paper's plotting (score - baseline > analysis.figures.edge_threshold, "
-            "one absolute threshold, every kind): corrected minus original, the rotation drawing more",
-            "zero",
-            True,
-        ),
-        Claim(
-            "mz",
-            "The corrected score finds more composition than the original, on a scale-free criterion.",
-            "pairs with z > analysis.compare.z_threshold, every kind: corrected minus original, the "
-            "rotation finding more (z is the same under both denominator hypotheses)",
+            "The corrected score finds more composition than the original.",
+            "discoveries, every kind: corrected minus original, the rotation finding more (a discovery "
+            "does not depend on the denominators)",
             "zero",
             False,
         ),
         Claim(
             "d",
             "The original figure shows only significant K-composition, and only with one layer 0 head.",
-            "1 when the paper's plotting of the original draws K edges only, all from one layer-0 head, "
-            "under both rotations, else 0 (a fraction of seeds across seeds)",
+            "1 when the paper's plotting of the original (score - baseline > analysis.figures."
+            "edge_threshold, its absolute threshold) draws K edges only, all from one layer-0 head, under "
+            "both rotations, else 0; decides the denominators only where one hypothesis holds and the "
+            "other fails",
             "half",
             True,
         ),
         Claim(
             "c",
             "The corrected score agrees better with the causal ablation than the original.",
-            "K, held-out text: the fraction of later heads whose top source by ablation is also their "
-            "top-scoring source, corrected minus the better rotation",
+            "K, held-out text: PR-AUC of the score as a ranking of the causal edges (the ablation's "
+            "effect beyond its batch-to-batch spread), corrected minus the better rotation",
             "zero",
             True,
         ),
         # the claims about the corrected score, with the basis-invariant measure in its place
-        # (invariant.csv): (a) and (d) are about the original score alone, and (m)'s absolute
-        # threshold on the excess has no meaning on another measure's scale
+        # (invariant.csv): (a) and (d) are about the original score alone
         Claim(
             "b_inv",
             "(b) with the basis-invariant measure as the corrected score: induction heads also compose "
             "with a recent-window head.",
-            "max z (against its rotated-writer null in the whitened frame) of invariant K-composition "
-            "induction <- recent_window",
-            "z",
+            "discoveries among the invariant K-composition pairs induction <- recent_window (> 0.5: at "
+            "least one)",
+            "half",
             False,
         ),
         Claim(
-            "mz_inv",
-            "(mz) with the basis-invariant measure as the corrected score: it finds more composition "
+            "m_inv",
+            "(m) with the basis-invariant measure as the corrected score: it finds more composition "
             "than the original.",
-            "pairs with z > analysis.compare.z_threshold, every kind: invariant minus original, the "
-            "rotation finding more",
+            "discoveries, every kind: invariant minus original, the rotation finding more",
             "zero",
             False,
         ),
@@ -108,8 +102,7 @@ CLAIMS = {
             "c_inv",
             "(c) with the basis-invariant measure as the corrected score: it agrees better with the "
             "causal ablation than the original.",
-            "K, held-out text: the fraction of later heads whose top source by ablation is also their "
-            "top-scoring source, invariant minus the better rotation",
+            "K, held-out text: PR-AUC of the causal edges, invariant minus the better rotation",
             "zero",
             True,
         ),
@@ -119,8 +112,8 @@ CLAIMS = {
             "t",
             "The original score sees the induction circuit form earlier than the corrected one.",
             "steps from the original's clear step to the corrected's (clear step: the first checkpoint "
-            "from which the K z of the top induction <- previous-token pair stays above "
-            "analysis.compare.z_threshold), the rotation clearing later (> 0: the original is earlier)",
+            "from which the top induction <- previous-token pair's K-composition is a discovery at "
+            "every later one), the rotation clearing later (> 0: the original is earlier)",
             "zero",
             False,
         ),
@@ -137,22 +130,29 @@ HYPOTHESIS_LABELS = {
 STATISTICS = {
     "selectivity": "selectivity of K induction <- previous_token (claim a) of one variant",
     "relative": "max excess of K induction <- recent_window over induction <- previous_token",
+    "discoveries": "pairs discovered at FDR analysis.composition.fdr (pipeline/significance.py)",
+    "placebo_rate": "discoveries among the pairs that cannot compose, per pair: the false-positive rate",
+    "raw_z_above_3": "pairs whose raw z against the Haar null exceeds 3 (the uncalibrated rule)",
     "drawn": "pairs the paper's plotting draws (excess > analysis.figures.edge_threshold)",
     "layer0_k_sources": "distinct layer-0 heads with a drawn K edge",
     "only_k_one_source": (
         "1 when the drawn edges are K only, all from one layer-0 head (claim d, one variant)"
     ),
-    "pairs_z": "pairs with z > analysis.compare.z_threshold",
+    "pr_auc": "average precision of the score as a ranking of the causal edges (chance: causal_fraction)",
+    "roc_auc": "P(a causal edge outscores a non-causal one)",
+    "causal_edges": "edges whose ablation effect reaches min_effect and exceeds its batch-to-batch spread",
+    "causal_fraction": "causal edges over all pairs of the kind: PR-AUC's chance level",
     "top_source": "fraction of later heads whose top ablation source is their top-scoring source",
     "spearman": "Spearman rho between |ablation effect| and the score, over every pair",
-    "spearman_gain": "K, held-out text: Spearman rho of the corrected score minus the better rotation's",
     "heads": "heads with this role",
     "phase_step": "the first checkpoint at which the best induction score reaches 0.5 (dynamics)",
-    "clear_step": "the first checkpoint from which the pair's K z stays above the threshold (dynamics)",
+    "clear_step": "the first checkpoint from which the pair's K-composition stays a discovery (dynamics)",
     "lag": "clear step minus phase step, in steps (< 0: the measure sees the circuit first)",
+    "z_growth": "slope of the pair's raw K z per 100 steps over the 500 steps before the phase step",
+    "z_growth_ratio": "z growth of the original (the slower rotation) over the corrected score's",
     "final": "final value of training (metrics.json)",
 }
 
 
-def threshold(claim: Claim, z_threshold: float) -> float:
-    return {"zero": 0.0, "half": 0.5, "z": z_threshold}[claim.threshold]
+def threshold(claim: Claim) -> float:
+    return {"zero": 0.0, "half": 0.5}[claim.threshold]

@@ -30,6 +30,7 @@ class SeedInputs:
 
     seed: int
     scores: pd.DataFrame  # composition scores.csv, then invariant.csv as variant "invariant"
+    placebo: pd.DataFrame  # composition placebo.csv: the pairs that cannot compose, every measure
     heads: pd.DataFrame  # heads.csv: layer, head, role, scores
     agreement: dict  # heads summary.json "agreement": {effect: {"spearman": ..., "top_source": ...}}
     metrics: dict  # train metrics.json
@@ -56,6 +57,7 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: 
             read_csv(composition / sub / "scores.csv", SCORES_COLUMNS, empty_ok=False),
             read_csv(composition / sub / "invariant.csv", INVARIANT_COLUMNS, empty_ok=False),
         ),
+        placebo=read_csv(composition / sub / "placebo.csv", SCORES_COLUMNS, empty_ok=False),
         heads=read_csv(heads / sub / "heads.csv", HEADS_COLUMNS, empty_ok=False),
         agreement=agreement,
         metrics=metrics,

@@ -1,12 +1,12 @@
 """Across seeds: composition between role groups, the errata's claims per seed as one long
-table, then means with bootstrap confidence intervals and a verdict per claim.
+table, then means with small-sample (Student's t) intervals, sign counts and a verdict per claim.
 
 Head indices are arbitrary across seeds (head 3 of one model is not head 3 of another),
 so seeds are compared through the roles the heads stage gives each head. For a kind, a
 variant and a role-group pair "dst <- src" (say induction <- previous_token), the cell is
 every head pair whose earlier head has role src and whose later head has role dst. A
 pair's composition is its *excess*, score - baseline_mean (what the paper plots); per
-cell, groups.csv keeps n_pairs, max_excess, mean_excess and max_z.
+cell, groups.csv keeps n_pairs, max_excess, mean_excess, max_z (raw) and discoveries.
 
 Every per-seed number is a row of the long table (`LONG_COLUMNS`): seed, claim,
 hypothesis (denominators: rotated, true, or "-"), kind, variant, effect (the ablation
@@ -22,10 +22,12 @@ top induction <- previous-token pair clears its null, against the induction phas
 (`pipeline.phases`).
 
 A statistic is NaN for a seed that lacks the heads it needs (no recent-window head, say);
-such seeds are left out of it and counted. Across seeds: the mean and a percentile
-bootstrap interval (seeded; `analysis.compare`); a verdict per claim and hypothesis:
-holds (the interval lies past the threshold), fails (before it), inconclusive (it
-straddles, or fewer than two seeds), untestable (no seed has the heads).
+such seeds are left out of it and counted. Across seeds: the mean and a t interval of it
+(`analysis.compare.ci`; with 3-5 seeds a percentile bootstrap has only a handful of distinct
+resamples), every seed's value, the seeds on each side of the threshold and the exact sign
+test. A verdict per claim and hypothesis: holds (fails) when at least
+`analysis.compare.min_seeds` seeds are tested, every one lies above (below) the threshold,
+and so does the whole interval; untestable when no seed has the heads; else inconclusive.
 """
 
 from __future__ import annotations
@@ -102,7 +104,8 @@ def _order(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 
 
 def group_composition(scored: pd.DataFrame) -> pd.DataFrame:
-    """One row per non-empty cell (kind, variant, dst_role, src_role): n_pairs, max/mean excess, max z.
+    """One row per non-empty cell (kind, variant, dst_role, src_role): n_pairs, max/mean excess,
+    max raw z, discoveries.
 
     NaN scores (an undefined errata score) are skipped; a cell of only NaN stays NaN.
     """
@@ -113,6 +116,7 @@ def group_composition(scored: pd.DataFrame) -> pd.DataFrame:
             max_excess=("excess", "max"),
             mean_excess=("excess", "mean"),
             max_z=("z", "max"),
+            discoveries=("discovery", "sum"),
         )
         .reset_index()
     )
@@ -163,206 +167,264 @@ def only_k_from_one_layer0_head(drawn: pd.DataFrame) -> float:
     return float(only_k and len(sources) == 1 and next(iter(sources))[0] == 0)
 
 
-def seed_statistics(
-    inp: SeedInputs, scored: pd.DataFrame, groups: pd.DataFrame, edge_threshold: float, cfg: CompareConfig
-) -> pd.DataFrame:
-    """The long table of one seed: LONG_COLUMNS (module doc)."""
-    rows: list[dict] = []
+class _Rows:
+    """The long table of one seed, a row at a time (LONG_COLUMNS)."""
 
-    def add(claim: str, statistic: str, value: float, hypothesis=NONE, kind=NONE, variant=NONE, effect=NONE):
-        rows.append({"seed": inp.seed, "claim": claim, "hypothesis": hypothesis, "kind": kind,
-                     "variant": variant, "effect": effect, "statistic": statistic,
-                     "value": float(value)})  # fmt: skip
+    def __init__(self, seed: int):
+        self.seed, self.rows = seed, []
 
-    for key in TRAIN_METRICS:
-        add("training", key, inp.metrics[key])
-    counts = inp.heads["role"].value_counts()
-    for role in (*ROLES, *sorted(set(counts.index) - set(ROLES))):
-        add("roles", role, counts.get(role, 0))
+    def add(
+        self, claim: str, statistic: str, value: float, hypothesis=NONE, kind=NONE, variant=NONE, effect=NONE
+    ):
+        self.rows.append({"seed": self.seed, "claim": claim, "hypothesis": hypothesis, "kind": kind,
+                          "variant": variant, "effect": effect, "statistic": statistic,
+                          "value": float(value)})  # fmt: skip
 
-    cell = groups.set_index(GROUP_KEYS)
 
-    def cell_value(kind: str, variant: str, dst: str, src: str, column: str) -> float:
-        key = (kind, variant, dst, src)
-        return float(cell.at[key, column]) if key in cell.index else math.nan
+def _discoveries(scored: pd.DataFrame, variant: str, kind: str | None = None) -> int:
+    rows = scored[(scored["variant"] == variant) & scored["discovery"]]
+    return int(len(rows) if kind is None else (rows["kind"] == kind).sum())
 
-    # (a) selectivity of K induction <- previous_token
+
+def _cell_discoveries(scored: pd.DataFrame, variant: str, dst: str, src: str) -> float:
+    """Discoveries among the K pairs dst <- src of `variant`; NaN when the seed has no such pair."""
+    cell = scored[
+        (scored["variant"] == variant) & (scored["kind"] == CLAIM_KIND)
+        & (scored["dst_role"] == dst) & (scored["src_role"] == src)
+    ]  # fmt: skip
+    return float(cell["discovery"].sum()) if len(cell) else math.nan
+
+
+def _ranking(inp: SeedInputs, effect: str, kind: str, variant: str, key: str) -> float:
+    value = inp.agreement.get(effect, {}).get("ranking", {}).get(kind, {}).get(variant, {}).get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _claim_a(out: _Rows, scored: pd.DataFrame) -> None:
+    """(a) the original's selectivity of K induction <- previous_token against the corrected one's."""
     sel = {v: selectivity(scored, v) for v in VARIANTS}
     for v in VARIANTS:
-        add("a", "selectivity", sel[v], kind=CLAIM_KIND, variant=v)
+        out.add("a", "selectivity", sel[v], kind=CLAIM_KIND, variant=v)
     for h, pair in HYPOTHESES.items():
-        add("a", "a", _worst([sel[v] for v in pair]), hypothesis=h, kind=CLAIM_KIND)
+        out.add("a", "a", _worst([sel[v] for v in pair]) - sel["true"], hypothesis=h, kind=CLAIM_KIND)
 
-    # (b) true K induction <- recent_window against the null; its size relative to induction <- previous_token
-    add(
+
+def _claim_b(out: _Rows, scored: pd.DataFrame, cell) -> None:
+    """(b), (b_inv): discoveries among K induction <- recent_window; its size against induction <- prev."""
+    out.add(
         "b",
         "b",
-        cell_value(CLAIM_KIND, "true", "induction", "recent_window", "max_z"),
+        _cell_discoveries(scored, "true", "induction", "recent_window"),
         kind=CLAIM_KIND,
         variant="true",
     )
     for v in VARIANTS:
-        prev = cell_value(CLAIM_KIND, v, "induction", "previous_token", "max_excess")
-        recent = cell_value(CLAIM_KIND, v, "induction", "recent_window", "max_excess")
-        add("b", "relative", recent / prev if prev > 0 else math.nan, kind=CLAIM_KIND, variant=v)
+        prev = cell(CLAIM_KIND, v, "induction", "previous_token", "max_excess")
+        recent = cell(CLAIM_KIND, v, "induction", "recent_window", "max_excess")
+        out.add("b", "relative", recent / prev if prev > 0 else math.nan, kind=CLAIM_KIND, variant=v)
+    value = _cell_discoveries(scored, INVARIANT, "induction", "recent_window")
+    out.add("b_inv", "b_inv", value, kind=CLAIM_KIND, variant=INVARIANT)
 
-    # (m) and (d): the paper's plotting, one absolute threshold on the excess
+
+def _claim_m(out: _Rows, inp: SeedInputs, scored: pd.DataFrame) -> None:
+    """(m), (m_inv): discoveries, corrected minus original; per kind and measure, with the placebo
+    pairs' false-positive rate and the raw rule's count beside them."""
+    for v in MEASURES:
+        for kind in KINDS:
+            out.add("m", "discoveries", _discoveries(scored, v, kind), kind=kind, variant=v)
+            rows = scored[(scored["variant"] == v) & (scored["kind"] == kind)]
+            out.add("m", "raw_z_above_3", (rows["z"] > 3).sum(), kind=kind, variant=v)
+            placebo = inp.placebo[(inp.placebo["variant"] == v) & (inp.placebo["kind"] == kind)]
+            n = int(placebo["z"].notna().sum())
+            rate = placebo["discovery"].sum() / n if n else math.nan
+            out.add("m", "placebo_rate", rate, kind=kind, variant=v)
+    original = [_discoveries(scored, v) for v in ERRATA]
+    out.add("m", "m", _discoveries(scored, "true") - max(original))
+    out.add("m_inv", "m_inv", _discoveries(scored, INVARIANT) - max(original))
+
+
+def _claim_d(out: _Rows, scored: pd.DataFrame, edge_threshold: float) -> None:
+    """(d): the paper's plotting (one absolute threshold on the excess) of the original."""
     drawn = {v: scored[(scored["variant"] == v) & (scored["excess"] > edge_threshold)] for v in VARIANTS}
     for v in VARIANTS:
         for kind in KINDS:
-            add("m", "drawn", (drawn[v]["kind"] == kind).sum(), kind=kind, variant=v)
-    for h, pair in HYPOTHESES.items():
-        add("m", "m", _worst([len(drawn["true"]) - len(drawn[v]) for v in pair]), hypothesis=h)
+            out.add("d", "drawn", (drawn[v]["kind"] == kind).sum(), kind=kind, variant=v)
+        k = drawn[v][drawn[v]["kind"] == CLAIM_KIND]
+        sources = len(set(zip(k["src_layer"], k["src_head"], strict=True)))
+        out.add("d", "layer0_k_sources", sources, kind=CLAIM_KIND, variant=v)
     only = {v: only_k_from_one_layer0_head(drawn[v]) for v in VARIANTS}
     for v in VARIANTS:
-        k = drawn[v][drawn[v]["kind"] == CLAIM_KIND]
-        add(
-            "d",
-            "layer0_k_sources",
-            len(set(zip(k["src_layer"], k["src_head"], strict=True))),
-            kind=CLAIM_KIND,
-            variant=v,
-        )
-        add("d", "only_k_one_source", only[v], variant=v)
+        out.add("d", "only_k_one_source", only[v], variant=v)
     for h, pair in HYPOTHESES.items():
-        add("d", "d", _worst([only[v] for v in pair]), hypothesis=h)
+        out.add("d", "d", _worst([only[v] for v in pair]), hypothesis=h)
 
-    # (mz) pairs against the null, scale-free (z does not depend on the denominators)
-    above = {v: scored[(scored["variant"] == v) & (scored["z"] > cfg.z_threshold)] for v in VARIANTS}
-    for v in VARIANTS:
-        for kind in KINDS:
-            add("mz", "pairs_z", (above[v]["kind"] == kind).sum(), kind=kind, variant=v)
-    add("mz", "mz", _worst([len(above["true"]) - len(above[v]) for v in ERRATA]))
 
-    # (c) agreement with the ablation: top source and Spearman, every effect and kind
-    top: dict[tuple[str, str, str], float] = {}
-    rho: dict[tuple[str, str, str], float] = {}
-    for effect, measures in inp.agreement.items():
+def _claim_c(out: _Rows, inp: SeedInputs) -> None:
+    """(c), (c_inv): each score's PR-AUC (and ROC-AUC) as a ranking of the causal edges; the old
+    top-source and Spearman agreement beside them."""
+    for effect in inp.agreement:
         for kind in KINDS:
+            causal = _ranking(inp, effect, kind, "true", "causal")
+            pairs = _ranking(inp, effect, kind, "true", "pairs")
+            out.add("c", "causal_edges", causal, kind=kind, effect=effect)
+            out.add("c", "causal_fraction", causal / pairs if pairs else math.nan, kind=kind, effect=effect)
             for v in MEASURES:
-                t = measures.get("top_source", {}).get(kind, {}).get(v, {})
-                top[effect, kind, v] = t["match"] / t["heads"] if t.get("heads") else math.nan
-                r = measures.get("spearman", {}).get(kind, {}).get(v)
-                rho[effect, kind, v] = float(r) if isinstance(r, (int, float)) else math.nan
-                add("c", "top_source", top[effect, kind, v], kind=kind, variant=v, effect=effect)
-                add("c", "spearman", rho[effect, kind, v], kind=kind, variant=v, effect=effect)
-    key = (PRIMARY_EFFECT, CLAIM_KIND)
+                for key in ("pr_auc", "roc_auc"):
+                    out.add(
+                        "c", key, _ranking(inp, effect, kind, v, key), kind=kind, variant=v, effect=effect
+                    )
+                t = inp.agreement[effect].get("top_source", {}).get(kind, {}).get(v, {})
+                out.add("c", "top_source", t["match"] / t["heads"] if t.get("heads") else math.nan,
+                        kind=kind, variant=v, effect=effect)  # fmt: skip
+                r = inp.agreement[effect].get("spearman", {}).get(kind, {}).get(v)
+                out.add("c", "spearman", float(r) if isinstance(r, (int, float)) else math.nan,
+                        kind=kind, variant=v, effect=effect)  # fmt: skip
+    auc = {v: _ranking(inp, PRIMARY_EFFECT, CLAIM_KIND, v, "pr_auc") for v in MEASURES}
     for h, pair in HYPOTHESES.items():
-        gain = top.get((*key, "true"), math.nan) - _worst(
-            [top.get((*key, v), math.nan) for v in pair], "lower"
+        better = _worst([auc[v] for v in pair], "lower")
+        out.add("c", "c", auc["true"] - better, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
+        out.add(
+            "c_inv", "c_inv", auc[INVARIANT] - better, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT
         )
-        add("c", "c", gain, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
-        gain = rho.get((*key, "true"), math.nan) - _worst(
-            [rho.get((*key, v), math.nan) for v in pair], "lower"
-        )
-        add("c", "spearman_gain", gain, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
 
-    # (b), (mz) and (c) with the basis-invariant measure as the corrected score
-    add(
-        "b_inv",
-        "b_inv",
-        cell_value(CLAIM_KIND, INVARIANT, "induction", "recent_window", "max_z"),
-        kind=CLAIM_KIND,
-        variant=INVARIANT,
-    )
-    invariant_above = scored[(scored["variant"] == INVARIANT) & (scored["z"] > cfg.z_threshold)]
-    for kind in KINDS:
-        add("mz_inv", "pairs_z", (invariant_above["kind"] == kind).sum(), kind=kind, variant=INVARIANT)
-    add("mz_inv", "mz_inv", _worst([len(invariant_above) - len(above[v]) for v in ERRATA]))
-    for h, pair in HYPOTHESES.items():
-        gain = top.get((*key, INVARIANT), math.nan) - _worst(
-            [top.get((*key, v), math.nan) for v in pair], "lower"
-        )
-        add("c_inv", "c_inv", gain, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
 
-    # (t) through training: when each measure's K z of the top induction <- previous-token pair
-    # clears its null, against the induction phase change (pipeline.phases)
-    z = cfg.z_threshold
-    clear = {m: phases.clear_step(inp.steps, f"z_{m}", z) for m in MEASURES}
-    add("t", "phase_step", phases.phase_step(inp.steps))
-    for m, lag in phases.lags(inp.steps, z).items():
-        add("t", "clear_step", clear[m], kind=CLAIM_KIND, variant=m)
-        add("t", "lag", lag, kind=CLAIM_KIND, variant=m)
-    add("t", "t", _worst([clear["true"] - clear[v] for v in ERRATA]), kind=CLAIM_KIND)
-    return pd.DataFrame(rows, columns=LONG_COLUMNS)
+def _claim_t(out: _Rows, inp: SeedInputs, fdr: float) -> None:
+    """(t) through training: when each measure's K-composition of the top induction <- previous-token
+    pair becomes a discovery for good, against the induction phase change (pipeline.phases)."""
+    clear = {m: phases.clear_step(inp.steps, f"q_{m}", fdr) for m in MEASURES}
+    growth = {m: phases.z_growth(inp.steps, m) for m in MEASURES}
+    out.add("t", "phase_step", phases.phase_step(inp.steps))
+    for m, lag in phases.lags(inp.steps, fdr).items():
+        out.add("t", "clear_step", clear[m], kind=CLAIM_KIND, variant=m)
+        out.add("t", "lag", lag, kind=CLAIM_KIND, variant=m)
+        out.add("t", "z_growth", growth[m], kind=CLAIM_KIND, variant=m)
+    ratio = [growth[v] / growth["true"] if growth["true"] > 0 else math.nan for v in ERRATA]
+    out.add("t", "z_growth_ratio", _worst(ratio), kind=CLAIM_KIND)
+    out.add("t", "t", _worst([clear["true"] - clear[v] for v in ERRATA]), kind=CLAIM_KIND)
+
+
+def seed_statistics(
+    inp: SeedInputs, scored: pd.DataFrame, groups: pd.DataFrame, edge_threshold: float, fdr: float
+) -> pd.DataFrame:
+    """The long table of one seed: LONG_COLUMNS (module doc), a named function per claim."""
+    out = _Rows(inp.seed)
+    for key in TRAIN_METRICS:
+        out.add("training", key, inp.metrics[key])
+    counts = inp.heads["role"].value_counts()
+    for role in (*ROLES, *sorted(set(counts.index) - set(ROLES))):
+        out.add("roles", role, counts.get(role, 0))
+    cells = groups.set_index(GROUP_KEYS)
+
+    def cell(kind: str, variant: str, dst: str, src: str, column: str) -> float:
+        key = (kind, variant, dst, src)
+        return float(cells.at[key, column]) if key in cells.index else math.nan
+
+    _claim_a(out, scored)
+    _claim_b(out, scored, cell)
+    _claim_m(out, inp, scored)
+    _claim_d(out, scored, edge_threshold)
+    _claim_c(out, inp)
+    _claim_t(out, inp, fdr)
+    return pd.DataFrame(out.rows, columns=LONG_COLUMNS)
 
 
 # --- across seeds --------------------------------------------------------------------
 
 
-def bootstrap_ci(values: Sequence[float], cfg: CompareConfig) -> tuple[float | None, float | None]:
-    """Percentile bootstrap interval of the mean over seeds (NaN left out); None with fewer than two.
-
-    Every statistic is resampled with the same seeded generator, so the intervals do not
-    depend on which other statistics exist.
-    """
+def t_interval(values: Sequence[float], ci: float) -> tuple[float | None, float | None]:
+    """Student's t interval of the mean over seeds (NaN left out): valid for a handful of seeds,
+    where a bootstrap has only a few distinct resamples; None with fewer than two values, and
+    the value itself when every seed agrees exactly."""
     x = np.asarray(values, dtype=float)
     x = x[~np.isnan(x)]
     if len(x) < 2:
         return None, None
-    if np.ptp(x) == 0:  # every seed agrees: the interval is that value
+    if np.ptp(x) == 0:
         return float(x[0]), float(x[0])
-    import scipy.stats  # here, not at the top: the report stage imports this package only for names
+    from scipy.stats import t as student_t  # here: the report stage imports this package only for names
 
-    result = scipy.stats.bootstrap(
-        (x,),
-        np.mean,
-        confidence_level=cfg.ci,
-        n_resamples=cfg.bootstrap_samples,
-        method="percentile",
-        rng=np.random.default_rng(cfg.bootstrap_seed),
-    )
-    lo, hi = result.confidence_interval
-    return float(lo), float(hi)
+    half = float(student_t.ppf((1 + ci) / 2, len(x) - 1)) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return float(x.mean() - half), float(x.mean() + half)
 
 
-def verdict(stat: dict, limit: float) -> str:
-    """holds / fails / inconclusive / untestable: where the interval lies relative to `limit`."""
+def sign_test(values: Sequence[float], limit: float) -> float | None:
+    """Exact two-sided sign test of the seeds' values against `limit` (ties left out); None without
+    a value off the limit. With 3 seeds it cannot go below 0.25: that is why a verdict asks for
+    every seed to agree *and* for the t interval to exclude the threshold."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x) & (x != limit)]
+    if not len(x):
+        return None
+    from scipy.stats import binomtest
+
+    return float(binomtest(int((x > limit).sum()), len(x), 0.5).pvalue)
+
+
+def verdict(stat: dict, limit: float, values: Sequence[float], min_seeds: int) -> str:
+    """holds / fails: at least `min_seeds` seeds tested, every one past `limit` on the same side,
+    and the t interval on that side too; untestable: no seed has the heads; else inconclusive."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
     if stat["n"] == 0:
         return "untestable"
-    if stat["lo"] is None:
+    if len(x) < min_seeds or stat["lo"] is None:
         return "inconclusive"
-    if stat["lo"] > limit:
+    if stat["lo"] > limit and (x > limit).all():
         return "holds"
-    if stat["hi"] < limit:
+    if stat["hi"] < limit and (x < limit).all():
         return "fails"
     return "inconclusive"
 
 
 def across_seeds(claims: pd.DataFrame, cfg: CompareConfig) -> pd.DataFrame:
-    """STATS_COLUMNS: each statistic's n, mean and interval over seeds, in the long table's order."""
+    """STATS_COLUMNS: each statistic's n, mean, sd and t interval over seeds, in the long table's order."""
     rows = []
     for key, group in claims.groupby(DIMENSIONS, sort=False):
         x = group["value"].astype(float)
         n = int(x.notna().sum())
-        lo, hi = bootstrap_ci(x, cfg)
+        lo, hi = t_interval(x, cfg.ci)
         rows.append(
             dict(zip(DIMENSIONS, key, strict=True))
-            | {"n": n, "mean": float(x.mean()) if n else math.nan, "lo": lo, "hi": hi}
+            | {
+                "n": n,
+                "mean": float(x.mean()) if n else math.nan,
+                "sd": float(x.std(ddof=1)) if n > 1 else math.nan,
+                "lo": lo,
+                "hi": hi,
+            }  # fmt: skip
         )
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
 
 
 def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> dict:
-    """The headline (summary.json): per claim and hypothesis, the verdict, the seeds where it
-    holds, the mean and interval; the mean of the training metrics and of the role counts."""
+    """The headline (summary.json): per claim and hypothesis, the verdict, every seed's value, the
+    seeds on each side of the threshold, the sign test, the mean and t interval; the mean of the
+    training metrics and of the role counts."""
     n_seeds = int(claims["seed"].nunique())
-    summary: dict = {"n_seeds": n_seeds, "claims": {}}
+    rule = (
+        f"holds (fails): at least {cfg.min_seeds} seeds, every seed above (below) the threshold, and "
+        f"the {cfg.ci:.0%} t interval of the mean above (below) it; else inconclusive"
+    )
+    summary: dict = {"n_seeds": n_seeds, "rule": rule, "claims": {}}
     for name, claim in CLAIMS.items():
-        limit = threshold(claim, cfg.z_threshold)
+        limit = threshold(claim)
         own = stats[(stats["claim"] == name) & (stats["statistic"] == name)].set_index("hypothesis")
         per_seed = claims[(claims["claim"] == name) & (claims["statistic"] == name)]
         summary["claims"][name] = {}
         for h in claim.hypotheses():
             s = own.loc[h].to_dict() if h in own.index else {"n": 0, "mean": None, "lo": None, "hi": None}
-            values = per_seed.loc[per_seed["hypothesis"] == h, "value"].astype(float)
+            mine = per_seed[per_seed["hypothesis"] == h]
+            values = mine["value"].astype(float)
             summary["claims"][name][h] = {
-                "verdict": verdict(s, limit),
+                "verdict": verdict(s, limit, values, cfg.min_seeds),
                 "seeds_holding": int((values > limit).sum()),
+                "seeds_failing": int((values < limit).sum()),
                 "seeds_tested": int(values.notna().sum()),
                 "mean": s["mean"],
                 "lo": s["lo"],
                 "hi": s["hi"],
+                "sign_p": sign_test(values, limit),
+                "per_seed": {str(seed): v for seed, v in zip(mine["seed"], values, strict=True)},
                 "threshold": limit,
             }
     for section in ("training", "roles"):
@@ -398,16 +460,19 @@ def mean_curve(curves: pd.DataFrame) -> pd.DataFrame:
     return mean.astype({"tokens": curves["tokens"].dtype})  # the same at each step: keep it an integer
 
 
-def compare(inputs: Sequence[SeedInputs], cfg: CompareConfig, edge_threshold: float) -> Comparison:
+def compare(
+    inputs: Sequence[SeedInputs], cfg: CompareConfig, edge_threshold: float, fdr: float
+) -> Comparison:
     """The per-seed long table and its summary across seeds, in the order of `inputs`.
-    `edge_threshold`: the paper's plotting threshold on the excess (analysis.figures)."""
+    `edge_threshold`: the paper's plotting threshold on the excess (analysis.figures); `fdr`:
+    analysis.composition.fdr (the dynamics stage's clear steps)."""
     if not inputs:
         raise UserError("seeds", "no seeds to compare", [])
     long, groups, roles, curves = [], [], [], []
     for inp in inputs:
         scored = with_roles(inp.scores, inp.heads, where=f"heads.csv of seed {inp.seed}")
         g = group_composition(scored)
-        long.append(seed_statistics(inp, scored, g, edge_threshold, cfg))
+        long.append(seed_statistics(inp, scored, g, edge_threshold, fdr))
         groups.append(g.assign(seed=inp.seed))
         roles.append(inp.heads.assign(seed=inp.seed))
         curves.append(inp.curve.assign(seed=inp.seed))

@@ -1,4 +1,4 @@
-"""Figures across seeds: each seed a dot, the mean a bar with its bootstrap interval.
+"""Figures across seeds: each seed a dot, the mean a bar with its t interval.
 
 Inputs are the compare stage's tables: `claims` (the long table: a row per seed and
 statistic), `stats` (each statistic's n, mean, lo, hi) and the per-seed training curves.
@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from pipeline.compare.claims import CLAIM_KIND, PRIMARY_EFFECT
-from pipeline.tables import HYPOTHESES, INVARIANT, MEASURES, ROLES, VARIANTS
+from pipeline.tables import HYPOTHESES, INVARIANT, MEASURES, ROLES
 
 VARIANT_LABELS = {
     "true": "corrected",
@@ -84,40 +84,37 @@ def dots_with_ci(
     ax.set_xlim(-0.6, len(columns) - 0.4)
 
 
-def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, z_threshold: float, ci: float) -> Figure:
+def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figure:
     """The errata's claims, per seed and across seeds."""
     fig, axes = plt.subplots(1, 5, figsize=(19, 3.9))
-    variants = [VARIANT_LABELS[v] for v in VARIANTS]
     hypotheses = [HYPOTHESIS_LABELS[h] for h in HYPOTHESES]
-    by_variant = [{"claim": "a", "statistic": "selectivity", "variant": v} for v in VARIANTS]
-    dots_with_ci(axes[0], claims, stats, by_variant, variants, threshold=0.0, ci=ci)
-    axes[0].set_title("(a) K induction <- prev-token:\nselectivity (> 0: strongest of all)", fontsize=9)
+    both = [{"claim": "a", "statistic": "a", "hypothesis": h} for h in HYPOTHESES]
+    dots_with_ci(axes[0], claims, stats, both, hypotheses, threshold=0.0, ci=ci)
+    axes[0].set_title("(a) K induction <- prev-token selectivity:\noriginal - corrected", fontsize=9)
     dots_with_ci(
         axes[1],
         claims,
         stats,
         [{"claim": "b", "statistic": "b"}, {"claim": "b_inv", "statistic": "b_inv"}],
         ["corrected", VARIANT_LABELS[INVARIANT]],
-        threshold=z_threshold,
+        threshold=0.0,
         ci=ci,
     )
-    axes[1].set_title("(b) K induction <- recent-window:\nmax z against the null", fontsize=9)
-    more = [{"claim": "m", "statistic": "m", "hypothesis": h} for h in HYPOTHESES] + [
-        {"claim": "mz", "statistic": "mz"}
-    ]
-    dots_with_ci(axes[2], claims, stats, more, [*hypotheses, "z > threshold\n(either)"], threshold=0.0, ci=ci)
-    axes[2].set_title("(m) more composition in the corrected:\npairs drawn, corrected - original", fontsize=9)
+    axes[1].set_title("(b) K induction <- recent-window:\ndiscoveries", fontsize=9)
+    more = [{"claim": "m", "statistic": "m"}, {"claim": "m_inv", "statistic": "m_inv"}]
+    dots_with_ci(axes[2], claims, stats, more, ["corrected", VARIANT_LABELS[INVARIANT]], threshold=0.0, ci=ci)
+    axes[2].set_title("(m) more composition:\ndiscoveries, corrected - original", fontsize=9)
     only = [{"claim": "d", "statistic": "d", "hypothesis": h} for h in HYPOTHESES]
     dots_with_ci(axes[3], claims, stats, only, hypotheses, threshold=0.5, ci=ci)
-    axes[3].set_title("(d) original draws only K edges,\nfrom one layer-0 head (1 = yes)", fontsize=9)
-    top = [
-        {"claim": "c", "statistic": "top_source", "kind": CLAIM_KIND, "variant": v, "effect": PRIMARY_EFFECT}
+    axes[3].set_title(
+        "(d) the paper's plotting draws only K\nedges, from one layer-0 head (1 = yes)", fontsize=9
+    )
+    auc = [
+        {"claim": "c", "statistic": "pr_auc", "kind": CLAIM_KIND, "variant": v, "effect": PRIMARY_EFFECT}
         for v in MEASURES
     ]
-    dots_with_ci(axes[4], claims, stats, top, [VARIANT_LABELS[v] for v in MEASURES], ci=ci)
-    axes[4].set_title(
-        "(c) K, held-out text: top source by score\n= top source by ablation (fraction)", fontsize=9
-    )
+    dots_with_ci(axes[4], claims, stats, auc, [VARIANT_LABELS[v] for v in MEASURES], ci=ci)
+    axes[4].set_title("(c) K, held-out text: PR-AUC of the\ncausal edges (beyond batch noise)", fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3, frameon=False)
     fig.suptitle(f"The errata's claims across {claims['seed'].nunique()} seed(s)")
@@ -164,7 +161,7 @@ def timing_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figur
     dots_with_ci(left, claims, stats, lags, [VARIANT_LABELS[m] for m in MEASURES], threshold=0.0, ci=ci)
     left.set_ylabel("steps")
     left.set_title(
-        "K z of the top induction <- prev-token pair clears its null:\n"
+        "K-composition of the top induction <- prev-token pair becomes a discovery:\n"
         "steps after the induction phase change (< 0: before)",
         fontsize=9,
     )

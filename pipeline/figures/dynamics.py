@@ -1,8 +1,9 @@
 """Composition through training, one seed: the dynamics stage's steps.tsv against tokens.
 
 Top: the best induction and previous-token scores, and the held-out loss (right axis).
-Bottom: the K-composition z of the top induction <- previous-token pair under every
-measure, with the null threshold. A vertical line marks the induction phase change (the
+Bottom: the K-composition significance of the top induction <- previous-token pair under
+every measure, -log10 of its BH q at each checkpoint, with the discovery line at the FDR
+(analysis.composition.fdr; `pipeline.significance`). A vertical line marks the induction phase change (the
 first checkpoint at which induction reaches 0.5: `pipeline.phases`) on both.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -28,8 +30,8 @@ MEASURE_STYLE = {  # the two denominator hypotheses share a z, so they share a c
 }
 
 
-def dynamics_figure(steps: pd.DataFrame, pair: dict | None, z_threshold: float) -> Figure:
-    """Induction, previous-token and loss (top) and the pair's K z per measure (bottom)."""
+def dynamics_figure(steps: pd.DataFrame, pair: dict | None, fdr: float) -> Figure:
+    """Induction, previous-token and loss (top) and the pair's K -log10 q per measure (bottom)."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.2), sharex=True)
     x = steps["tokens"]
     top.plot(x, steps["induction"], color="#d62728", marker=".", label="best induction score")
@@ -45,9 +47,9 @@ def dynamics_figure(steps: pd.DataFrame, pair: dict | None, z_threshold: float) 
     top.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, frameon=False, loc="center right")
     for m in MEASURES:
         label, color, style = MEASURE_STYLE[m]
-        bottom.plot(x, steps[f"z_{m}"], color=color, ls=style, lw=1.3, marker=".", label=label)
-    bottom.axhline(z_threshold, color="0.6", lw=1, ls="--")
-    bottom.set_ylabel("K-composition z (against its null)")
+        bottom.plot(x, -np.log10(steps[f"q_{m}"]), color=color, ls=style, lw=1.3, marker=".", label=label)
+    bottom.axhline(-math.log10(fdr), color="0.6", lw=1, ls="--")
+    bottom.set_ylabel(f"K-composition -log10 q (discovery above the line, FDR {fdr:g})", fontsize=8)
     bottom.set_xlabel("tokens seen")
     bottom.legend(fontsize=7, frameon=False, ncol=2)
     phase = phases.phase_step(steps)
@@ -69,7 +71,7 @@ def dynamics_figure(steps: pd.DataFrame, pair: dict | None, z_threshold: float) 
 
 
 def read_summary(path: str) -> tuple[dict, float]:
-    """The pair followed and the z threshold from the dynamics stage's summary.json."""
+    """The pair followed and the FDR from the dynamics stage's summary.json."""
     summary = io.read_json(path)
     pair = summary.get("pair") if isinstance(summary, dict) else None
     ok = isinstance(pair, dict) and all(
@@ -80,7 +82,7 @@ def read_summary(path: str) -> tuple[dict, float]:
         raise UserError(
             f"{path}: pair", "missing or malformed: expected {src: [layer, head], dst: [layer, head]}"
         )
-    z = summary.get("z_threshold")
-    if not isinstance(z, (int, float)) or isinstance(z, bool):
-        raise UserError(f"{path}: z_threshold", "missing: expected a number", z)
-    return pair, float(z)
+    fdr = summary.get("fdr")
+    if not isinstance(fdr, (int, float)) or isinstance(fdr, bool):
+        raise UserError(f"{path}: fdr", "missing: expected a number", fdr)
+    return pair, float(fdr)
