@@ -131,7 +131,7 @@ def test_seed_statistics_claims_known_values():
     assert value(t, claim="d", statistic="d", hypothesis="rotated") == 1.0
     assert value(t, claim="d", statistic="d", hypothesis="true") == 0.0
     assert value(t, claim="d", statistic="only_k_one_source", variant="true") == 0.0  # V edges too
-    # (c): PR-AUC 0.8 against the better rotation's 0.6; the chance level 2 / 9 beside it
+    # (c): PR-AUC 0.8 against the better rotation's 0.6 (every effect alike here); chance 2 / 9 beside it
     e = "heldout_loss_effect"
     assert value(t, claim="c", statistic="pr_auc", kind="K", variant="true", effect=e) == pytest.approx(0.8)
     assert value(
@@ -381,7 +381,7 @@ def test_figures_show_every_seed():
 
     inputs = [syn.seed_inputs(s) for s in (0, 1, 2)]
     inputs[2].agreement = json.loads(json.dumps(syn.AGREEMENT))
-    inputs[2].agreement["heldout_loss_effect"]["ranking"]["K"]["true"]["pr_auc"] = 0.9
+    inputs[2].agreement["attn_effect"]["ranking"]["K"]["true"]["pr_auc"] = 0.9
     result = compare.compare(inputs, CFG, EDGE, FDR)
     fig = compare_figures.claims_figure(result.claims, result.stats, 0.95)
     c_axis = fig.axes[4]

@@ -114,7 +114,7 @@ def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figur
         for v in MEASURES
     ]
     dots_with_ci(axes[4], claims, stats, auc, [VARIANT_LABELS[v] for v in MEASURES], ci=ci)
-    axes[4].set_title("(c) K, held-out text: PR-AUC of the\ncausal edges (beyond batch noise)", fontsize=9)
+    axes[4].set_title("(c) K, induction score: PR-AUC of the\ncausal edges (beyond batch noise)", fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3, frameon=False)
     fig.suptitle(f"The errata's claims across {claims['seed'].nunique()} seed(s)")

@@ -154,7 +154,7 @@ def errata_diagram(
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     if criterion == "fdr":
         rule = (
-            f"a discovery, FDR q < {fdr:g} (Benjamini-Hochberg against the model's own empirical null; "
+            f"a discovery, FDR q < {fdr:g}\n(Benjamini-Hochberg against the model's own empirical null; "
             f"width: calibrated z, max {top:.1f})"
         )
     elif criterion == "z":
