@@ -56,7 +56,6 @@ from pipeline.config import CompositionConfig
 from pipeline.tables import join_measures
 
 MAD_NORMAL = 1.4826  # 1 / Phi^-1(3/4): a standard normal's MAD times this is 1
-SIGNIFICANCE_COLUMNS = ("z_cal", "p", "q", "discovery")
 FAMILY = ["kind", "variant"]  # BH's family: one kind of one measure
 BLOCK = ["kind", "variant", "src_layer", "dst_layer"]  # standardised together (step 2)
 
@@ -111,7 +110,7 @@ def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
 
 
 def _tested(frame: pd.DataFrame, z_cal: np.ndarray, pool: np.ndarray, fdr: float) -> pd.DataFrame:
-    """`frame` with SIGNIFICANCE_COLUMNS: p against `pool`, BH per family of `frame`."""
+    """`frame` with z_cal, p (against `pool`), q (BH per family of `frame`) and discovery."""
     p = conformal_p(z_cal, pool)
     q = np.full(len(frame), np.nan)
     for rows in frame.groupby(FAMILY, sort=False).indices.values():
@@ -122,7 +121,7 @@ def _tested(frame: pd.DataFrame, z_cal: np.ndarray, pool: np.ndarray, fdr: float
 
 
 def calibrate(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(scores, placebo), each with SIGNIFICANCE_COLUMNS added (module doc), row order kept.
+    """(scores, placebo), each with tables.SIGNIFICANCE_COLUMNS added (module doc), row order kept.
 
     Both tables have kind, variant (a measure: the five Frobenius variants and "invariant"),
     src_layer, dst_layer and the raw z. `scores`: the later pairs, tested against every placebo
