@@ -3,6 +3,8 @@
 #   make test    create .venv, install with the dev and interop extras, lint (ruff), run every test
 #                (installs Debian's chromium for the report test when it is missing and it can)
 #   make test-fast   the maths, config and bad-input tier (no real training or dvc runs): the edit-test loop
+#   make mutate  plant named bugs in a copy of the repository, one at a time, and run the tests that
+#                should catch each (tools/mutate.py): a few minutes, so not part of make test
 # torch is pinned to 2.13.0 (its CPU wheel is on these machines' disk); constraints.txt
 # holds that pin while pip resolves the extras, so nothing pulls a CUDA build.
 
@@ -12,7 +14,7 @@ BIN    := $(abspath $(VENV))/bin
 PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 export PATH := $(BIN):$(PATH)
 
-.PHONY: repro test test-fast lint browser install install-dev bench clean-outputs
+.PHONY: repro test test-fast lint browser install install-dev bench mutate clean-outputs
 
 repro: $(VENV)/.installed
 	dvc repro
@@ -26,7 +28,7 @@ test: lint browser
 # The tier that runs in about a minute: everything not marked slow (real training, real dvc) in these
 # files, less the bad-input catalogue's subprocess reruns (the same cases run in-process here).
 FAST_TESTS := $(patsubst %,tests/test_%.py,strands composition score_ranges errata_diagram params bad_input \
-	weights model patterns data checkpoint ablation compare memory invariant)
+	weights model patterns data checkpoint ablation compare memory invariant glue)
 test-fast: $(VENV)/.installed-dev
 	python -m pytest -q -m "not slow" -k "not real_process and not debug_shows" $(FAST_TESTS) $(PYTEST_ARGS)
 
@@ -63,6 +65,11 @@ $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
 bench: $(VENV)/.installed-dev
 	python benchmarks/composition.py
 	python benchmarks/training.py
+
+# The mutation check: every named mutation in tools/mutate.py, applied to a temporary copy of the
+# repository (never this one), killed when a test of that behaviour fails; exits 1 below 90%.
+mutate: $(VENV)/.installed-dev
+	python tools/mutate.py $(MUTATE_ARGS)
 
 clean-outputs:
 	rm -rf outputs

@@ -428,23 +428,3 @@ def test_timing_through_training_known_values():
     result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE, FDR)
     t = result.summary["claims"]["t"]["-"]
     assert (t["verdict"], t["seeds_holding"], t["mean"]) == ("holds", 3, 100.0)
-
-
-def test_timing_figure_shows_every_measure():
-    from pipeline.figures import compare as compare_figures
-
-    result = compare.compare([syn.seed_inputs(s) for s in (0, 1)], CFG, EDGE, FDR)
-    fig = compare_figures.timing_figure(result.claims, result.stats, 0.95)
-    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
-    assert len(ticks) == len(syn.MEASURES) and "basis-\ninvariant" in ticks
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-
-
-def test_names_match_the_modules_that_write_the_tables():
-    """The vocabularies the tables share have one home, pipeline/tables.py."""
-    from pipeline import composition, heads, tables
-
-    assert composition.VARIANTS is tables.VARIANTS and tuple(composition.PARTS) == tables.VARIANTS
-    assert set(heads.ROLE_SCORE) | {"other"} == set(tables.ROLES)

@@ -243,36 +243,77 @@ def test_haar_blocks_have_the_right_second_moment() -> None:
     assert abs(Z.mean().item()) < 0.01
 
 
-def test_planted_composition_has_large_z() -> None:
-    # head b's query reads exactly the subspace head a writes into: far above the rotated null
-    hw = random_heads(7, L=2, H=3, D=32, d=4)
+def test_planted_composition_z_equals_explicitly_rotated_writers() -> None:
+    """z of the planted pair (head b's query reads exactly what head a writes), from the writer
+    rotated by hand: W_O^a -> W_O^a R, W_V^a -> R^T W_V^a. With d_model = 2 d_head each null draw
+    Z = U^T R V is a whole Haar matrix (U, V the orthonormal frames of [C | D^T] and [B^T | A],
+    square here), so R = U Z V^T exactly, from the same draws composition_scores makes."""
+    D, d = 8, 4
+    hw = random_heads(7, L=2, H=3, D=D, d=d)
     hw.W_Q[1, 2] = hw.W_O[0, 1].T.clone()
-    df = composition_scores(hw, CompositionConfig(baseline_samples=32, null_samples=64), seed=0)
+    cfg = CompositionConfig(baseline_samples=32, null_samples=64)
+    df = composition_scores(hw, cfg, seed=0)
+    gen = torch.Generator().manual_seed(0)
+    comp._baseline(D, d, cfg, gen)  # the baseline's draws come first
+    Z = comp.haar_blocks(cfg.null_samples, D, D, gen)  # [S, D, D]
+    W_V, W_O = hw.W_V[0, 1], hw.W_O[0, 1]
+    C, Dm = comp.writer_factors(W_V, W_O)
+    A, B = comp.reader_factors(hw.W_Q[1, 2], hw.W_K[1, 2], hw.W_V[1, 2], hw.W_O[1, 2], "Q")
+    U = torch.linalg.qr(torch.cat([C, Dm.mT], -1)).Q  # [D, D]
+    V = torch.linalg.qr(torch.cat([B.mT, A], -1)).Q
+    QK = hw.W_Q[1, 2] @ hw.W_K[1, 2].T
+    n = torch.linalg.matrix_norm
+
+    def q_score(W_V: torch.Tensor, W_O: torch.Tensor) -> float:
+        OV = W_V @ W_O
+        return (n(OV @ QK) / (n(OV) * n(QK))).item()
+
+    rotations = [U @ z @ V.T for z in Z]
+    torch.testing.assert_close(rotations[0] @ rotations[0].T, torch.eye(D, dtype=F64))
+    null = torch.tensor([q_score(R.T @ W_V, W_O @ R) for R in rotations], dtype=F64)
+    score = q_score(W_V, W_O)
+    z = (score - null.mean().item()) / null.std().item()  # sample sd (n - 1), as the null's
     q = rows(df, "Q", "true").set_index(["src_layer", "src_head", "dst_layer", "dst_head"])
-    assert q.loc[(0, 1, 1, 2), "z"] > 3
-    assert q.loc[(0, 1, 1, 2), "score"] == q["score"].max()
-    assert (q["z"].drop((0, 1, 1, 2)).abs() < 3).mean() > 0.8  # unplanted pairs look like the null
-    assert summarize(df)["Q"]["true"]["n_z_above_3"] >= 1
+    assert q.loc[(0, 1, 1, 2), "score"] == pytest.approx(score, rel=1e-12)
+    assert q.loc[(0, 1, 1, 2), "z"] == pytest.approx(z, rel=1e-9)
+    assert z > 3 and q.loc[(0, 1, 1, 2), "score"] == q["score"].max()
     assert summarize(df)["Q"]["true"]["max_pair"] == "L0H1->L1H2"
 
 
 # --- baselines -------------------------------------------------------------------------
 
 
-def test_baselines() -> None:
-    D, d = 64, 8
-    cfg = CompositionConfig(baseline_samples=200, null_samples=4)
+def test_baselines_are_the_scores_of_gaussian_factors_drawn_from_the_seed() -> None:
+    """Every variant's baseline mean and sd, recomputed densely in the paper's order from the same
+    draws (A, B, C, D, in that order, from the seed's generator): one baseline per variant, the
+    same for every kind; rotated denominators sit far above the true baseline (~1/sqrt(d_head) against
+    ~1/sqrt(d_model)), true denominators far below (~sqrt(d_head)/d_model)."""
+    D, d, S = 64, 8, 200
+    cfg = CompositionConfig(baseline_samples=S, null_samples=4)
     df = composition_scores(random_heads(8, L=2, H=1, D=D, d=d), cfg, seed=0)
     base = df.groupby(["kind", "variant"])[["baseline_mean", "baseline_std"]].first()
-    true = base.xs("true", level="variant")["baseline_mean"]
-    assert ((true > 0.7 / math.sqrt(D)) & (true < 1.3 / math.sqrt(D))).all()  # ~ 1/sqrt(d_model)
-    for v in ("errata_bcda", "errata_dabc"):
-        errata = base.xs(v, level="variant")["baseline_mean"]
-        # rotated denominators: ~ 1/sqrt(d_head), far from the true baseline
-        assert (abs(errata - true) > 5 * base.xs("true", level="variant")["baseline_std"]).all()
-    assert base["baseline_std"].gt(0).all()
-    # the three kinds' strands have the same shapes: one baseline per variant
-    assert base.groupby(level="variant")["baseline_mean"].nunique().eq(1).all()
+    assert base.groupby(level="variant").nunique().eq(1).all().all()  # the kinds share one
+    gen = torch.Generator().manual_seed(0)
+    A, B, C, Dm = (
+        torch.randn(S, *shape, generator=gen, dtype=F64) for shape in ((D, d), (d, D), (D, d), (d, D))
+    )
+    n = torch.linalg.matrix_norm
+    true_den, rotated_den = n(A @ B) * n(C @ Dm), n(B @ A) * n(Dm @ C)
+    bcda, dabc = n(B @ C @ Dm @ A), n(Dm @ A @ B @ C)
+    want = {
+        "true": n(A @ B @ C @ Dm) / true_den,
+        "errata_bcda": bcda / rotated_den,
+        "errata_dabc": dabc / rotated_den,
+        "errata_bcda_trueden": bcda / true_den,
+        "errata_dabc_trueden": dabc / true_den,
+    }
+    for v, scores in want.items():
+        row = base.loc[("K", v)]
+        assert row["baseline_mean"] == pytest.approx(scores.mean().item(), rel=1e-10), v
+        assert row["baseline_std"] == pytest.approx(scores.std().item(), rel=1e-10), v
+    mean = base.xs("K")["baseline_mean"]
+    assert mean["true"] == pytest.approx(1 / math.sqrt(D), rel=0.1)
+    assert mean["errata_bcda"] > 2 * mean["true"] > 4 * mean["errata_bcda_trueden"]
 
 
 # --- summary ---------------------------------------------------------------------------

@@ -242,6 +242,31 @@ def test_tokens_file_is_memory_mapped_with_a_manifest(tmp_path):
     assert ds.train.batch(4, torch.Generator().manual_seed(1)).dtype == torch.long
 
 
+@pytest.mark.parametrize("source", ["tokens", "text"])
+def test_training_never_sees_a_held_out_token(tmp_path, source):
+    """Token ids 0..199 in order, the last 40 held out: every training window's largest id is
+    159 (the last training token is reached), the held-out stream, its windows and the probe
+    start at 160 (and the probe reaches its end)."""
+    ids, cut = np.arange(200, dtype=np.uint16), 160
+    if source == "tokens":
+        np.save(tmp_path / "ids.npy", ids)
+        cfg = replace(tokens_config(tmp_path), eval_fraction=0.2, copies=CopiesConfig(rate=0.0))
+        tokenized_dir = None
+    else:  # the tokenizer stage's output, written by hand
+        tokenized_dir = tmp_path / "tok"
+        io.write_npy(tokenized_dir / "tokens.npy", ids)
+        io.write_json(tokenized_dir / "manifest.json", {"source": "text", "train_tokens": cut, "vocab": 200})
+        cfg = DataConfig(source="text", dir=str(tmp_path), copies=CopiesConfig(rate=0.0))
+    ds = data.load(cfg, ModelConfig(d_vocab=256, n_ctx=8), seed=0, n_eval=64, tokenized=tokenized_dir)
+    gen = torch.Generator().manual_seed(0)
+    seen = torch.cat([ds.train.batch(32, gen) for _ in range(50)])  # 1,600 windows over 153 starts
+    assert int(seen.max()) == cut - 1 and int(seen.min()) == 0
+    assert int(ds.heldout[0]) == cut and len(ds.heldout) == 40
+    assert torch.equal(ds.eval, torch.arange(cut, 200).view(5, 8))  # consecutive, non-overlapping
+    probe = data.repeated_probe(ds, 500, 6, 256, seed=0)  # 500 spans over 34 possible starts
+    assert int(probe.min()) == cut and int(probe[:, 0].max()) == 200 - 7  # the last span is drawn too
+
+
 @pytest.mark.parametrize(
     "array,match",
     [

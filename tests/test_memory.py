@@ -134,7 +134,19 @@ def test_on_a_gpu_the_data_is_held_against_the_host():
 
 
 def test_unknown_memory_checks_nothing():
-    memory.require_fits(memory.training(cfg_of("setup=synthetic", "model.d_vocab=1000000000")), None)
+    """The 35 TB estimate above: refused one byte short of it, accepted at exactly its size, and
+    never checked against memory that is unknown (None), on the host or, on a GPU, for the host's
+    terms (the GPU's free memory is still held against the rest)."""
+    estimate = memory.training(cfg_of("setup=synthetic", "model.d_vocab=1000000000"))
+    need = estimate.bytes
+    assert need > 35e12
+    with pytest.raises(UserError, match="^model.d_vocab = 1000000000: "):
+        memory.require_fits(estimate, available=need - 1)
+    assert memory.require_fits(estimate, available=need) is None
+    assert memory.require_fits(estimate, available=None) is None
+    assert memory.require_fits(estimate, available=None, device_available=need) is None
+    with pytest.raises(UserError, match="of GPU memory free$"):
+        memory.require_fits(estimate, available=None, device_available=int(1e9))
 
 
 def test_available_bytes_reads_meminfo(tmp_path):

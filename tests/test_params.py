@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from pipeline import params
-from pipeline.config import Config
 from pipeline.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +31,33 @@ def test_every_config_group_option_composes_and_validates(group, option):
     partner += ["data=synthetic"] if group == "model" and option != "text" else []
     composed = params.compose([f"{group}={option}", *partner], conf_dir=ROOT / "conf")
     cfg = params.from_dict(composed)
-    assert isinstance(cfg, Config)
+    # every value the option's file sets reaches the validated config (interpolations resolved)
+    own = yaml.safe_load((ROOT / "conf" / group / f"{option}.yaml").read_text())
+    checked = 0
+    for path, want in _leaves(own):
+        if isinstance(want, str) and want.startswith("${"):
+            want = _lookup(composed, want[2:-1].split("."))
+        got = _lookup(getattr(cfg, group), path)
+        assert (list(got) if isinstance(got, tuple) else got) == want, (group, option, path)
+        checked += 1
+    assert checked >= 1
+
+
+def _leaves(tree: dict, prefix: tuple[str, ...] = ()):
+    """(key path, value) of every leaf of a conf/ file, its defaults list left out."""
+    for key, value in tree.items():
+        if key == "defaults":
+            continue
+        if isinstance(value, dict):
+            yield from _leaves(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+def _lookup(node, path):
+    for key in path:
+        node = node[key] if isinstance(node, dict) else getattr(node, key)
+    return node
 
 
 def test_overrides_reach_the_schema():

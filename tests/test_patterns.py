@@ -59,6 +59,20 @@ def test_induction_reads_the_token_after_the_earlier_copy():
     assert patterns.induction(off_by_one, length).item() == 0.0
 
 
+def test_induction_averages_over_every_query_of_the_second_copy_and_no_other():
+    length = 5
+    T = 2 * length + 1
+    target = lambda i: i - length + 1  # noqa: E731
+    # right at one query only, the first or the last of the second copy: 1 / length
+    first = one_hot_pattern(2, T, lambda i: target(i) if i == length + 1 else 0)
+    last = one_hot_pattern(2, T, lambda i: target(i) if i == 2 * length else 0)
+    assert patterns.induction(first, length).item() == pytest.approx(1 / length)
+    assert patterns.induction(last, length).item() == pytest.approx(1 / length)
+    # the same offset in the first copy is not induction (nothing earlier to match): 0
+    before = one_hot_pattern(2, T, lambda i: target(i) if length - 1 <= i <= length else 0)
+    assert patterns.induction(before, length).item() == 0.0
+
+
 def test_duplicate_token_averages_over_queries_that_have_an_earlier_copy():
     tokens = torch.tensor([[0, 1, 2, 1, 1]])  # queries 3 (copy at 1) and 4 (copies at 1, 3)
     p = torch.zeros(1, 1, 5, 5, dtype=torch.float64)
