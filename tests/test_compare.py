@@ -223,7 +223,12 @@ def test_compare_across_seeds():
     assert summary["claims"]["d"]["true"]["threshold"] == 0.5 and b["threshold"] == 0.5
     assert summary["claims"]["m_inv"]["-"]["seeds_failing"] == 3
     assert summary["training"]["eval_loss"] == pytest.approx(1.9) and summary["roles"]["induction"] == 2
-    assert list(summary) == ["n_seeds", "rule", "claims", "training", "roles"]
+    assert list(summary) == ["n_seeds", "rule", "claims", "causal_check", "training", "roles"]
+    check = summary["causal_check"]  # claim (c)'s cell: K, the probe's induction score
+    assert (check["kind"], check["effect"]) == ("K", "attn_effect")
+    assert check["causal_edges"] == {"0": 2.0, "1": 2.0, "2": 2.0}
+    assert check["pr_auc"]["true"]["mean"] == pytest.approx(0.8) and check["pr_auc"]["true"]["lo"] == 0.8
+    assert check["roc_auc"]["errata_dabc"]["per_seed"] == {s: pytest.approx(0.7) for s in ("0", "1", "2")}
     assert list(a) == [
         "verdict", "seeds_holding", "seeds_failing", "seeds_tested", "mean", "lo", "hi", "sign_p",
         "per_seed", "threshold",

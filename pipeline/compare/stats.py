@@ -427,10 +427,36 @@ def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> 
                 "per_seed": {str(seed): v for seed, v in zip(mine["seed"], values, strict=True)},
                 "threshold": limit,
             }
+    summary["causal_check"] = _causal_check(claims, stats)
     for section in ("training", "roles"):
         rows = stats[stats["claim"] == section]
         summary[section] = dict(zip(rows["statistic"], rows["mean"], strict=True))
     return _json_safe(summary)
+
+
+def _causal_check(claims: pd.DataFrame, stats: pd.DataFrame) -> dict:
+    """Claim (c)'s cell (K, PRIMARY_EFFECT): the causal edges per seed, and each measure's PR-AUC
+    and ROC-AUC per seed with their mean and t interval."""
+    mine = (claims["claim"] == "c") & (claims["kind"] == CLAIM_KIND) & (claims["effect"] == PRIMARY_EFFECT)
+    cell = (stats["claim"] == "c") & (stats["kind"] == CLAIM_KIND) & (stats["effect"] == PRIMARY_EFFECT)
+    edges = claims[mine & (claims["statistic"] == "causal_edges")]
+    out: dict = {
+        "kind": CLAIM_KIND,
+        "effect": PRIMARY_EFFECT,
+        "causal_edges": {str(s): v for s, v in zip(edges["seed"], edges["value"], strict=True)},
+    }
+    for key in ("pr_auc", "roc_auc"):
+        out[key] = {}
+        for m in MEASURES:
+            per_seed = claims[mine & (claims["statistic"] == key) & (claims["variant"] == m)]
+            s = stats[cell & (stats["statistic"] == key) & (stats["variant"] == m)]
+            out[key][m] = {
+                "mean": float(s["mean"].iloc[0]) if len(s) else None,
+                "lo": s["lo"].iloc[0] if len(s) else None,
+                "hi": s["hi"].iloc[0] if len(s) else None,
+                "per_seed": {str(x): v for x, v in zip(per_seed["seed"], per_seed["value"], strict=True)},
+            }
+    return out
 
 
 def summary_json(summary: dict) -> str:
