@@ -818,6 +818,29 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         lambda t, g: _compare_args(t, g, lambda dirs: (dirs["dynamics"] / "seed0" / "steps.tsv").unlink()),
         ("steps.tsv", "file not found"),
     ),
+    # --- calibrated significance and the ablation's noise (issue 21) -------------------------
+    "fdr-above-1": (
+        "figures",
+        lambda t, g: figures_args(t, g, {"analysis.composition.fdr": 1.5}),
+        ("analysis.composition.fdr = 1.5", "must be in (0, 1)"),
+    ),
+    "ablation-batches-zero": (
+        "heads",
+        lambda t, g: heads_args(t, g, {"analysis.heads.ablation_batches": 0}),
+        ("analysis.heads.ablation_batches = 0", "must be > 0"),
+    ),
+    "min-seeds-zero": (
+        "compare",
+        lambda t, g: _compare_args(t, g, lambda dirs: None, {"analysis.compare.min_seeds": 0}),
+        ("analysis.compare.min_seeds = 0", "must be > 0"),
+    ),
+    "placebo-csv-missing": (
+        "compare",
+        lambda t, g: _compare_args(
+            t, g, lambda dirs: (dirs["composition"] / "seed0" / "placebo.csv").unlink()
+        ),
+        ("placebo.csv", "file not found"),
+    ),
     # --- outputs -----------------------------------------------------------------------
     "out-dir-under-a-file": (
         "weights",
@@ -869,13 +892,15 @@ def _edit_json(path: Path, drop: str) -> Path:
     return path
 
 
-def _compare_args(tmp: Path, good: Good, spoil: Callable[[dict[str, Path]], object]) -> list[str]:
+def _compare_args(
+    tmp: Path, good: Good, spoil: Callable[[dict[str, Path]], object], changes: dict | None = None
+) -> list[str]:
     """The compare stage on hand-made seed outputs (synthetic_seeds), one file then spoiled."""
     import synthetic_seeds as syn
 
     dirs = syn.write_stage_outputs(tmp / "inputs", [0])
     spoil(dirs)
-    p = write_params(tmp, good, {"seeds": [0], "analysis.compare.min_seeds": 1})
+    p = write_params(tmp, good, {"seeds": [0], "analysis.compare.min_seeds": 1, **(changes or {})})
     return ["--params", str(p), "--train", str(dirs["train"]), "--composition", str(dirs["composition"]),
             "--heads", str(dirs["heads"]), "--dynamics", str(dirs["dynamics"]),
             "--out", str(tmp / "compare")]  # fmt: skip
