@@ -331,7 +331,7 @@ def stage_inputs(tmp_path):
         "setup=synthetic", "model.n_ctx=16", "model.d_vocab=16",
         "model.n_heads=3", "model.d_head=32", "model.d_model=96",
         "train.probe_length=7", "analysis.heads.repeat_length=7", "analysis.heads.eval_sequences=16",
-        "data.n_train_sequences=200",
+        "data.n_train_sequences=1000",  # 50 held out: three ablation batches of 16
     ]  # fmt: skip
     (tmp_path / "params.yaml").write_text(params.dump(params.compose(overrides, conf_dir=ROOT / "conf")))
     return [

@@ -150,8 +150,8 @@ def test_page_shows_claims_tables_config_and_environment(page):
     summary = json.loads((page.parents[1] / "compare" / "summary.json").read_text())
     verdicts = [s["verdict"] for claim in summary["claims"].values() for s in claim.values()]
     assert summary["claims"]["a"]["rotated"]["verdict"] == "holds" and "fails" in verdicts
-    # planted (synthetic_seeds): a and c under both hypotheses, b, m, d (rotated), c_inv under both, t
-    assert text.count('class="holds">holds<') == verdicts.count("holds") == 9
+    # planted (synthetic_seeds): a, c and c_inv under both hypotheses, b, m, d (rotated), t
+    assert text.count('class="holds">holds<') == verdicts.count("holds") == 10
     assert text.count('class="fails">fails<') == verdicts.count("fails")
     assert "rotated denominators" in text and "true denominators" in text  # both hypotheses, side by side
     for seed in SEEDS:
@@ -171,7 +171,9 @@ def test_cross_seed_table_has_one_row_per_statistic_in_claims_order():
     claims = pd.DataFrame(
         [(1, *b, 3.0), (1, *a, 2.0), (0, *b, float("nan")), (0, *a, 1.0)], columns=tables.CLAIMS_COLUMNS
     )
-    stats = pd.DataFrame([(*a, 2, 1.5, 1.0, 2.0), (*b, 1, 3.0, 3.0, 3.0)], columns=tables.STATS_COLUMNS)
+    stats = pd.DataFrame(
+        [(*a, 2, 1.5, 0.7, 1.0, 2.0), (*b, 1, 3.0, float("nan"), 3.0, 3.0)], columns=tables.STATS_COLUMNS
+    )
     text = report.cross_seed_table(claims, stats)
     assert text.count("<tr") == 3  # the header and one row per statistic
     body = [re.findall(r"<td>(.*?)</td>", r) for r in text.split("<tbody>")[1].split("</tr>")[:-1]]
