@@ -17,6 +17,7 @@ import planted
 import pytest
 import synthetic_seeds as syn
 import torch
+from test_compare import long_table, value  # one seed's long table (EDGE 0.1, FDR 0.05), a cell of it
 
 from pipeline import ablation, agreement, composition, data, heads, significance, weights
 from pipeline.compare import stats as compare
@@ -111,8 +112,8 @@ def test_a_score_at_its_threshold_takes_the_role_and_one_just_below_does_not():
     rows = []
     for role, score in heads.ROLE_SCORE.items():
         at = getattr(thresholds, role)
-        for value in (at, np.nextafter(at, 0.0)):
-            rows.append({name: 0.0 for name in heads.SCORES[:6]} | {score: value})
+        for x in (at, np.nextafter(at, 0.0)):
+            rows.append({name: 0.0 for name in heads.SCORES[:6]} | {score: x})
     both = {name: 0.0 for name in heads.SCORES[:6]} | {"prev_token": 0.5, "induction": 0.9}
     table = pd.DataFrame([*rows, both]).assign(layer=0, copying=np.nan, qk_positivity=np.nan)
     table["head"] = range(len(table))
@@ -200,19 +201,6 @@ def test_each_effects_ranking_is_built_from_that_effect():
 
 
 # --- claims whose rotations differ; verdicts; reading a seed ---------------------------------
-
-
-def long_table(inp) -> pd.DataFrame:
-    scored = compare.with_roles(inp.scores, inp.heads)
-    return compare.seed_statistics(inp, scored, compare.group_composition(scored), EDGE, FDR)
-
-
-def value(table: pd.DataFrame, **where) -> float:
-    rows = table
-    for column, v in where.items():
-        rows = rows[rows[column] == v]
-    assert len(rows) == 1, where
-    return float(rows["value"].iloc[0])
 
 
 def test_claims_a_and_d_take_the_worse_rotation():
