@@ -21,11 +21,9 @@ repro: $(VENV)/.installed
 
 # On every core (pytest-xdist): a test module per worker at a time, so a module's fixtures are
 # built once; the reproduced tiny projects are built once for all (tests/dvc_repo.py, reproduced).
-# One torch thread per worker: a worker per core already fills the machine, and two threads per
-# worker on a shared core spin against each other.
 TEST_WORKERS ?= auto
 test: lint browser
-	OMP_NUM_THREADS=1 ATTN_CIRCUITS_REQUIRE_BROWSER=1 python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	ATTN_CIRCUITS_REQUIRE_BROWSER=1 python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The tier that runs in about a minute: everything not marked slow (real training, real dvc) in these
 # files, less the bad-input catalogue's subprocess reruns (the same cases run in-process here).
