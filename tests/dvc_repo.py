@@ -126,7 +126,9 @@ def project_files() -> list[str]:
         text=True,
         check=True,
     ).stdout
-    return sorted(p for p in out.split("\0") if p and (ROOT / p).is_file())
+    # never this checkout's dvc.lock: it records *its* runs (a `make repro` here lists seeds the tiny
+    # project has not reproduced), and DVC writes it beside every repro
+    return sorted(p for p in out.split("\0") if p and p != "dvc.lock" and (ROOT / p).is_file())
 
 
 def set_config(repo: Path, overrides: Sequence[str]) -> None:
