@@ -106,7 +106,7 @@ def throughput(cfg, rounds: int, steps: int, also: list[str] = ()) -> list[tuple
 
 def tokenized(cfg, directory: Path) -> Path | None:
     """The tokenizer stage's output for a text config, written into `directory` (else None)."""
-    result, manifest = tokenizer.from_config(cfg.data)
+    result, manifest = tokenizer.from_config(cfg.data, cfg.model.n_ctx)
     if result is None:
         return None
     io.write_npy(directory / "tokens.npy", result.tokens)

@@ -10,6 +10,7 @@ it without importing torch or the code of other stages (DVC deps stay exact).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
 
@@ -20,6 +21,8 @@ POSITIONAL_EMBEDDINGS = ("standard", "shortformer")
 NORMALIZATIONS = (None, "LN")
 DATA_SOURCES = ("synthetic", "text", "tokens")
 TRAIN_SOURCES = ("train", "load")
+# A snapshot in the local Hugging Face cache by name (pipeline/hub.py): hf:ORG/NAME[@REVISION]
+HUB_SPEC = re.compile(r"hf:(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?")
 DEVICES = ("auto", "cpu", "cuda")
 LN_EPS = 1e-5  # LayerNorm epsilon: TransformerLens's default (config.json records it)
 
@@ -183,12 +186,21 @@ class TextDataConfig(Section):
 
 @dataclass
 class TokenizerConfig(Section):
-    """Byte-level BPE (Hugging Face tokenizers), trained on the training part of the text."""
+    """Byte-level BPE (Hugging Face tokenizers), trained on the training part of the text; or a
+    model's own tokenizer.json from the local Hugging Face cache (`pretrained`, pipeline/hub.py)."""
 
     vocab_size: int = 2048  # at most this many tokens; 256: bytes alone, no merges
+    pretrained: str | None = None  # hf:ORG/NAME[@REVISION]: its tokenizer.json (vocab_size unused)
 
     def check(self) -> None:
         require(256 <= self.vocab_size <= 65535, "vocab_size", "must be in [256, 65535]", self.vocab_size)
+        if self.pretrained is not None:
+            require(
+                HUB_SPEC.fullmatch(self.pretrained) is not None,
+                "pretrained",
+                "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a snapshot in the Hugging Face cache)",
+                self.pretrained,
+            )
 
 
 @dataclass
@@ -235,7 +247,8 @@ class DataConfig(Section):
 class TrainConfig(Section):
     source: str = "train"  # "train" a new model, or "load" a checkpoint
     # load: path under checkpoint_dir (.safetensors, .pt, .pth) with config.json beside it;
-    # "{seed}" in it maps each seed to its own file
+    # "{seed}" in it maps each seed to its own file; or hf:ORG/NAME[@REVISION], a snapshot in the
+    # local Hugging Face cache (pipeline/hub.py), the same model for every seed
     checkpoint: str | None = None
     checkpoint_dir: str = "checkpoints"  # a DVC dependency of train, like data.dir
     device: str = "auto"  # "auto": CUDA when present
@@ -291,7 +304,14 @@ class TrainConfig(Section):
             require(0 <= step <= self.steps, f"save_steps[{i}]", problem, step)
         if self.source == "load":
             _required(self.checkpoint, "checkpoint", "train.source = 'load'")
-        if self.checkpoint is not None:
+        if self.checkpoint is not None and self.checkpoint.startswith("hf:"):
+            require(
+                HUB_SPEC.fullmatch(self.checkpoint) is not None,
+                "checkpoint",
+                "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a snapshot in the Hugging Face cache)",
+                self.checkpoint,
+            )
+        elif self.checkpoint is not None:
             suffix = self.checkpoint.rsplit(".", 1)[-1] if "." in self.checkpoint else ""
             require(
                 suffix in ("safetensors", "pt", "pth"),
@@ -437,7 +457,8 @@ class Config(Section):
         ):
             require_fits_context(key, length, self.model.n_ctx, "model.n_ctx")
         require_window_fits(self.analysis.heads.window_length, self.model.n_ctx, "model.n_ctx")
-        if self.data.source == "text":
+        if self.data.source == "text" and self.data.tokenizer.pretrained is None:  # else: at least its
+            # tokenizer's size, which only the tokenizer stage knows (pipeline/data.py load_text)
             vocab = self.data.tokenizer.vocab_size
             problem = f"must equal data.tokenizer.vocab_size = {vocab} (the text source's tokens)"
             require(self.model.d_vocab == vocab, "model.d_vocab", problem, self.model.d_vocab)

@@ -5,21 +5,29 @@ replaced by the seed) and records the checkpoint and the config.json beside it, 
 their sha256, in `origin.json`; the train stage reads that file, not the params. So
 the train stage depends on exactly the checkpoint it loads (its bytes, through the
 sha256), and editing `train.checkpoint` while `train.source = train` reruns no training:
-the origin stage writes the same bytes again. Torch-free.
+the origin stage writes the same bytes again.
+
+`train.checkpoint=hf:ORG/NAME[@REVISION]` names a snapshot in the local Hugging Face cache
+instead (`pipeline.hub`): origin.json then records the repository, the revision asked for,
+the commit it resolved to, and the weights' and config's sha256. DVC sees the cache
+through that file: the origin stage reruns when `train.checkpoint` changes (or with
+`dvc repro -f origin` after a download moved `main`), and everything downstream reruns
+exactly when the recorded bytes differ. Torch-free.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import io
+from pipeline import hub, io
 from pipeline.config import TrainConfig
 from pipeline.errors import UserError
 
 
 def checkpoint_path(t: TrainConfig, seed: int) -> Path:
     """`train.checkpoint` under `train.checkpoint_dir`, with "{seed}" replaced by the seed."""
-    assert t.checkpoint is not None  # TrainConfig.check requires it for source = load
+    if t.checkpoint is None:  # TrainConfig.check requires it for source = load
+        raise UserError("train.checkpoint", "required when train.source = 'load'")
     relative = t.checkpoint.replace("{seed}", str(seed))
     root = Path(t.checkpoint_dir)
     path = root / relative
@@ -36,6 +44,8 @@ def choose(t: TrainConfig, seed: int) -> dict:
     """origin.json: {"source": "train"}, or the checkpoint and its config.json with sha256."""
     if t.source != "load":
         return {"source": "train"}
+    if hub.is_hub(t.checkpoint):
+        return hub.checkpoint(t.checkpoint)
     path = checkpoint_path(t, seed)
     config = path.parent / "config.json"
     if not config.is_file():
@@ -48,6 +58,14 @@ def _is_entry(entry: object) -> bool:
     return isinstance(entry, dict) and all(isinstance(entry.get(k), str) for k in ("path", "sha256"))
 
 
+def _is_known(entry: object) -> bool:  # a repository without config.json (pipeline.hub.KNOWN)
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("known"), str)
+        and isinstance(entry.get("fields"), dict)
+    )
+
+
 def read(path: str | Path) -> dict:
     """origin.json as `choose` wrote it, or a one-line refusal naming the file (an empty,
     partial or hand-edited one would otherwise fail later with a KeyError)."""
@@ -55,7 +73,8 @@ def read(path: str | Path) -> dict:
     if isinstance(chosen, dict) and chosen.get("source") == "train":
         return chosen
     if isinstance(chosen, dict) and chosen.get("source") == "load":
-        if _is_entry(chosen.get("checkpoint")) and _is_entry(chosen.get("config")):
+        config = chosen.get("config")
+        if _is_entry(chosen.get("checkpoint")) and (_is_entry(config) or _is_known(config)):
             return chosen
     problem = (
         'not the origin stage\'s output ({"source": "train"}, or "load" with the checkpoint and '
@@ -64,12 +83,17 @@ def read(path: str | Path) -> dict:
     raise UserError(str(path), problem)
 
 
-def checked(chosen: dict) -> tuple[Path, Path]:
-    """The checkpoint and config.json paths of origin.json, refused if either changed since."""
-    paths = []
-    for key in ("checkpoint", "config"):
-        path = Path(chosen[key]["path"])
-        if not path.is_file() or io.sha256_file(path) != chosen[key]["sha256"]:
-            raise UserError(str(path), "changed since the origin stage recorded it: run dvc repro")
-        paths.append(path)
-    return paths[0], paths[1]
+def checked(chosen: dict) -> tuple[Path, Path | dict]:
+    """The checkpoint and config.json paths of origin.json, refused if either changed since;
+    for a repository known without config.json, its `pipeline.hub.KNOWN` fields instead of a path."""
+    config = chosen["config"]
+    return _unchanged(chosen["checkpoint"]), dict(config["fields"]) if _is_known(config) else _unchanged(
+        config
+    )
+
+
+def _unchanged(entry: dict) -> Path:
+    path = Path(entry["path"])
+    if not path.is_file() or io.sha256_file(path) != entry["sha256"]:
+        raise UserError(str(path), "changed since the origin stage recorded it: run dvc repro")
+    return path

@@ -2,15 +2,18 @@
 state dicts checked against our model before it is built from them.
 
 `read_tl_config` accepts the config.json of a TransformerLens `HookedTransformer`
-(`cfg.to_dict()`, or the raw config.json of TransformerLens's own attn-only models,
-which spell two fields `normalization` and `shortformer_pos`) and refuses, naming the
-field, any setting our model does not compute the same way (MLPs, RMS norm, rotary
-positions, a custom attention scale, ...).
+(`cfg.to_dict()`, or the raw config.json of NeelNanda's attn-only models, which spell two
+fields `normalization` and `shortformer_pos` and which we translate field for field as
+TransformerLens's `convert_neel_model_config` does) and refuses, naming the field, any
+setting our model does not compute the same way (MLPs, RMS norm, rotary positions, a
+custom attention scale, ...). A repository that ships no config.json (`pipeline.hub.KNOWN`)
+gets its sizes from the weights' shapes (`inferred_config`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -156,12 +159,30 @@ def from_tl_config(raw: Any, source: str = "config.json") -> ModelConfig:
         return _model_config(dict(raw))
 
 
+# The fields TransformerLens's `convert_neel_model_config` keeps from NeelNanda's config.json;
+# every other setting takes HookedTransformerConfig's default.
+NEEL_FIELDS = (
+    "d_model", "n_layers", "d_mlp", "d_head", "n_heads", "n_ctx", "d_vocab",
+    "act_fn", "attn_only", "final_rms",
+)  # fmt: skip
+
+
+def neel_translated(raw: dict) -> dict:
+    """NeelNanda's config.json (`normalization`, `shortformer_pos`) as TransformerLens reads it;
+    a HookedTransformerConfig dict unchanged."""
+    if "normalization" not in raw and "shortformer_pos" not in raw:
+        return raw
+    out = {name: raw[name] for name in NEEL_FIELDS if name in raw}
+    out["normalization_type"] = (
+        raw["normalization"] if "normalization" in raw else raw.get("normalization_type")
+    )
+    shortformer = raw.get("shortformer_pos", False)
+    out["positional_embedding_type"] = "shortformer" if shortformer else "standard"
+    return out
+
+
 def _model_config(raw: dict) -> ModelConfig:
-    # TransformerLens's own attn-only checkpoints spell two fields differently.
-    if "normalization_type" not in raw and "normalization" in raw:
-        raw["normalization_type"] = raw["normalization"]
-    if "positional_embedding_type" not in raw and "shortformer_pos" in raw:
-        raw["positional_embedding_type"] = "shortformer" if raw["shortformer_pos"] else "standard"
+    raw = neel_translated(raw)
     problem = _unsupported(raw)
     if problem:
         key, value, why = problem
@@ -230,22 +251,50 @@ def _checked_state(
     return out
 
 
+def _shape(state: Mapping[str, torch.Tensor], name: str) -> tuple[int, ...]:
+    if name not in state:
+        raise UserError(name, "missing from the checkpoint")
+    return tuple(state[name].shape)
+
+
+def inferred_config(state: Mapping[str, torch.Tensor], fields: Mapping[str, Any]) -> dict:
+    """HookedTransformerConfig fields of a checkpoint without config.json: the sizes from its
+    weights' shapes, what they cannot tell (positions, normalisation) from `fields`."""
+    n_heads, d_model, d_head = _shape(state, "blocks.0.attn.W_Q")  # [n_heads, d_model, d_head]
+    layers = {int(m[1]) for k in state if (m := re.match(r"blocks\.(\d+)\.attn\.W_Q$", k))}
+    sizes = {
+        "n_layers": len(layers),
+        "n_heads": n_heads,
+        "d_head": d_head,
+        "d_model": d_model,
+        "n_ctx": _shape(state, "pos_embed.W_pos")[0],  # [n_ctx, d_model]
+        "d_vocab": _shape(state, "embed.W_E")[0],  # [d_vocab, d_model]
+    }
+    return {**fields, **sizes}
+
+
 def read_checkpoint(
-    model_path: str | Path, config_path: str | Path
+    model_path: str | Path, config: str | Path | Mapping[str, Any]
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """config.json and the checkpoint's state dict, checked against it (`check_state`)."""
-    cfg = read_tl_config(config_path)
+    """config.json (or the known fields of a repository without one) and the checkpoint's state
+    dict, checked against it (`check_state`)."""
     state, _ = load_state(model_path)
+    if isinstance(config, Mapping):
+        source = f"the shapes in {model_path}"
+        with within(str(model_path)):
+            cfg = from_tl_config(inferred_config(state, config), source)
+    else:
+        cfg, source = read_tl_config(config), str(config)
     with torch.device("meta"):  # only the expected names and shapes: allocates nothing
         expected = AttnOnlyTransformer(cfg).state_dict()
-    return cfg, check_state(state, expected, str(model_path), str(config_path))
+    return cfg, check_state(state, expected, str(model_path), source)
 
 
 def load_model(
-    model_path: str | Path, config_path: str | Path, dtype: torch.dtype = torch.float32
+    model_path: str | Path, config: str | Path | Mapping[str, Any], dtype: torch.dtype = torch.float32
 ) -> AttnOnlyTransformer:
     """Our model with a checkpoint's weights, in `dtype`; names and shapes checked against config.json."""
-    return build_model(*read_checkpoint(model_path, config_path), dtype=dtype)
+    return build_model(*read_checkpoint(model_path, config), dtype=dtype)
 
 
 def build_model(

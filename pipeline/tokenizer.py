@@ -7,6 +7,12 @@ the part before, and every evaluation (held-out loss, head scores, the induction
 the ablation) reads the part after, through the same tokenizer. `tokens.npy` holds both
 parts, training tokens first; the manifest says where the held-out part starts.
 
+`data.tokenizer.pretrained=hf:ORG/NAME` encodes the text with a model's own tokenizer.json
+from the local Hugging Face cache instead (pipeline/hub.py): a public checkpoint's head
+scores and ablation then read the held-out text in its own vocabulary. The stage refuses a
+held-out part too short for one evaluation window (`model.n_ctx` tokens), naming
+`data.eval_fraction`: a text with no line break after the split point has none.
+
 Byte-level: every text encodes, nothing is unknown. `data.tokenizer.vocab_size` 256
 means bytes alone (no merges). The trainer is deterministic: the same text and size give
 the same `tokenizer.json` byte for byte (a test checks it).
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline import corpus
+from pipeline import corpus, hub
 from pipeline.config import DataConfig
 from pipeline.errors import UserError
 
@@ -61,11 +67,12 @@ def encode(tok, lines: list[str]) -> np.ndarray:
     return np.asarray(ids, dtype=np.uint16)
 
 
-def tokenize(text: str, vocab_size: int, eval_fraction: float) -> Tokenized:
-    """Train on the training part of `text`, then encode both parts (module doc)."""
+def tokenize(text: str, vocab_size: int, eval_fraction: float, tok=None) -> Tokenized:
+    """Train on the training part of `text` (or use `tok`, a pretrained tokenizer), then encode
+    both parts (module doc)."""
     cut = split_point(text, eval_fraction)
     train_lines = text[:cut].splitlines(keepends=True)
-    tok = train(train_lines, vocab_size)
+    tok = tok or train(train_lines, vocab_size)
     train_ids = encode(tok, train_lines)
     eval_ids = encode(tok, text[cut:].splitlines(keepends=True))
     return Tokenized(
@@ -77,11 +84,54 @@ def tokenize(text: str, vocab_size: int, eval_fraction: float) -> Tokenized:
     )
 
 
-def from_config(data: DataConfig) -> tuple[Tokenized | None, dict]:
+def pretrained(value: str):
+    """A model's own tokenizer.json from the local Hugging Face cache, and its record."""
+    from tokenizers import Tokenizer
+
+    path, record = hub.tokenizer_file(value)
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for a malformed file
+        raise UserError(
+            str(path), f"not a tokenizer.json the tokenizers library reads ({str(e)[:200]})"
+        ) from None
+    if tok.get_vocab_size() > np.iinfo(np.uint16).max + 1:
+        raise UserError(
+            "data.tokenizer.pretrained", f"{tok.get_vocab_size()} tokens: at most 65536 fit tokens.npy", value
+        )
+    return tok, record
+
+
+def require_heldout(result: Tokenized, eval_fraction: float, n_ctx: int) -> None:
+    """Refuse, where the cause is, a split that leaves no evaluation window (`model.n_ctx` tokens)
+    on either side; the train stage would otherwise fail later with less to go on."""
+    n_eval = len(result.tokens) - result.train_tokens
+    if n_eval == 0:
+        problem = (
+            "leaves an empty held-out part: the text has no line break after "
+            f"{1 - eval_fraction:.0%} of it (the split falls at a line start); add line breaks or raise it"
+        )
+        raise UserError("data.eval_fraction", problem, eval_fraction)
+    if n_eval < n_ctx:
+        problem = (
+            f"leaves a held-out part of {n_eval} tokens, fewer than one evaluation window "
+            f"(model.n_ctx = {n_ctx}): raise it, or use more text"
+        )
+        raise UserError("data.eval_fraction", problem, eval_fraction)
+    if result.train_tokens < n_ctx + 1:
+        problem = (
+            f"leaves a training part of {result.train_tokens} tokens, fewer than one training window "
+            f"(model.n_ctx + 1 = {n_ctx + 1}): lower it, or use more text"
+        )
+        raise UserError("data.eval_fraction", problem, eval_fraction)
+
+
+def from_config(data: DataConfig, n_ctx: int) -> tuple[Tokenized | None, dict]:
     """The configured text tokenized, and the manifest the stage writes beside it (what
     was read, with sha256, and where the held-out part starts). None when data.source
     is not text: the stage then records only the source, so that a change to the
-    tokenizer's settings reruns no training that does not use it."""
+    tokenizer's settings reruns no training that does not use it. `n_ctx`: the model's
+    context (`require_heldout`)."""
     if data.source != "text":
         return None, {"source": data.source, "used": False}
     text, read = corpus.read(data.text, data.dir)
@@ -91,7 +141,9 @@ def from_config(data: DataConfig) -> tuple[Tokenized | None, dict]:
     if not text.strip():
         key, value = ("corpus", data.text.corpus) if data.text.corpus else ("glob", data.text.glob)
         raise UserError(f"data.text.{key}", "no text to tokenize (empty files)", value)
-    result = tokenize(text, data.tokenizer.vocab_size, data.eval_fraction)
+    tok, record = pretrained(data.tokenizer.pretrained) if data.tokenizer.pretrained else (None, None)
+    result = tokenize(text, data.tokenizer.vocab_size, data.eval_fraction, tok)
+    require_heldout(result, data.eval_fraction, n_ctx)
     manifest = {
         "source": "text",
         "used": True,
@@ -105,6 +157,9 @@ def from_config(data: DataConfig) -> tuple[Tokenized | None, dict]:
         "train_tokens": result.train_tokens,
         "eval_tokens": int(len(result.tokens) - result.train_tokens),
     }
+    if record is not None:
+        manifest["pretrained"] = record
+        del manifest["vocab_size"]  # not used
     return result, manifest
 
 

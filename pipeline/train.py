@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline import data, memory, origin, patterns, tl_checkpoint
-from pipeline.config import Config, TrainConfig, require_fits_context
+from pipeline.config import Config, ModelConfig, TrainConfig, require_fits_context
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer, next_token_loss
 from pipeline.tables import CURVE_COLUMNS, INDUCTION_THRESHOLD
@@ -209,6 +209,11 @@ def _diverged(losses: torch.Tensor, first_step: int, t: TrainConfig) -> None:
     raise UserError("train.lr", f"the training loss became {value} at step {step}: {_ADVICE}", t.lr)
 
 
+def _fits(shape: ModelConfig, cfg: Config, source: str, device: torch.device) -> None:
+    require_fits_context("train.probe_length", cfg.train.probe_length, shape.n_ctx, f"n_ctx of {source}")
+    require_memory(memory.loading(shape, cfg, source), device)
+
+
 def load(cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = None) -> TrainResult:
     """A checkpoint trained elsewhere and its config.json (beside it), evaluated like a trained
     model; `chosen` is the origin stage's record of them (`pipeline.origin`).
@@ -217,11 +222,14 @@ def load(cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = No
     """
     t = cfg.train
     device = _setup(t)
-    path, config_path = origin.checked(chosen)
-    shape = tl_checkpoint.read_tl_config(config_path)  # before the checkpoint is read or built
-    require_fits_context("train.probe_length", t.probe_length, shape.n_ctx, f"n_ctx of {config_path}")
-    require_memory(memory.loading(shape, cfg, str(config_path)), device)
-    model = tl_checkpoint.load_model(path, config_path).to(device)
+    path, config = origin.checked(chosen)
+    if isinstance(config, Path):  # config.json: checked before the checkpoint is read or built
+        _fits(tl_checkpoint.read_tl_config(config), cfg, str(config), device)
+        model = tl_checkpoint.load_model(path, config).to(device)
+    else:  # a repository without config.json (pipeline.hub.KNOWN): the shapes are in the weights
+        shape, state = tl_checkpoint.read_checkpoint(path, config)
+        _fits(shape, cfg, f"the shapes in {path}", device)
+        model = tl_checkpoint.build_model(shape, state).to(device)
     dataset = data.load(cfg.data, model.cfg, seed, t.eval_batch_size, tokenized, need_train=False)
     probe = data.repeated_probe(dataset, t.eval_batch_size, t.probe_length, model.cfg.d_vocab, seed).to(
         device
@@ -231,7 +239,8 @@ def load(cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = No
     if not math.isfinite(row["eval_loss"]):  # its weights are finite (check_state), but too large for float32
         raise UserError(str(path), f"the held-out loss is {row['eval_loss']}: its weights overflow float32")
     curve = pd.DataFrame([row], columns=CURVE_COLUMNS)
-    manifest = {"checkpoint": chosen["checkpoint"], "config": chosen["config"], "eval_data": dataset.manifest}
+    manifest = {key: chosen[key] for key in ("hub", "checkpoint", "config") if key in chosen}
+    manifest["eval_data"] = dataset.manifest
     return TrainResult(model.cpu(), curve, _summary(curve), manifest)
 
 

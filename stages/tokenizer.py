@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
-        result, manifest = tokenizer.from_config(cfg.data)
+        result, manifest = tokenizer.from_config(cfg.data, cfg.model.n_ctx)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         tokens = result.tokens if result else np.zeros(0, dtype=np.uint16)

@@ -198,8 +198,9 @@ def text_corpus(
 
 
 def short_text(tmp: Path, good: Good) -> list[str]:
-    """The train stage on a tokenized text too short for the model's context."""
-    tokenizer_args = text_corpus(tmp, good, {"a.txt": b"x y z\n" * 20})
+    """The train stage on a tokenized text too short for the model's context (tokenized for a
+    smaller one: the tokenizer stage refuses a held-out part shorter than model.n_ctx)."""
+    tokenizer_args = text_corpus(tmp, good, {"a.txt": b"x y z\n" * 60}, **{"model.n_ctx": 14})
     tokenizer_args[-1] = str(tmp / "tokenized")
     assert import_module("stages.tokenizer").main(tokenizer_args) == 0
     changes = {**TEXT, "data.dir": str(tmp / "data"), "data.text.glob": "*.txt"}
@@ -435,6 +436,16 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         "tokenizer",
         lambda t, g: text_corpus(t, g, {}, **{"data.text.corpus": "kjv"}),
         ("data.text.glob = '*.txt'", "must be null when text.corpus = 'kjv'"),
+    ),
+    "heldout-part-empty": (  # no line break after the split point: nothing is held out
+        "tokenizer",
+        lambda t, g: text_corpus(t, g, {"a.txt": b"x y z " * 200}),
+        ("data.eval_fraction = 0.05", "empty held-out part", "no line break after 95%"),
+    ),
+    "heldout-part-shorter-than-a-window": (
+        "tokenizer",
+        lambda t, g: text_corpus(t, g, {"a.txt": b"x y z\n" * 60}),
+        ("data.eval_fraction = 0.05", "held-out part of", "fewer than one evaluation window (model.n_ctx = 20)"),
     ),
     "tokenizer-vocabulary-below-bytes": (
         "tokenizer",

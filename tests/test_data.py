@@ -175,7 +175,7 @@ def tokenized(tmp_path, **text) -> DataConfig:
     cfg = DataConfig(source="text", dir=str(tmp_path), eval_fraction=0.1,
                      text=TextDataConfig(**text), tokenizer=TokenizerConfig(vocab_size=400),
                      copies=CopiesConfig(rate=0.0))  # fmt: skip
-    result, manifest = tokenizer.from_config(cfg)
+    result, manifest = tokenizer.from_config(cfg, n_ctx=16)
     io.write_npy(tmp_path / "tok" / "tokens.npy", result.tokens)
     io.write_json(tmp_path / "tok" / "manifest.json", manifest)
     return cfg

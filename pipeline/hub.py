@@ -1,0 +1,176 @@
+"""Public checkpoints and tokenizers by name, from the local Hugging Face cache: never downloaded.
+
+`train.checkpoint=hf:NeelNanda/Attn_Only_2L512W_C4_Code` (or `hf:ORG/NAME@REVISION`) and
+`data.tokenizer.pretrained=hf:EleutherAI/gpt-neox-20b` name a repository snapshot that
+`hf download` (`huggingface-cli download` before huggingface_hub 1.0), or any earlier
+`from_pretrained`, put in the cache. `huggingface_hub` resolves it with `local_files_only`,
+so HF_HOME and HF_HUB_CACHE are respected and no socket is opened. Anything missing is one
+line naming the download command to run.
+
+In a snapshot:
+- the weights: `model.safetensors` (or the one `*.safetensors`), else TransformerLens's
+  `*final.pth` (its rule for NeelNanda's repositories), else the one `*.pth` or `*.pt`,
+  read with `weights_only=True` (pipeline/checkpoint.py);
+- the config: `config.json`, in HookedTransformerConfig's fields or NeelNanda's spelling
+  (translated as TransformerLens translates it: pipeline/tl_checkpoint.py). A repository that
+  ships no config.json is read only when `KNOWN` says what its weights cannot tell
+  (positions, normalisation); the sizes then come from the weights' shapes.
+
+Torch-free: the origin and tokenizer stages import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline import io
+from pipeline.config import HUB_SPEC
+from pipeline.errors import UserError
+
+PREFIX = "hf:"
+
+# What the weights of a repository without config.json cannot tell, from the code its
+# authors publish. ARENA (chapter 1.2, "Induction heads") builds attn_only_2L_half with
+# HookedTransformerConfig(d_model=768, d_head=64, n_heads=12, n_layers=2, n_ctx=2048,
+# d_vocab=50278, normalization_type=None, positional_embedding_type="shortformer",
+# tokenizer_name="EleutherAI/gpt-neox-20b").
+KNOWN: dict[str, dict] = {
+    "callummcdougall/attn_only_2L_half": {
+        "positional_embedding_type": "shortformer",
+        "normalization_type": None,
+        "attn_only": True,
+        "tokenizer_name": "EleutherAI/gpt-neox-20b",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    repo: str
+    revision: str | None  # None: the cache's `main`
+
+    def download(self, file: str | None = None) -> str:
+        """The command that puts this snapshot (or one file of it) in the cache."""
+        parts = ["hf download", self.repo, *([file] if file else [])]
+        if self.revision:
+            parts += ["--revision", self.revision]
+        return " ".join(parts)
+
+
+def is_hub(value: str | None) -> bool:
+    return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def parse(value: str, key: str) -> Spec:
+    """`hf:ORG/NAME` or `hf:ORG/NAME@REVISION`, refused in one line naming `key`."""
+    found = HUB_SPEC.fullmatch(value)
+    if not found:
+        raise UserError(key, "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a Hugging Face repository)", value)
+    return Spec(found["repo"], found["revision"])
+
+
+def cache_dir() -> Path:
+    from huggingface_hub import constants  # HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    spec: Spec
+    path: Path  # .../models--ORG--NAME/snapshots/<commit>
+    commit: str
+
+    def record(self) -> dict:
+        return {"repo": self.spec.repo, "revision": self.spec.revision or "main", "commit": self.commit}
+
+
+def snapshot(value: str, key: str) -> Snapshot:
+    """The cached snapshot `value` names (module doc), or a one-line refusal with the command to run."""
+    spec = parse(value, key)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    cache = cache_dir()
+    folder = cache / ("models--" + spec.repo.replace("/", "--"))
+    advice = f"run `{spec.download()}` first (nothing is downloaded at run time)"
+    if not folder.is_dir():
+        raise UserError(key, f"{spec.repo} is not in the Hugging Face cache {cache}: {advice}", value)
+    try:
+        path = Path(
+            snapshot_download(spec.repo, revision=spec.revision, local_files_only=True, cache_dir=cache)
+        )
+    except LocalEntryNotFoundError:
+        revision = spec.revision or "main"
+        raise UserError(
+            key, f"revision {revision} of {spec.repo} is not in the cache {cache}: {advice}", value
+        ) from None
+    return Snapshot(spec, path, path.name)
+
+
+def _one(snap: Snapshot, found: list[Path], what: str, key: str, value: str) -> Path | None:
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found[:4])
+        raise UserError(
+            key,
+            f"{snap.spec.repo} has several {what} ({names}): name one in a copy under train.checkpoint_dir",
+            value,
+        )
+    return found[0] if found else None
+
+
+def weights(snap: Snapshot, key: str, value: str) -> Path:
+    """The snapshot's weights file (module doc)."""
+    files = sorted(p for p in snap.path.rglob("*") if p.is_file())
+    chosen = next((p for p in files if p.name == "model.safetensors"), None)
+    chosen = chosen or _one(
+        snap, [p for p in files if p.suffix == ".safetensors"], "safetensors files", key, value
+    )
+    chosen = chosen or _one(
+        snap, [p for p in files if p.name.endswith("final.pth")], "*final.pth files", key, value
+    )
+    chosen = chosen or _one(snap, [p for p in files if p.suffix in (".pth", ".pt")], ".pth files", key, value)
+    if chosen is None:
+        problem = (
+            f"the cached snapshot {snap.commit[:12]} of {snap.spec.repo} has no weights "
+            f"(.safetensors, *final.pth, .pth): run `{snap.spec.download()}`"
+        )
+        raise UserError(key, problem, value)
+    return chosen
+
+
+def entry(path: Path) -> dict:
+    return {"path": path.as_posix(), "sha256": io.sha256_file(path)}
+
+
+def checkpoint(value: str, key: str = "train.checkpoint") -> dict:
+    """origin.json for a checkpoint by name: the snapshot (repository, revision, commit), the
+    weights and the config.json with their sha256, or the `KNOWN` fields when it ships none."""
+    snap = snapshot(value, key)
+    chosen: dict = {"source": "load", "hub": snap.record(), "checkpoint": entry(weights(snap, key, value))}
+    config = snap.path / "config.json"
+    if config.is_file():
+        chosen["config"] = entry(config)
+    elif snap.spec.repo in KNOWN:
+        chosen["config"] = {"known": snap.spec.repo, "fields": KNOWN[snap.spec.repo]}
+    else:
+        problem = (
+            f"the cached snapshot {snap.commit[:12]} of {snap.spec.repo} has no config.json "
+            f"(run `{snap.spec.download('config.json')}`; repositories known without one: {', '.join(KNOWN)})"
+        )
+        raise UserError(key, problem, value)
+    return chosen
+
+
+def tokenizer_file(value: str, key: str = "data.tokenizer.pretrained") -> tuple[Path, dict]:
+    """The snapshot's tokenizer.json and its record (repository, revision, commit, sha256)."""
+    snap = snapshot(value, key)
+    path = snap.path / "tokenizer.json"
+    if not path.is_file():
+        problem = (
+            f"the cached snapshot {snap.commit[:12]} of {snap.spec.repo} has no tokenizer.json: "
+            f"run `{snap.spec.download('tokenizer.json')}`"
+        )
+        raise UserError(key, problem, value)
+    return path, snap.record() | {"file": "tokenizer.json", "sha256": io.sha256_file(path)}

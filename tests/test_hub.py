@@ -1,0 +1,242 @@
+"""Public checkpoints and tokenizers by name from the local Hugging Face cache (pipeline/hub.py),
+through the real `huggingface_hub` code path, offline: a fake cache in the library's own layout
+(tests/hub_cache.py) with tiny models in NeelNanda's and ARENA's formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hub_cache import (
+    ARENA_REPO,
+    TINY_REPO,
+    add_snapshot,
+    neel_config,
+    pth,
+    socket_guard,
+    tl_state,
+    tokenizer_json,
+)
+from huggingface_hub import constants
+
+from pipeline import corpus, hub, origin, tl_checkpoint
+from pipeline.config import ModelConfig, TrainConfig
+from pipeline.errors import UserError
+from pipeline.model import AttnOnlyTransformer
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = {"d_head": 4, "d_model": 16}
+NEEL = ModelConfig(n_heads=2, n_ctx=32, d_vocab=320, positional_embedding_type="standard",
+                   normalization_type="LN", **SIZES)  # fmt: skip
+ARENA = ModelConfig(n_heads=3, n_ctx=24, d_vocab=50, positional_embedding_type="shortformer",
+                    normalization_type=None, **SIZES)  # fmt: skip
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty cache that huggingface_hub reads in this process (as HF_HUB_CACHE would set it)."""
+    root = tmp_path / "hub"
+    root.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
+    return root
+
+
+def logits(state: dict, cfg: ModelConfig) -> torch.Tensor:
+    model = AttnOnlyTransformer(cfg)
+    model.load_state_dict({k: v for k, v in state.items() if not k.endswith(("mask", "IGNORE"))})
+    tokens = torch.arange(cfg.n_ctx).remainder(cfg.d_vocab)[None]
+    with torch.no_grad():
+        return model(tokens)
+
+
+def loaded_logits(chosen: dict) -> tuple[torch.Tensor, ModelConfig]:
+    path, config = origin.checked(chosen)
+    model = tl_checkpoint.load_model(path, config)
+    tokens = torch.arange(model.cfg.n_ctx).remainder(model.cfg.d_vocab)[None]
+    with torch.no_grad():
+        return model(tokens), model.cfg
+
+
+def test_neel_format_loads_by_name_with_the_same_logits(cache):
+    state = tl_state(NEEL, seed=1)
+    snap = add_snapshot(cache, TINY_REPO, {"config.json": json.dumps(neel_config(NEEL)).encode(),
+                                           "model_final.pth": pth(state)})  # fmt: skip
+    chosen = hub.checkpoint(f"hf:{TINY_REPO}")
+    assert chosen["hub"] == {"repo": TINY_REPO, "revision": "main", "commit": snap.name}
+    assert chosen["checkpoint"]["path"].endswith(f"snapshots/{snap.name}/model_final.pth")
+    got, cfg = loaded_logits(chosen)
+    assert (cfg.normalization_type, cfg.positional_embedding_type, cfg.d_vocab) == ("LN", "standard", 320)
+    assert torch.allclose(got, logits(state, NEEL), atol=1e-6)
+
+
+def test_arena_format_without_config_takes_its_shapes_from_the_weights(cache):
+    """attn_only_2L_half ships the .pth alone: its sizes come from the weights, shortformer and
+    no LayerNorm from hub.KNOWN (ARENA's published HookedTransformerConfig)."""
+    state = {k: v for k, v in tl_state(ARENA, seed=2).items()}
+    add_snapshot(cache, ARENA_REPO, {"attn_only_2L_half.pth": pth(state)})
+    chosen = hub.checkpoint(f"hf:{ARENA_REPO}")
+    assert chosen["config"] == {"known": ARENA_REPO, "fields": hub.KNOWN[ARENA_REPO]}
+    got, cfg = loaded_logits(chosen)
+    assert (cfg.n_heads, cfg.d_head, cfg.d_model, cfg.n_ctx, cfg.d_vocab) == (3, 4, 16, 24, 50)
+    assert (cfg.normalization_type, cfg.positional_embedding_type) == (None, "shortformer")
+    assert torch.allclose(got, logits(state, ARENA), atol=1e-6)
+
+
+def test_a_pinned_revision_reads_that_snapshot(cache):
+    old, new = tl_state(NEEL, seed=3), tl_state(NEEL, seed=4)
+    config = json.dumps(neel_config(NEEL)).encode()
+    first = add_snapshot(cache, TINY_REPO, {"config.json": config, "model_final.pth": pth(old)}, ref="v1")
+    add_snapshot(cache, TINY_REPO, {"config.json": config, "model_final.pth": pth(new)})
+    pinned = hub.checkpoint(f"hf:{TINY_REPO}@v1")
+    main = hub.checkpoint(f"hf:{TINY_REPO}")
+    assert pinned["hub"]["commit"] == first.name != main["hub"]["commit"]
+    assert pinned["checkpoint"]["sha256"] != main["checkpoint"]["sha256"]
+    assert hub.checkpoint(f"hf:{TINY_REPO}@{first.name}")["checkpoint"] == pinned["checkpoint"]
+
+
+R = TINY_REPO
+MISSING = [  # the value, the snapshot's files (None: no repository), what the one line says
+    (f"hf:{R}", None, f"is not in the Hugging Face cache {{cache}}: run `hf download {R}` first"),
+    (f"hf:{R}@v9", {"config.json": b"{}"}, f"revision v9 of {R} is not in the cache"),
+    (
+        f"hf:{R}",
+        {"config.json": b"{}"},
+        f"has no weights (.safetensors, *final.pth, .pth): run `hf download {R}`",
+    ),
+    (f"hf:{R}", {"model.pth": b"x"}, f"has no config.json (run `hf download {R} config.json`"),
+    (
+        f"hf:{R}",
+        {"a.pth": b"x", "b.pth": b"y", "config.json": b"{}"},
+        "has several .pth files (a.pth, b.pth)",
+    ),
+]
+
+
+@pytest.mark.parametrize("value,files,message", MISSING)
+def test_what_is_missing_is_one_line_naming_the_download_command(cache, value, files, message):
+    if files:
+        add_snapshot(cache, TINY_REPO, files)
+    with pytest.raises(UserError) as e:
+        hub.checkpoint(value)
+    text = str(e.value)
+    assert text.startswith(f"train.checkpoint = {value!r}: ") and "\n" not in text
+    assert message.format(cache=cache) in text
+
+
+@pytest.mark.parametrize("value", ["hf:no-slash", "hf:org/name@", "hf:/name", "hf:org/na me"])
+def test_a_malformed_name_is_refused_by_the_config(value):
+    with pytest.raises(UserError, match=r"^checkpoint = .*must be hf:ORG/NAME or hf:ORG/NAME@REVISION"):
+        TrainConfig(source="load", checkpoint=value).validate()
+
+
+def test_tokenizer_without_tokenizer_json_names_the_download(cache):
+    add_snapshot(cache, "EleutherAI/gpt-neox-20b", {"config.json": b"{}"})
+    with pytest.raises(
+        UserError, match=r"no tokenizer.json: run `hf download EleutherAI/gpt-neox-20b tokenizer.json`"
+    ):
+        hub.tokenizer_file("hf:EleutherAI/gpt-neox-20b")
+
+
+def test_origin_stage_respects_hf_home_in_a_fresh_process(tmp_path):
+    """HF_HOME (no HF_HUB_CACHE) puts the cache at $HF_HOME/hub; the origin stage finds it there."""
+    home = tmp_path / "hf-home"
+    state = tl_state(NEEL, seed=5)
+    snap = add_snapshot(home / "hub", TINY_REPO, {"config.json": json.dumps(neel_config(NEEL)).encode(),
+                                                  "model_final.pth": pth(state)})  # fmt: skip
+    from pipeline import params
+
+    cfg = params.compose(
+        ["setup=synthetic", "train=load", f"train.checkpoint=hf:{TINY_REPO}"], conf_dir=ROOT / "conf"
+    )
+    (tmp_path / "params.yaml").write_text(params.dump(cfg))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | {"HF_HOME": str(home)}
+    env["PYTHONPATH"] = f"{socket_guard(tmp_path / 'guard')}{os.pathsep}{ROOT}"
+    out = tmp_path / "origin"
+    cmd = [sys.executable, "-m", "stages.origin", "--seed", "0", "--out", str(out), "--params", "params.yaml"]
+    subprocess.run(cmd, cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
+    chosen = json.loads((out / "origin.json").read_text())
+    assert chosen["hub"]["commit"] == snap.name
+    assert Path(chosen["checkpoint"]["path"]).is_relative_to(home / "hub")
+    # and a repository that is not there: one line, exit 2, the command to run
+    cfg = params.compose(
+        ["setup=synthetic", "train=load", "train.checkpoint=hf:org/absent"], conf_dir=ROOT / "conf"
+    )
+    (tmp_path / "params.yaml").write_text(params.dump(cfg))
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "run `hf download org/absent` first" in proc.stderr
+
+
+def test_the_socket_guard_refuses_connections(tmp_path):
+    """The guard the end-to-end test relies on: a process under it cannot open a connection."""
+    env = os.environ | {"PYTHONPATH": str(socket_guard(tmp_path / "guard"))}
+    code = "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "network refused by the test" in proc.stderr
+
+
+@pytest.mark.interop
+def test_neel_config_translates_as_transformer_lens_does(tmp_path):
+    """TransformerLens's own `convert_neel_model_config`, reading the same fake cache offline,
+    gives the fields our translation gives."""
+    pytest.importorskip("transformer_lens")
+    repo = "NeelNanda/Attn_Only_2L512W_C4_Code"  # a name TransformerLens knows
+    raw = neel_config(NEEL)
+    add_snapshot(tmp_path / "hub", repo, {"config.json": json.dumps(raw).encode()})
+    code = (
+        "import json; from transformer_lens.loading_from_pretrained import convert_neel_model_config as c; "
+        f"print(json.dumps(c({repo!r})))"
+    )
+    env = os.environ | {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1",
+                        "PYTHONPATH": str(socket_guard(tmp_path / "guard"))}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours = tl_checkpoint.neel_translated(raw)
+    for name in (*tl_checkpoint.TL_FIELDS, "attn_only"):
+        assert ours.get(name) == theirs.get(name), name
+    assert tl_checkpoint.from_tl_config(raw) == ModelConfig(**{k: theirs[k] for k in tl_checkpoint.TL_FIELDS})
+
+
+@pytest.mark.slow
+def test_dvc_exp_run_analyses_a_cached_model_with_its_own_tokenizer_offline(tmp_path, monkeypatch):
+    """The acceptance run: `dvc exp run -S train=load -S train.checkpoint=hf:org/tiny-attn-only
+    -S data.tokenizer.pretrained=hf:org/tiny-attn-only` on a slice of the KJV, every socket
+    refused, gives heads.csv and scores.csv read through the model's own tokenizer."""
+    from dvc_repo import TINY_TEXT, dvc, make_repo
+
+    text, _ = corpus.read_corpus("kjv")
+    tok = tokenizer_json(text[:20000], 300)
+    state = tl_state(NEEL, seed=6)
+    files = {
+        "config.json": json.dumps(neel_config(NEEL)).encode(),
+        "model_final.pth": pth(state),
+        "tokenizer.json": tok,
+    }
+    snap = add_snapshot(tmp_path / "hub", TINY_REPO, files)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("PYTHONPATH", str(socket_guard(tmp_path / "guard")))
+    repo = make_repo(tmp_path / "repo", TINY_TEXT)
+    spec = f"hf:{TINY_REPO}"
+    dvc(
+        repo,
+        "exp",
+        "run",
+        "-S",
+        "train=load",
+        "-S",
+        f"train.checkpoint={spec}",
+        "-S",
+        f"data.tokenizer.pretrained={spec}",
+    )
+    out = repo / "outputs"
+    manifest = json.loads((out / "tokenizer/manifest.json").read_text())
+    assert manifest["pretrained"]["commit"] == snap.name and manifest["vocab"] <= 300
+    assert json.loads((out / "origin/seed0/origin.json").read_text())["hub"]["commit"] == snap.name
+    assert (out / "tokenizer/tokenizer.json").read_text() != "null\n"
+    for table in ("heads/seed0/heads.csv", "composition/seed0/scores.csv"):
+        assert len((out / table).read_text().splitlines()) > 1, table
