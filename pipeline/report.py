@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import importlib.metadata
+import math
 import os
 import platform
 import subprocess
@@ -61,6 +62,7 @@ th { background: #f4f4f4; }
 figure { margin: .5em 0 1.2em; } figcaption { font-size: .85em; color: #555; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; }
 pre { background: #f7f7f7; padding: .8em; overflow-x: auto; font-size: .85em; }
+.scroll { overflow-x: auto; max-width: 100%; }
 .holds { color: #1a7f37; font-weight: bold; } .fails { color: #cf222e; font-weight: bold; }
 .inconclusive, .untestable { color: #9a6700; font-weight: bold; }
 .note { font-size: .9em; color: #555; }
@@ -122,17 +124,40 @@ def environment(train_threads: int | None, cwd: str | Path = ".") -> dict[str, s
 # --- rendering -----------------------------------------------------------------------
 
 
-def _number(value) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and pd.isna(value))
+
+
+def _number(value, decimals: int | None = None) -> str:
+    """A number to `decimals` places, else to three significant digits; a dash when missing."""
+    if _missing(value):
         return "–"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:.{decimals}f}" if decimals is not None else f"{value:.3g}"
     return str(value)
 
 
+def decimals(lo, hi) -> int | None:
+    """The places an interval supports: its width to two significant digits (0.21 wide: two
+    places, "0.63 [0.55, 0.76]"); None (three significant digits) when there is no width."""
+    if _missing(lo) or _missing(hi) or not hi > lo:
+        return None
+    return max(0, 1 - math.floor(math.log10(hi - lo)))
+
+
+def interval(mean, lo, hi) -> str:
+    """ "0.63 [0.55, 0.76]": the mean and its interval, rounded to what the interval supports."""
+    places = decimals(lo, hi)
+    if _missing(lo) or _missing(hi):
+        return _number(mean)
+    return f"{_number(mean, places)} [{_number(lo, places)}, {_number(hi, places)}]"
+
+
 def table(frame: pd.DataFrame) -> str:
-    """An HTML table; numbers to four significant digits, missing values as a dash."""
-    return frame.to_html(index=False, border=0, na_rep="–", float_format=lambda v: f"{v:.4g}", escape=True)
+    """An HTML table that scrolls sideways inside the page when wider than it; numbers to three
+    significant digits (rows with an interval are rounded before, `cross_seed_table`)."""
+    html_table = frame.to_html(index=False, border=0, na_rep="–", float_format=_number, escape=True)
+    return f'<div class="scroll">{html_table}</div>'
 
 
 def figure(image: Image) -> str:
@@ -145,7 +170,7 @@ def _interval(stat: Mapping) -> str:
         return "–"
     if stat.get("lo") is None:
         return f"{_number(stat.get('mean'))} (no interval: fewer than two seeds)"
-    return f"{_number(stat['mean'])} [{_number(stat['lo'])}, {_number(stat['hi'])}]"
+    return interval(stat["mean"], stat["lo"], stat["hi"])
 
 
 def claims_table(summary: Mapping, ci: float) -> str:
@@ -154,12 +179,14 @@ def claims_table(summary: Mapping, ci: float) -> str:
     for name, claim in CLAIMS.items():
         for hypothesis, s in summary["claims"][name].items():
             v = html.escape(s["verdict"])
+            places = decimals(s.get("lo"), s.get("hi"))
+            per_seed = ", ".join(_number(x, places) for x in s.get("per_seed", {}).values())
             rows.append(
                 f"<tr><td>({name})</td><td>{html.escape(claim.statement)}</td>"
                 f"<td>{html.escape(HYPOTHESIS_LABELS[hypothesis])}</td>"
                 f"<td>{html.escape(claim.statistic)}</td>"
                 f"<td>&gt; {_number(s['threshold'])}</td>"
-                f"<td>{html.escape(', '.join(_number(x) for x in s.get('per_seed', {}).values()))}</td>"
+                f"<td>{html.escape(per_seed)}</td>"
                 f"<td>{s['seeds_holding']} / {s.get('seeds_failing', 0)} / {s['seeds_tested']}</td>"
                 f'<td>{html.escape(_interval(s))}</td><td class="{v}">{v}</td></tr>'
             )
@@ -168,7 +195,7 @@ def claims_table(summary: Mapping, ci: float) -> str:
         "<th>holds when</th><th>per seed</th>"
         f"<th>seeds above / below / tested</th><th>mean [{ci:.0%} t interval]</th><th>verdict</th></tr>"
     )
-    return f"<table>{head}{''.join(rows)}</table>"
+    return f'<div class="scroll"><table>{head}{"".join(rows)}</table></div>'
 
 
 def ranking_table(stats: pd.DataFrame) -> str:
@@ -183,9 +210,7 @@ def ranking_table(stats: pd.DataFrame) -> str:
         if row.empty or pd.isna(row["mean"].iloc[0]):
             return "–"
         r = row.iloc[0]
-        return _number(r["mean"]) + (
-            "" if r["lo"] is None or pd.isna(r["lo"]) else f" [{_number(r['lo'])}, {_number(r['hi'])}]"
-        )
+        return interval(r["mean"], r["lo"], r["hi"])
 
     rows = []
     for effect in dict.fromkeys(c["effect"]):
@@ -239,6 +264,13 @@ def cross_seed_table(claims: pd.DataFrame, stats: pd.DataFrame) -> str:
     wide = wide[list(claims["seed"].unique())]
     wide.columns = [f"seed {s}" for s in wide.columns]
     joined = wide.join(stats.set_index(dims)[["n", "mean", "lo", "hi"]]).reset_index()
+    numbers = [*wide.columns, "mean", "lo", "hi"]  # each row to the places its interval supports
+    places = [decimals(lo, hi) for lo, hi in zip(joined["lo"], joined["hi"], strict=True)]
+    joined = joined.astype({c: object for c in numbers})
+    joined[numbers] = [
+        [_number(v, p) for v in row]
+        for row, p in zip(joined[numbers].itertuples(index=False), places, strict=True)
+    ]
     joined.insert(
         len(dims),
         "meaning",

@@ -1,8 +1,9 @@
 """Compare the seeds of params.yaml: the long table of per-seed statistics (claims.csv), each
-across seeds with a t interval (stats.csv), composition between role groups
-(groups.csv), every head's role (roles.csv), mean training curves (curves.tsv), verdicts
-(summary.json, DVC metrics) and figures; the claims under the basis-invariant measure, and
-when each measure sees the induction circuit form (the dynamics stage).
+across seeds with a t interval (stats.csv), composition between role groups (groups.csv),
+every head's role (roles.csv), mean training curves (curves.tsv), every verdict with its
+interval and per-seed values (verdicts.json), the headline (summary.json, DVC metrics: a
+verdict and a mean per claim, the training means) and figures; the claims under the
+basis-invariant measure, and when each measure sees the induction circuit form (dynamics).
 
     python -m stages.compare --train outputs/train --composition outputs/composition \
         --heads outputs/heads --dynamics outputs/dynamics --out outputs/compare
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("claims", "stats", "groups", "roles"):
             io.write_csv(out / f"{name}.csv", getattr(result, name))
         io.write_csv(out / "curves.tsv", result.mean_curve, sep="\t")
-        io.write_text(out / "summary.json", stats.summary_json(result.summary))
+        io.write_text(out / "verdicts.json", stats.summary_json(result.summary))
+        io.write_text(out / "summary.json", stats.summary_json(result.headline))
         figs = io.ensure_dir(out / "figures")
         io.clean_stale(figs)
         claims_fig = compare_figures.claims_figure(result.claims, result.stats, c.ci)

@@ -20,7 +20,7 @@ from pipeline.tables import CLAIMS_COLUMNS, GROUP_COLUMNS, STATS_COLUMNS, read_c
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.report", __doc__)
     parser.add_argument(
-        "--compare", required=True, help="compare stage directory (tables, summary.json, figures/)"
+        "--compare", required=True, help="compare stage directory (tables, verdicts.json, figures/)"
     )
     parser.add_argument("--figures", required=True, help="figures stage directory (seed<N>/*.png|svg)")
     parser.add_argument("--out", required=True, help="the HTML file to write")
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             title=cfg.analysis.report.title,
             config_text=Path(args.params).read_text(),
             env=report.environment(cfg.train.threads),
-            summary=io.read_json(c / "summary.json"),
+            summary=io.read_json(c / "verdicts.json"),
             ci=cfg.analysis.compare.ci,
             stats=read_csv(c / "stats.csv", STATS_COLUMNS),
             claims=read_csv(c / "claims.csv", CLAIMS_COLUMNS),

@@ -445,7 +445,7 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
     "heldout-part-shorter-than-a-window": (
         "tokenizer",
         lambda t, g: text_corpus(t, g, {"a.txt": b"x y z\n" * 60}),
-        ("data.eval_fraction = 0.05", "held-out part of", "fewer than one evaluation window (model.n_ctx = 20)"),
+        ("data.eval_fraction = 0.05", "held-out part of", "than one evaluation window (model.n_ctx = 20)"),
     ),
     "tokenizer-vocabulary-below-bytes": (
         "tokenizer",

@@ -233,6 +233,16 @@ def test_compare_across_seeds():
         "verdict", "seeds_holding", "seeds_failing", "seeds_tested", "mean", "lo", "hi", "sign_p",
         "per_seed", "threshold",
     ]  # fmt: skip
+    # the headline (summary.json, DVC metrics): one verdict and one number per claim, the training
+    headline = result.headline
+    assert list(headline) == ["n_seeds", "verdict", "mean", "training"] and headline["n_seeds"] == 3
+    assert list(headline["verdict"]) == list(summary["claims"])
+    assert headline["verdict"]["a"] == "holds" and headline["mean"]["a_rotated"] == a["mean"]  # both hold
+    assert headline["verdict"]["d"] == "holds/fails"  # rotated / true denominators
+    assert headline["verdict"]["b"] == "holds" and headline["mean"]["b"] == 1.0
+    assert headline["training"] == summary["training"]
+    columns = 1 + len(headline["verdict"]) + len(headline["mean"]) + len(headline["training"])
+    assert columns == 22  # what `dvc exp show` prints of it
     # every statistic of the long table has its row across seeds; a t interval where seeds differ
     stats = result.stats.set_index(compare.DIMENSIONS)
     assert len(stats) == len(result.claims.drop_duplicates(compare.DIMENSIONS))
@@ -322,6 +332,7 @@ EXPECTED_FILES = {
     "roles.csv",
     "curves.tsv",
     "summary.json",
+    "verdicts.json",
     "figures/claims.png",
     "figures/claims.svg",
     "figures/roles.png",

@@ -147,7 +147,7 @@ def test_page_embeds_every_figure_byte_for_byte(page):
 
 def test_page_shows_claims_tables_config_and_environment(page):
     text = page.read_text()
-    summary = json.loads((page.parents[1] / "compare" / "summary.json").read_text())
+    summary = json.loads((page.parents[1] / "compare" / "verdicts.json").read_text())
     verdicts = [s["verdict"] for claim in summary["claims"].values() for s in claim.values()]
     assert summary["claims"]["a"]["rotated"]["verdict"] == "holds" and "fails" in verdicts
     # planted (synthetic_seeds): a, c and c_inv under both hypotheses, b, m, d (rotated), t
@@ -179,7 +179,7 @@ def test_cross_seed_table_has_one_row_per_statistic_in_claims_order():
     body = [re.findall(r"<td>(.*?)</td>", r) for r in text.split("<tbody>")[1].split("</tr>")[:-1]]
     assert [r[:6] + r[7:] for r in body] == [
         ["b", "-", "-", "-", "-", "x", "3", "–", "1", "3", "3", "3"],
-        ["a", "rotated", "K", "true", "-", "mean", "2", "1", "2", "1.5", "1", "2"],
+        ["a", "rotated", "K", "true", "-", "mean", "2.0", "1.0", "2", "1.5", "1.0", "2.0"],  # to 0.1: [1, 2]
     ]
     assert re.findall(r"<th>(seed \d)</th>", text) == ["seed 1", "seed 0"]
 
@@ -316,3 +316,51 @@ def test_report_opens_offline_in_chromium_with_every_image(page, tmp_path):
     assert pixels.shape[:2] == (2400, 1280)
     assert pixels.std() > 0.05  # not a blank page
     print(f"screenshot: {shot}")
+
+
+LAYOUT = """<script>
+addEventListener('load', () => {
+  const width = document.documentElement.clientWidth;
+  const over = Array.from(document.querySelectorAll('body *'))
+    .filter(e => !e.closest('.scroll, pre') && e.getBoundingClientRect().right > width + 1)
+    .map(e => e.tagName + ' ' + (e.alt || e.id || e.className || e.textContent.slice(0, 40)));
+  const claims = Array.from(document.images).find(i => i.alt === 'claims.png');
+  document.title = 'LAYOUT ' + JSON.stringify({
+    width: width, scroll: document.documentElement.scrollWidth, over: over,
+    claims_scale: claims.getBoundingClientRect().width / claims.naturalWidth,
+  });
+});
+</script>"""
+
+
+def layout(tmp_path: Path, page_text: str, width: int) -> dict:
+    probe = tmp_path / "layout.html"
+    probe.write_text(page_text.replace("</body>", LAYOUT + "</body>"))
+    proc = chromium(
+        tmp_path, probe.as_uri(), f"--window-size={width},1000", "--virtual-time-budget=10000", "--dump-dom"
+    )
+    found = re.search(r"<title>LAYOUT (.*?)</title>", proc.stdout)
+    assert found, f"the check did not run (exit {proc.returncode}):\n{proc.stderr[-2000:]}"
+    return json.loads(found.group(1))
+
+
+@pytest.mark.slow
+def test_page_fits_1400_pixels_and_the_claims_figure_stays_readable(page, tmp_path):
+    """At 1400 px nothing overflows the page (wide tables scroll inside their box), and the claims
+    figure is drawn at three quarters of its size or more: its 9-point labels stay readable."""
+    found = layout(tmp_path, page.read_text(), 1400)
+    assert found["scroll"] <= found["width"] and found["over"] == [], found
+    assert found["claims_scale"] >= 0.75, found
+    # the check can fail: in a narrow window, the page overflows without its scrolling boxes only
+    assert layout(tmp_path, page.read_text(), 700)["over"] == []
+    unboxed = page.read_text().replace('<div class="scroll">', "<div>")
+    assert layout(tmp_path, unboxed, 700)["over"] != []
+
+
+def test_numbers_are_rounded_to_what_their_interval_supports():
+    assert report.interval(0.6312, 0.5523, 0.7634) == "0.63 [0.55, 0.76]"
+    assert report.interval(0.4, -0.7105780420791173, 1.5105780420791173) == "0.4 [-0.7, 1.5]"
+    assert report.interval(12.34, 11.2, 13.31) == "12.3 [11.2, 13.3]"
+    assert report.interval(0.13570886, 0.08168197, 0.18973576) == "0.14 [0.08, 0.19]"
+    assert report.interval(1.0, 1.0, 1.0) == "1 [1, 1]"  # no width: three significant digits
+    assert report.interval(0.5, None, None) == "0.5"

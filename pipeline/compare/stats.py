@@ -68,7 +68,8 @@ NONE = "-"  # a dimension that does not apply to a row
 class Comparison:
     claims: pd.DataFrame  # the long table, LONG_COLUMNS, every seed
     stats: pd.DataFrame  # STATS_COLUMNS: each statistic across seeds
-    summary: dict  # the headline: verdicts with intervals (DVC metrics)
+    summary: dict  # every verdict with its interval, per-seed values and sign test (verdicts.json)
+    headline: dict  # one verdict and one number per claim, the training means (summary.json: DVC metrics)
     groups: pd.DataFrame  # seed + group_composition, every seed
     roles: pd.DataFrame  # seed + heads.csv, every seed
     curves: pd.DataFrame  # seed + curve.tsv, every seed
@@ -434,6 +435,25 @@ def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> 
     return _json_safe(summary)
 
 
+def headline(summary: dict) -> dict:
+    """summary.json, the DVC metrics `dvc exp show` prints (22 columns): the number of seeds, a
+    verdict and a mean per claim, the training means; the rest is in verdicts.json.
+
+    A claim tested under both denominator hypotheses (a, c, c_inv, d) has one verdict, a word when
+    the two agree and "rotated/true" ("holds/inconclusive") when they differ, and the rotated
+    hypothesis's mean, in a column that says so (`mean.a_rotated`)."""
+    out: dict = {"n_seeds": summary["n_seeds"], "verdict": {}, "mean": {}}
+    for name, by_hypothesis in summary["claims"].items():
+        verdicts = list(dict.fromkeys(s["verdict"] for s in by_hypothesis.values()))
+        out["verdict"][name] = (
+            verdicts[0] if len(verdicts) == 1 else "/".join(s["verdict"] for s in by_hypothesis.values())
+        )
+        first, s = next(iter(by_hypothesis.items()))
+        out["mean"][name if first == NONE else f"{name}_{first}"] = s["mean"]
+    out["training"] = dict(summary["training"])
+    return out
+
+
 def _causal_check(claims: pd.DataFrame, stats: pd.DataFrame) -> dict:
     """Claim (c)'s cell (K, PRIMARY_EFFECT): the causal edges per seed, and each measure's PR-AUC
     and ROC-AUC per seed with their mean and t interval."""
@@ -512,7 +532,8 @@ def compare(
     return Comparison(
         claims=claims,
         stats=stats,
-        summary=summarize(claims, stats, cfg),
+        summary=(summary := summarize(claims, stats, cfg)),
+        headline=headline(summary),
         groups=seed_first(pd.concat(groups)),
         roles=seed_first(pd.concat(roles)),
         curves=all_curves,

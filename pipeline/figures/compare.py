@@ -85,8 +85,10 @@ def dots_with_ci(
 
 
 def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figure:
-    """The errata's claims, per seed and across seeds."""
-    fig, axes = plt.subplots(1, 5, figsize=(19, 3.9))
+    """The errata's claims, per seed and across seeds: two rows of three panels, so that at a
+    report page's width (about 1200 px) its labels keep their size; the sixth holds the legend."""
+    fig, grid = plt.subplots(2, 3, figsize=(12, 7.4))
+    axes = list(grid.flat)
     hypotheses = [HYPOTHESIS_LABELS[h] for h in HYPOTHESES]
     both = [{"claim": "a", "statistic": "a", "hypothesis": h} for h in HYPOTHESES]
     dots_with_ci(axes[0], claims, stats, both, hypotheses, threshold=0.0, ci=ci)
@@ -116,9 +118,10 @@ def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figur
     dots_with_ci(axes[4], claims, stats, auc, [VARIANT_LABELS[v] for v in MEASURES], ci=ci)
     axes[4].set_title("(c) K, induction score: PR-AUC of the\ncausal edges (beyond batch noise)", fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=3, frameon=False)
+    axes[5].axis("off")
+    axes[5].legend(handles, names, loc="center", frameon=False, fontsize=11)
     fig.suptitle(f"The errata's claims across {claims['seed'].nunique()} seed(s)")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout()
     return fig
 
 
