@@ -1,4 +1,4 @@
-# Two commands on a fresh machine (README "Quick start"):
+# Two commands on a fresh machine (README "Quick start"; in full: docs/testing.md):
 #   make repro   create .venv, install, run the whole pipeline (dvc repro)
 #   make test    create .venv, install with the dev and interop extras, lint (ruff), run every test
 #                (installs Debian's chromium for the report test when it is missing and it can)

@@ -32,7 +32,7 @@ shapes [d_model, d_head] [d_head, d_model] [d_model, d_head] [d_head, d_model]:
 The errata names only the numerators. Whether the library also rotated the two-factor
 strands of the denominators is unknown, so both hypotheses are computed: rotated
 denominators (`errata_bcda`, `errata_dabc`) and true ones (`*_trueden`); the compare
-stage tests the errata's claims under each (README, "The denominators"). (A two-factor
+stage tests the errata's claims under each (docs/maths.md, "The denominators"). (A two-factor
 strand has one rotation: B A is both "B C D A"-style and "D A B C"-style.) A denominator
 that is zero up to rounding (||B A|| <= ZERO_RTOL ||A|| ||B||: query and key, or value and
 output, on orthogonal subspaces) makes the score NaN: undefined, not an error.

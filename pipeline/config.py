@@ -388,7 +388,7 @@ class FiguresConfig(Section):
     edges: str = "fdr"
     edge_z: float = 3.0
     edge_threshold: float = 0.05
-    errata_variant: str = "errata_bcda_trueden"  # the "original" panel (README, "The denominators")
+    errata_variant: str = "errata_bcda_trueden"  # the "original" panel (docs/maths.md, "The denominators")
     dpi: int = 120
 
     def check(self) -> None:

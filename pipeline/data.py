@@ -14,8 +14,8 @@ read, with sha256, or how it was generated).
 
 For `text` and `tokens`, training windows may be given copies of earlier spans
 (`data.copies.rate` > 0, the process the synthetic data uses): in a CPU's budget of
-tokens, natural text alone repeats too rarely for induction heads to form (README,
-"Training on text"). Held-out windows and the probe are never changed.
+tokens, natural text alone repeats too rarely for induction heads to form
+(docs/training.md, "Training on text"). Held-out windows and the probe are never changed.
 `eval_sequences` gives the held-out sequences of any source.
 """
 

@@ -229,7 +229,7 @@ class AttnOnlyTransformer(nn.Module):
 class _CausalAttention(torch.autograd.Function):
     """softmax(q k^T * scale + mask) v for training (`Block.forward` without cache), laid out
     for CPU speed: `scaled_dot_product_attention` in its place makes a training step 14-23%
-    slower on these shapes (README, "Benchmarks"), so it stays:
+    slower on these shapes (docs/benchmarks.md), so it stays:
 
     - every batched matmul's output is [pos, pos] or [d_head, pos]: with d_head much
       smaller than pos, BLAS runs a matmul whose output is [pos, d_head] ~3x slower;

@@ -257,7 +257,7 @@ def test_checkpoint_suffix_is_validated():
 @pytest.mark.slow
 def test_default_config_grows_previous_token_and_induction_heads():
     """The synthetic setup's check on one seed (all seeds: benchmarks/training.py; the text
-    setup's five seeds: README, "Training on text")."""
+    setup's five seeds: docs/training.md, "Training on text")."""
     cfg: Config = params.from_dict(params.compose(["setup=synthetic"], conf_dir=ROOT / "conf"))
     result = train.train(cfg, seed=0, progress=False)
     from pipeline import composition, data, heads  # as the heads stage measures them
