@@ -25,6 +25,8 @@ all b are batched. `ablate_path` is the single-edge reference, through per-head 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 import torch
 from torch import Tensor
@@ -141,3 +143,25 @@ def ablate_path(
     loss = next_token_loss(model.logits_from(out.resid, j + 1, cache.pos), tokens)
     attn_effect = _induction(cache.pattern[j], length)[b] - _induction(out.pattern, length)[b]
     return float(attn_effect), float(loss - next_token_loss(logits, tokens))
+
+
+@torch.no_grad()
+def heads_loss_effect(model: AttnOnlyTransformer, tokens: Tensor, heads: Sequence[tuple[int, int]]) -> float:
+    """Loss with every head of `heads` (layer, head) mean-ablated, minus the clean loss (nats).
+
+    Each head's write into the residual stream is replaced by its per-position mean over the
+    batch, for every later reader at once (unlike `path_ablation`, which cuts one edge): whether
+    the model's loss depends on that set of heads. Positive: the heads lower the loss on `tokens`.
+    """
+    if not heads:
+        raise ValueError("no heads to ablate")
+    resid, pos = model.embed_tokens(tokens)
+    clean = next_token_loss(model.logits_from(resid, 0, pos), tokens)
+    for layer, block in enumerate(model.blocks):
+        out = block(resid, pos, cache=True)
+        resid = out.resid
+        for h in sorted(h for l, h in heads if l == layer):
+            write = out.result[:, :, h]  # [batch, pos, d_model]
+            resid = resid - write + write.mean(0, keepdim=True)
+    ablated = next_token_loss(model.logits_from(resid, len(model.blocks), pos), tokens)
+    return float(ablated - clean)

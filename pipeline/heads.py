@@ -45,7 +45,7 @@ from pipeline import ablation, agreement, data, patterns, strands
 from pipeline.config import HeadsConfig, RoleThresholds, require_fits_context, require_window_fits
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
-from pipeline.tables import ABLATION_COLUMNS, PATTERN_SCORES, ROLES
+from pipeline.tables import ABLATED_ROLES, ABLATION_COLUMNS, PATTERN_SCORES, ROLE_EFFECTS, ROLES
 from pipeline.weights import HeadWeights, power_of_two_scaled
 
 # The primary role. Some scores nest: a previous-token head also fills the recent window,
@@ -76,6 +76,7 @@ class HeadsResult:
     # one probe sequence: tokens [pos], pattern [layer, head, query_pos, key_pos]
     example: dict[str, Tensor]
     batches: pd.DataFrame  # ablation_batches.csv: "batch" + tables.ABLATION_COLUMNS, every batch
+    role_ablation: dict  # summary.json: the loss change when a role's heads are ablated (`role_ablation`)
 
 
 # --- scores ------------------------------------------------------------------------
@@ -238,7 +239,30 @@ def analyse_batches(
     if not all(np.isfinite(x).all() for x in must_be_finite):
         problem = "attention patterns or losses are not finite on the evaluation batches: weights too large"
         raise UserError(sources[0], problem)
-    return HeadsResult(table, effects, example, batches)
+    return HeadsResult(table, effects, example, batches, role_ablation(model, table, repeated, heldout))
+
+
+def role_ablation(
+    model: AttnOnlyTransformer, table: pd.DataFrame, repeated: Sequence[Tensor], heldout: Sequence[Tensor]
+) -> dict:
+    """Whether the circuit serves natural text: per role of `ABLATED_ROLES`, the loss change when
+    all its heads are mean-ablated at once (`ablation.heads_loss_effect`), on each held-out batch
+    and each probe, and the means. Positive on held-out text: the heads lower the model's loss on
+    text it never trained on. No heads of the role: the effects are null."""
+    out = {}
+    for role, first_layer in ABLATED_ROLES.items():
+        rows = table[(table["role"] == role) & (table["layer"] >= first_layer)]
+        heads = list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
+        effects: dict[str, list[float]] = {effect: [] for effect in ROLE_EFFECTS}
+        for probe, text in zip(repeated, heldout, strict=True) if heads else ():
+            effects["heldout_loss_effect"].append(ablation.heads_loss_effect(model, text, heads))
+            effects["probe_loss_effect"].append(ablation.heads_loss_effect(model, probe, heads))
+        out[role] = {
+            "heads": [f"{l}.{h}" for l, h in heads],
+            **{k: _finite(float(np.mean(v))) if v else None for k, v in effects.items()},
+            "batches": effects,
+        }
+    return out
 
 
 # --- summary -----------------------------------------------------------------------
@@ -262,5 +286,6 @@ def summarize(result: HeadsResult, scores: pd.DataFrame, min_effect: float) -> d
         },
         "max": {name: _finite(table[name].max()) for name in SCORES},
         "min_effect": min_effect,
+        "role_ablation": result.role_ablation,
         "agreement": agreement.summarize(result.ablation, scores, min_effect, result.batches),
     }

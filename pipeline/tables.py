@@ -33,6 +33,11 @@ ROLES = (
     "first_token",
     "other",
 )
+# Whether the circuit serves the text (heads summary.json "role_ablation", pipeline/heads.py): the
+# heads of each role, ablated together, from its first layer (layer 0 reads no earlier head, so an
+# "induction" head there is not the circuit's); the loss change on held-out text and on the probe.
+ABLATED_ROLES = {"induction": 1, "previous_token": 0}
+ROLE_EFFECTS = ("heldout_loss_effect", "probe_loss_effect")
 
 # what a measure computes per pair (pipeline/composition.py, pipeline/invariant.py): z is the raw
 # z against the rotated-writer (Haar) null, kept so that users can see what calibration changes

@@ -109,6 +109,14 @@ AGREEMENT = {
 }
 
 
+ROLE_ABLATION = {
+    "induction": {"heads": ["1.0"], "heldout_loss_effect": 0.05, "probe_loss_effect": 1.2,
+                  "batches": {"heldout_loss_effect": [0.05], "probe_loss_effect": [1.2]}},
+    "previous_token": {"heads": [], "heldout_loss_effect": None, "probe_loss_effect": None,
+                       "batches": {"heldout_loss_effect": [], "probe_loss_effect": []}},
+}  # fmt: skip
+
+
 def significance(found: bool) -> dict:
     return (
         {"z_cal": 5.0, "p": 0.001, "q": 0.01, "discovery": True}
@@ -219,6 +227,7 @@ def seed_inputs(seed: int) -> SeedInputs:
         placebo=placebo(),
         heads=heads(),
         agreement=AGREEMENT,
+        role_ablation=ROLE_ABLATION,
         metrics=metrics,
         curve=c,
         steps=steps(),
@@ -248,7 +257,9 @@ def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:
         inp.placebo.to_csv(sub["composition"] / "placebo.csv", index=False)
         inp.steps.to_csv(sub["dynamics"] / "steps.tsv", sep="\t", index=False)
         inp.heads.to_csv(sub["heads"] / "heads.csv", index=False)
-        (sub["heads"] / "summary.json").write_text(json.dumps({"roles": {}, "agreement": inp.agreement}))
+        (sub["heads"] / "summary.json").write_text(
+            json.dumps({"roles": {}, "role_ablation": inp.role_ablation, "agreement": inp.agreement})
+        )
         fig, ax = plt.subplots(figsize=(2, 1.5))
         ax.plot([0, 1], [0, seed])
         fig.savefig(sub["figures"] / "errata_diagram.png", dpi=40)

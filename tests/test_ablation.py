@@ -9,7 +9,7 @@ import torch
 
 from pipeline import ablation
 from pipeline.config import ModelConfig
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model import AttnOnlyTransformer, next_token_loss
 
 LENGTH = 7
 
@@ -96,3 +96,42 @@ def test_mean_of_a_constant_output_is_the_output_itself():
 def test_a_source_after_the_destination_is_refused():
     with pytest.raises(ValueError, match="before"):
         ablation.ablate_path(random_model(), torch.zeros(1, 9, dtype=torch.long), (1, 0), (1, 1), "K", 4)
+
+
+# --- ablating a role's heads together (whether the circuit serves the text) ----------------
+
+
+def test_ablating_the_planted_circuit_raises_the_probe_loss():
+    """Known answers on the planted circuit: the induction head and the previous-token head it reads
+    each carry the second copy's prediction; a head that nothing reads and that writes nothing
+    the unembedding sees changes nothing."""
+    model, probe = planted.model(), planted.repeated(64, LENGTH, seed=1)
+    assert ablation.heads_loss_effect(model, probe, [(1, 0)]) > 0.3  # the loss over every position
+    assert ablation.heads_loss_effect(model, probe, [(0, 0)]) > 0.3
+    assert abs(ablation.heads_loss_effect(model, probe, [(1, 2)])) < 1e-12
+
+
+def test_heads_loss_effect_of_a_constant_batch_is_zero():
+    model = random_model()
+    tokens = torch.tensor([[0, 3, 5, 7, 1, 3, 5, 7, 1]]).repeat(4, 1)
+    assert abs(ablation.heads_loss_effect(model, tokens, [(0, 1), (1, 2), (2, 0)])) < 1e-12
+
+
+def test_heads_loss_effect_of_the_last_layer_equals_a_dense_float64_reference():
+    """Ablating heads of the last layer: the final stream is its input plus every head's write,
+    the ablated ones replaced by their batch mean, plus b_O; the loss from there."""
+    model = random_model()
+    tokens = torch.randint(0, 12, (5, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens)
+    last = model.cfg.n_layers - 1
+    result = cache.result[last].clone()  # [batch, pos, head, d_model]
+    for h in (0, 2):
+        result[:, :, h] = result[:, :, h].mean(0, keepdim=True)
+    resid = cache.resid_pre[last] + result.sum(2) + model.blocks[last].attn.b_O
+    with torch.no_grad():
+        expected = next_token_loss(model.logits_from(resid, last + 1), tokens) - next_token_loss(
+            logits, tokens
+        )
+    got = ablation.heads_loss_effect(model, tokens, [(last, 0), (last, 2)])
+    assert got == pytest.approx(float(expected), abs=1e-12)

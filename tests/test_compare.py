@@ -223,7 +223,18 @@ def test_compare_across_seeds():
     assert summary["claims"]["d"]["true"]["threshold"] == 0.5 and b["threshold"] == 0.5
     assert summary["claims"]["m_inv"]["-"]["seeds_failing"] == 3
     assert summary["training"]["eval_loss"] == pytest.approx(1.9) and summary["roles"]["induction"] == 2
-    assert list(summary) == ["n_seeds", "rule", "claims", "causal_check", "training", "roles"]
+    assert list(summary) == [
+        "n_seeds",
+        "rule",
+        "claims",
+        "causal_check",
+        "training",
+        "roles",
+        "role_ablation",
+    ]
+    assert summary["role_ablation"]["induction_heldout_loss_effect"] == pytest.approx(0.05)
+    assert summary["role_ablation"]["induction_probe_loss_effect"] == pytest.approx(1.2)
+    assert summary["role_ablation"]["previous_token_heldout_loss_effect"] is None  # no such head
     check = summary["causal_check"]  # claim (c)'s cell: K, the probe's induction score
     assert (check["kind"], check["effect"]) == ("K", "attn_effect")
     assert check["causal_edges"] == {"0": 2.0, "1": 2.0, "2": 2.0}

@@ -308,6 +308,18 @@ def test_summary_counts_roles(planted_result, planted_scores):
         assert set(measures["spearman"]) == {"Q", "K", "V"} and set(measures["spearman"]["K"]) == set(
             VARIANTS
         )
+    # the planted circuit serves the probe: ablating its induction head, or the previous-token head it
+    # reads, raises the loss there; on random held-out tokens it copies confidently where nothing
+    # repeats (its logits are scaled by 20), so ablating it lowers the loss: the sign a circuit that
+    # does not serve the text gets
+    ablated = summary["role_ablation"]
+    assert [ablated[r]["heads"] for r in ("induction", "previous_token")] == [["1.0"], ["0.0"]]
+    assert (
+        ablated["induction"]["probe_loss_effect"] > 0.3
+        and ablated["previous_token"]["probe_loss_effect"] > 0.3
+    )
+    assert ablated["induction"]["heldout_loss_effect"] < -1
+    assert ablated["induction"]["batches"]["probe_loss_effect"] == [ablated["induction"]["probe_loss_effect"]]
     # the planted edge 0.0 -> 1.0 (K) is the one the ablation and every score agree on
     assert summary["agreement"]["attn_effect"]["top_source"]["K"]["true"]["match"] >= 1
     json.dumps(summary, allow_nan=False)  # valid JSON: undefined values are null

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.tables import HYPOTHESES
+from pipeline.tables import ABLATED_ROLES, HYPOTHESES
 
 CLAIM_KIND = "K"  # the errata is about induction heads' K-composition
 # claim (c): what K-composition predicts is the later head's attention, so the ablation's effect on it
@@ -133,6 +133,12 @@ HYPOTHESIS_LABELS = {
 
 # what the other statistics of the long table mean
 STATISTICS = {
+    **{
+        f"{role}_{effect}_loss_effect": f"loss change (nats) on {where} when every {role} head is "
+        "mean-ablated at once (positive: the heads lower the loss there)"
+        for role in ABLATED_ROLES
+        for effect, where in (("heldout", "held-out text"), ("probe", "the repeated probe"))
+    },
     "selectivity": "selectivity of K induction <- previous_token (claim a) of one variant",
     "relative": "max excess of K induction <- recent_window over induction <- previous_token",
     "discoveries": "pairs discovered at FDR analysis.composition.fdr (pipeline/significance.py)",

@@ -12,8 +12,10 @@ import pandas as pd
 from pipeline import io
 from pipeline.errors import UserError
 from pipeline.tables import (
+    ABLATED_ROLES,
     CURVE_COLUMNS,
     INVARIANT_COLUMNS,
+    ROLE_EFFECTS,
     SCORES_COLUMNS,
     STEPS_COLUMNS,
     join_measures,
@@ -33,6 +35,7 @@ class SeedInputs:
     placebo: pd.DataFrame  # composition placebo.csv: the pairs that cannot compose, every measure
     heads: pd.DataFrame  # heads.csv: layer, head, role, scores
     agreement: dict  # heads summary.json "agreement": {effect: {"spearman": ..., "top_source": ...}}
+    role_ablation: dict  # heads summary.json "role_ablation": {role: {heads, heldout_loss_effect, ...}}
     metrics: dict  # train metrics.json
     curve: pd.DataFrame  # train curve.tsv
     steps: pd.DataFrame  # dynamics steps.tsv: one row per checkpoint
@@ -46,6 +49,14 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: 
     agreement = summary.get("agreement") if isinstance(summary, dict) else None
     if not isinstance(agreement, dict):
         raise UserError(f"{summary_path}: agreement", "missing: expected {effect: {spearman, top_source}}")
+    role_ablation = summary.get("role_ablation")
+    if not isinstance(role_ablation, dict) or not all(
+        isinstance(role_ablation.get(role), dict) and effect in role_ablation[role]
+        for role in ABLATED_ROLES
+        for effect in ROLE_EFFECTS
+    ):
+        problem = f"missing: expected {{role: {{{', '.join(ROLE_EFFECTS)}}}}} for {', '.join(ABLATED_ROLES)}"
+        raise UserError(f"{summary_path}: role_ablation", problem)
     metrics_path = train / sub / "metrics.json"
     metrics = io.read_json(metrics_path)
     for key in TRAIN_METRICS:
@@ -60,6 +71,7 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: 
         placebo=read_csv(composition / sub / "placebo.csv", SCORES_COLUMNS, empty_ok=False),
         heads=read_csv(heads / sub / "heads.csv", HEADS_COLUMNS, empty_ok=False),
         agreement=agreement,
+        role_ablation=role_ablation,
         metrics=metrics,
         curve=read_csv(train / sub / "curve.tsv", CURVE_COLUMNS, sep="\t", empty_ok=False),
         steps=read_csv(dynamics / sub / "steps.tsv", STEPS_COLUMNS, sep="\t", empty_ok=False),

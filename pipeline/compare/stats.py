@@ -46,12 +46,14 @@ from pipeline.compare.read import TRAIN_METRICS, SeedInputs
 from pipeline.config import CompareConfig
 from pipeline.errors import UserError
 from pipeline.tables import (
+    ABLATED_ROLES,
     CURVE_COLUMNS,
     ERRATA,
     HYPOTHESES,
     INVARIANT,
     KINDS,
     MEASURES,
+    ROLE_EFFECTS,
     ROLES,
     VARIANTS,
     excess,
@@ -314,6 +316,10 @@ def seed_statistics(
     counts = inp.heads["role"].value_counts()
     for role in (*ROLES, *sorted(set(counts.index) - set(ROLES))):
         out.add("roles", role, counts.get(role, 0))
+    for role in ABLATED_ROLES:  # does the circuit serve the text? (NaN: no head of the role)
+        for effect in ROLE_EFFECTS:
+            value = inp.role_ablation[role][effect]
+            out.add("role_ablation", f"{role}_{effect}", math.nan if value is None else value)
     cells = groups.set_index(GROUP_KEYS)
 
     def cell(kind: str, variant: str, dst: str, src: str, column: str) -> float:
@@ -429,7 +435,7 @@ def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> 
                 "threshold": limit,
             }
     summary["causal_check"] = _causal_check(claims, stats)
-    for section in ("training", "roles"):
+    for section in ("training", "roles", "role_ablation"):
         rows = stats[stats["claim"] == section]
         summary[section] = dict(zip(rows["statistic"], rows["mean"], strict=True))
     return _json_safe(summary)
