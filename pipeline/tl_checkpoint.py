@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,103 +46,65 @@ def tl_config(model: ModelConfig) -> dict:
     return out
 
 
-def _unsupported(raw: Mapping[str, Any]) -> tuple[str, Any, str] | None:
-    """The first HookedTransformerConfig setting our model would compute differently."""
+def _off(value: Any, raw: Mapping[str, Any]) -> bool:
+    """A feature switched off: False, or null (0 too, as TransformerLens reads it)."""
+    return not value
+
+
+def _uncapped(value: Any, raw: Mapping[str, Any]) -> bool:
+    return (value or -1.0) <= 0  # TransformerLens: None or a cap <= 0 is no cap
+
+
+def _is_sqrt_d_head(scale: Any, raw: Mapping[str, Any]) -> bool:
+    """Unset, or sqrt(d_head); a d_head that is not a positive integer is refused later, by name."""
     d_head = raw.get("d_head")
-    checks: list[tuple[str, Any, bool, str]] = [
-        (
-            "attn_only",
-            raw.get("attn_only", True),
-            raw.get("attn_only", True) is True,
-            "not an attention-only model (it has MLPs)",
-        ),
-        (
-            "use_attn_scale",
-            raw.get("use_attn_scale", True),
-            raw.get("use_attn_scale", True) is True,
-            "attention scores must be divided by sqrt(d_head)",
-        ),
-        (
-            "attention_dir",
-            raw.get("attention_dir", "causal"),
-            raw.get("attention_dir", "causal") == "causal",
-            "only causal attention is supported",
-        ),
-        (
-            "final_rms",
-            raw.get("final_rms", False),
-            not raw.get("final_rms", False),
-            "RMS norm is not supported",
-        ),
-        (
-            "use_local_attn",
-            raw.get("use_local_attn", False),
-            not raw.get("use_local_attn", False),
-            "local attention is not supported",
-        ),
-        (
-            "use_qk_norm",
-            raw.get("use_qk_norm", False),
-            not raw.get("use_qk_norm", False),
-            "query/key norms are not supported",
-        ),
-        (
-            "post_embedding_ln",
-            raw.get("post_embedding_ln", False),
-            not raw.get("post_embedding_ln", False),
-            "a LayerNorm after the embedding is not supported",
-        ),
-        (
-            "use_normalization_before_and_after",
-            raw.get("use_normalization_before_and_after", False),
-            not raw.get("use_normalization_before_and_after", False),
-            "post-attention norms are not supported",
-        ),
-        (
-            "scale_attn_by_inverse_layer_idx",
-            raw.get("scale_attn_by_inverse_layer_idx", False),
-            not raw.get("scale_attn_by_inverse_layer_idx", False),
-            "per-layer attention scaling is not supported",
-        ),
-        (
-            "n_key_value_heads",
-            raw.get("n_key_value_heads"),
-            raw.get("n_key_value_heads") in (None, raw.get("n_heads")),
-            "grouped-query attention is not supported",
-        ),
-        (
-            "attn_scores_soft_cap",
-            raw.get("attn_scores_soft_cap", -1.0),
-            (raw.get("attn_scores_soft_cap") or -1.0) <= 0,
-            "soft-capped scores are not supported",
-        ),
-        (
-            "output_logits_soft_cap",
-            raw.get("output_logits_soft_cap", -1.0),
-            (raw.get("output_logits_soft_cap") or -1.0) <= 0,
-            "soft-capped logits are not supported",
-        ),
-        (
-            "d_vocab_out",
-            raw.get("d_vocab_out"),
-            raw.get("d_vocab_out") in (None, -1, raw.get("d_vocab")),
-            "must equal d_vocab",
-        ),
-        ("eps", raw.get("eps", LN_EPS), raw.get("eps", LN_EPS) == LN_EPS, f"LayerNorm eps must be {LN_EPS}"),
-    ]
-    if raw.get("attn_scale") is not None and isinstance(d_head, int) and d_head > 0:
-        scale = raw["attn_scale"]
-        checks.append(
-            (
-                "attn_scale",
-                scale,
-                abs(float(scale) - math.sqrt(d_head)) < 1e-6,
-                f"must be sqrt(d_head) = {math.sqrt(d_head):g}",
-            )
-        )
-    for key, value, ok, problem in checks:
-        if not ok:
-            return key, value, problem
+    if scale is None or not (isinstance(d_head, int) and d_head > 0):
+        return True
+    return abs(float(scale) - math.sqrt(d_head)) < 1e-6
+
+
+_Reason = str | Callable[[Mapping[str, Any]], str]  # the problem, or how to word it from the config
+
+# HookedTransformerConfig settings our model would compute differently, in the order they are
+# checked: (field, the value taken when the field is absent, whether (that value, the whole
+# config) is what our model computes, the problem otherwise). One table: each refusal is one
+# row, and one case of tests/test_checkpoint.py.
+UNSUPPORTED: tuple[tuple[str, Any, Callable[[Any, Mapping[str, Any]], bool], _Reason], ...] = (
+    ("attn_only", True, lambda v, raw: v is True, "not an attention-only model (it has MLPs)"),
+    ("use_attn_scale", True, lambda v, raw: v is True, "attention scores must be divided by sqrt(d_head)"),
+    ("attention_dir", "causal", lambda v, raw: v == "causal", "only causal attention is supported"),
+    ("final_rms", False, _off, "RMS norm is not supported"),
+    ("use_local_attn", False, _off, "local attention is not supported"),
+    ("use_qk_norm", False, _off, "query/key norms are not supported"),
+    ("post_embedding_ln", False, _off, "a LayerNorm after the embedding is not supported"),
+    ("use_normalization_before_and_after", False, _off, "post-attention norms are not supported"),
+    ("scale_attn_by_inverse_layer_idx", False, _off, "per-layer attention scaling is not supported"),
+    (
+        "n_key_value_heads",
+        None,
+        lambda v, raw: v in (None, raw.get("n_heads")),
+        "grouped-query attention is not supported",
+    ),
+    ("attn_scores_soft_cap", -1.0, _uncapped, "soft-capped scores are not supported"),
+    ("output_logits_soft_cap", -1.0, _uncapped, "soft-capped logits are not supported"),
+    ("d_vocab_out", None, lambda v, raw: v in (None, -1, raw.get("d_vocab")), "must equal d_vocab"),
+    ("eps", LN_EPS, lambda v, raw: v == LN_EPS, f"LayerNorm eps must be {LN_EPS}"),
+    (
+        "attn_scale",
+        None,
+        _is_sqrt_d_head,
+        lambda raw: f"must be sqrt(d_head) = {math.sqrt(raw['d_head']):g}",
+    ),
+)
+
+
+def _unsupported(raw: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+    """The first HookedTransformerConfig setting our model would compute differently
+    (`UNSUPPORTED`): its field, its value and why."""
+    for field, default, computed_the_same, reason in UNSUPPORTED:
+        value = raw.get(field, default)
+        if not computed_the_same(value, raw):
+            return field, value, reason if isinstance(reason, str) else reason(raw)
     return None
 
 

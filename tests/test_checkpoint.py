@@ -115,6 +115,64 @@ def test_config_we_cannot_run_is_refused_naming_the_field(tmp_path, change, key)
     assert f"config.json: {key}" in one_line(caught)
 
 
+# every row of tl_checkpoint.UNSUPPORTED, in its order: a value it refuses, and the message
+REFUSED = {
+    "attn_only": (False, "not an attention-only model (it has MLPs)"),
+    "use_attn_scale": (False, "attention scores must be divided by sqrt(d_head)"),
+    "attention_dir": ("bidirectional", "only causal attention is supported"),
+    "final_rms": (True, "RMS norm is not supported"),
+    "use_local_attn": (True, "local attention is not supported"),
+    "use_qk_norm": (True, "query/key norms are not supported"),
+    "post_embedding_ln": (True, "a LayerNorm after the embedding is not supported"),
+    "use_normalization_before_and_after": (True, "post-attention norms are not supported"),
+    "scale_attn_by_inverse_layer_idx": (True, "per-layer attention scaling is not supported"),
+    "n_key_value_heads": (1, "grouped-query attention is not supported"),  # CFG has 2 heads
+    "attn_scores_soft_cap": (50.0, "soft-capped scores are not supported"),
+    "output_logits_soft_cap": (30.0, "soft-capped logits are not supported"),
+    "d_vocab_out": (11, "must equal d_vocab"),
+    "eps": (1e-6, "LayerNorm eps must be 1e-05"),
+    "attn_scale": (3.0, "must be sqrt(d_head) = 2"),  # CFG's d_head is 4
+}
+
+
+@pytest.mark.parametrize("field", list(REFUSED))
+def test_every_unsupported_setting_is_refused_with_its_reason(field):
+    value, reason = REFUSED[field]
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config({**tl_checkpoint.tl_config(CFG), field: value})
+    assert str(caught.value) == f"config.json: {field} = {value!r}: {reason}"
+
+
+def test_every_row_of_the_table_has_a_refused_case():
+    assert [row[0] for row in tl_checkpoint.UNSUPPORTED] == list(REFUSED)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"final_rms": None},
+        {"n_key_value_heads": None},
+        {"n_key_value_heads": 2},  # as many as the query heads: no grouping
+        {"attn_scores_soft_cap": None},
+        {"attn_scores_soft_cap": 0},
+        {"output_logits_soft_cap": -1.0},
+        {"d_vocab_out": -1},
+        {"d_vocab_out": None},
+        {"attn_scale": 2.0},
+        {"attn_scale": None},
+    ],
+    ids=str,
+)
+def test_settings_our_model_computes_the_same_way_are_accepted(change):
+    assert tl_checkpoint.from_tl_config({**tl_checkpoint.tl_config(CFG), **change}) == CFG
+
+
+def test_the_first_unsupported_setting_in_the_tables_order_is_named():
+    config = {**tl_checkpoint.tl_config(CFG), "eps": 1e-6, "use_qk_norm": True, "attn_scale": 3.0}
+    with pytest.raises(UserError, match="^config.json: use_qk_norm = True: "):
+        tl_checkpoint.from_tl_config(config)
+
+
 def test_mlp_weights_are_refused_naming_the_key(tmp_path):
     state = {**AttnOnlyTransformer(CFG).state_dict(), "blocks.0.mlp.W_in": torch.zeros(8, 32)}
     with pytest.raises(UserError, match=r"blocks\.0\.mlp\.W_in.*not an attention-only model") as caught:
