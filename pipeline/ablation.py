@@ -32,11 +32,14 @@ import torch
 from torch import Tensor
 
 from pipeline import patterns
+from pipeline.memory import ABLATION_CHUNK
 from pipeline.model import AttnOnlyTransformer, Cache, next_token_loss
 from pipeline.tables import ABLATION_COLUMNS, KINDS
 
 COLUMNS = list(ABLATION_COLUMNS[:7])  # the heads stage adds heldout_loss_effect (held-out text)
-_CHUNK = 2**24  # elements of one stacked attention result, or of one batch of logits (128 MB in float64)
+# elements of one stacked attention result, or of one batch of logits (128 MB in float64): the
+# memory estimate's (pipeline/memory.py), bound here so that a test can make the chunks smaller
+_CHUNK = ABLATION_CHUNK
 
 
 def _mean_ablated(cache: Cache, src_layer: int, src_head: int, dst_layer: int) -> Tensor:

@@ -24,10 +24,11 @@ from pipeline.errors import UserError
 
 FLOAT32, FLOAT64, INT64 = 4, 8, 8
 DTYPES = {FLOAT32: "float32", FLOAT64: "float64"}
-# pipeline/ablation.py's _CHUNK (elements of one stacked attention result or batch of logits;
-# tests/test_memory.py checks the two agree: ablation imports torch, this module must not)
+# The chunk sizes of the code that allocates, defined here (torch-free, the lower module) and
+# imported there, so that the estimate and the allocation cannot drift apart:
+# pipeline/ablation.py's _CHUNK, elements of one stacked attention result or batch of logits
 ABLATION_CHUNK = 2**24
-# pipeline/train.py's _chunked_loss: elements of one chunk of held-out logits
+# elements of one chunk of held-out logits (pipeline/train.py's held-out loss: `loss_chunk`)
 LOSS_CHUNK = 1 << 24
 # the synthetic generator's per-position vectors of one int64 or float64 per sequence
 # (topic, segment lengths, draws, the copier's state), and its partition of the vocabulary
@@ -213,11 +214,18 @@ def _computing(s: _Shape, b: _Batch, dtype: int) -> list[Term]:
     ]
 
 
+def loss_chunk(n_ctx: int, d_vocab: int) -> int:
+    """Sequences per chunk of train.py's held-out loss: their logits [chunk, n_ctx, d_vocab]
+    stay under LOSS_CHUNK elements (a large vocabulary's would not fit at once), at least one.
+    Train chunks by it and `_heldout_loss` estimates by it: one rule."""
+    return max(1, LOSS_CHUNK // max(1, n_ctx * d_vocab))
+
+
 def _heldout_loss(s: _Shape, n_eval: int) -> Term:
     """train.py's held-out loss: a chunk of sequences at a time (logits, their copy and
     log-softmax, the fused attention's pattern), never fewer than one sequence."""
     m, T = s.m, s.m.n_ctx
-    chunk = min(n_eval, max(1, LOSS_CHUNK // max(1, T * m.d_vocab)))
+    chunk = min(n_eval, loss_chunk(T, m.d_vocab))
     per_sequence = T * (3 * m.d_vocab + m.n_heads * T + 4 * m.d_model + 4 * m.n_heads * m.d_head) + T
     return Term(
         "the held-out loss, a chunk of sequences at a time",

@@ -56,9 +56,9 @@ def lr_at(step: int, t: TrainConfig) -> float:
 
 def _chunked_loss(model: AttnOnlyTransformer, tokens: torch.Tensor) -> torch.Tensor:
     """Per-position loss `[batch, pos - 1]`, a few sequences at a time so that a large
-    vocabulary's logits stay small (~64 MB per chunk)."""
+    vocabulary's logits stay small (~64 MB per chunk; `memory.loss_chunk`, as estimated)."""
     B, T = tokens.shape
-    chunk = max(1, (1 << 24) // max(1, T * model.cfg.d_vocab))
+    chunk = memory.loss_chunk(T, model.cfg.d_vocab)
     return torch.cat(
         [
             next_token_loss(model(tokens[i : i + chunk]), tokens[i : i + chunk], reduce=False)

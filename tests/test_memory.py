@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from pipeline import ablation, memory, params
+from pipeline import ablation, data, memory, params, train
 from pipeline.config import ModelConfig
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
@@ -41,8 +42,39 @@ def test_parameter_count_is_the_models(shape):
     assert sum(t.bytes for t in terms) == sum(t.numel() for t in model.state_dict().values())
 
 
-def test_chunks_are_the_codes():
-    assert memory.ABLATION_CHUNK == ablation._CHUNK
+def test_chunks_are_the_codes(monkeypatch):
+    """The path ablation chunks by the estimate's ABLATION_CHUNK, and train's held-out loss by
+    the estimate's `loss_chunk`: a smaller LOSS_CHUNK shrinks train's chunks and the estimate alike."""
+    assert ablation._CHUNK == memory.ABLATION_CHUNK
+    monkeypatch.setattr(memory, "LOSS_CHUNK", 3 * SMALL.n_ctx * SMALL.d_vocab)  # 3 sequences a chunk
+    model = AttnOnlyTransformer(SMALL)
+    chunks: list[int] = []
+    model.register_forward_pre_hook(lambda _, args: chunks.append(len(args[0])))
+    loss = train._chunked_loss(model, torch.randint(0, SMALL.d_vocab, (8, SMALL.n_ctx)))
+    assert chunks == [3, 3, 2] and loss.shape == (8, SMALL.n_ctx - 1)
+    shape = memory._Shape(SMALL)
+    assert memory._heldout_loss(shape, 8).bytes == 3 * memory._heldout_loss(shape, 1).bytes
+
+
+@pytest.mark.parametrize("n_train, fraction, n", [(64, 0.05, 8), (64, 0.5, 8), (10, 0.05, 8), (1000, 0.1, 7)])
+def test_held_out_sequences_are_the_datas(n_train, fraction, n):
+    """The estimate's held-out batch has as many sequences as data.load gives the train and
+    heads stages: at most the held-out part of the synthetic data."""
+    cfg = cfg_of("setup=synthetic", f"data.n_train_sequences={n_train}", f"data.eval_fraction={fraction}")
+    dataset = data.load(cfg.data, SMALL, 0, n, need_train=False)
+    assert memory._n_eval(cfg.data, n) == len(dataset.eval)
+
+
+def test_a_token_files_held_out_sequences_are_at_most_the_estimates(tmp_path):
+    """Text and token files: the estimate takes the `n` asked for, data.load gives at most that."""
+    np.save(tmp_path / "tokens.npy", np.arange(2000) % SMALL.d_vocab)
+    for fraction, n in [(0.05, 8), (0.5, 8), (0.05, 2)]:
+        cfg = cfg_of(
+            "data.source=tokens", f"data.dir={tmp_path}", "data.tokens.path=tokens.npy",
+            f"data.eval_fraction={fraction}",
+        )  # fmt: skip
+        dataset = data.load(cfg.data, SMALL, 0, n, need_train=False)
+        assert 0 < len(dataset.eval) <= memory._n_eval(cfg.data, n) == n
 
 
 def test_a_known_answer():
