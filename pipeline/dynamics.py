@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import heads, phases, significance, tl_checkpoint, weights
+from pipeline import checkpoint, data, heads, phases, significance, tl_checkpoint, weights
 from pipeline.config import Config
 from pipeline.errors import UserError
 from pipeline.model import next_token_loss
@@ -143,6 +143,28 @@ def analyse(
     pair = top_pair(head_scores[head_scores["step"] == checkpoints[-1]["step"]])
     steps = steps_table(comp, head_scores, pd.DataFrame(losses), pair)
     return DynamicsResult(comp, head_scores, steps, pair)
+
+
+def run(
+    directory: str | Path,
+    config_path: str | Path,
+    cfg: Config,
+    seed: int,
+    tokenized: str | Path | None = None,
+    progress=None,
+) -> DynamicsResult:
+    """`analyse` on train's checkpoints/ (`directory`, its index.json) and config.json at
+    `config_path`, with the heads stage's batches drawn from `seed` (`tokenized`: the tokenizer
+    stage's output, data.source = text). The shape is checked first, as the heads stage checks it
+    (`heads.require_shape_fits`: the lengths, and memory for one checkpoint's analysis), before
+    any checkpoint or data is read whole."""
+    h = cfg.analysis.heads
+    entries = checkpoint.read_index(directory)
+    shape = tl_checkpoint.read_tl_config(config_path)
+    heads.require_shape_fits(shape, h, cfg.data, str(config_path))
+    dataset = data.load(cfg.data, shape, seed, h.eval_sequences, tokenized, need_train=False)
+    repeated = data.repeated_probe(dataset, h.eval_sequences, h.repeat_length, shape.d_vocab, seed)
+    return analyse(entries, directory, config_path, repeated, dataset.eval, cfg, seed, progress)
 
 
 def summarize(result: DynamicsResult, fdr: float) -> dict:

@@ -35,14 +35,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import ablation, agreement, data, patterns, strands
-from pipeline.config import HeadsConfig, RoleThresholds, require_fits_context, require_window_fits
+from pipeline import ablation, agreement, data, memory, patterns, strands, tl_checkpoint
+from pipeline.config import (
+    DataConfig,
+    HeadsConfig,
+    ModelConfig,
+    RoleThresholds,
+    require_fits_context,
+    require_window_fits,
+)
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
 from pipeline.tables import ABLATED_ROLES, ABLATION_COLUMNS, PATTERN_SCORES, ROLE_EFFECTS, ROLES
@@ -163,6 +171,26 @@ def require_lengths_fit(n_ctx: int, cfg: HeadsConfig) -> None:
     (config.json), not necessarily params.yaml's model.n_ctx."""
     require_fits_context("analysis.heads.repeat_length", cfg.repeat_length, n_ctx, "the model's n_ctx")
     require_window_fits(cfg.window_length, n_ctx, "the model's n_ctx")
+
+
+def require_shape_fits(shape: ModelConfig, cfg: HeadsConfig, data_config: DataConfig, source: str) -> None:
+    """Refuse, naming the key, a checkpoint of shape `shape` (its config.json, `source`) that the
+    analysis cannot run on: the probe or the recent window longer than its context, or the
+    analysis's buffers (`memory.heads_stage`) larger than the memory available. Called with the
+    shape alone, before the checkpoint is read whole or the data is loaded."""
+    require_lengths_fit(shape.n_ctx, cfg)
+    estimate = memory.heads_stage(shape, cfg, data_config, source)
+    memory.require_fits(estimate, memory.available_bytes())
+
+
+def load_model(
+    model_path: str | Path, config_path: str | Path, cfg: HeadsConfig, data_config: DataConfig
+) -> AttnOnlyTransformer:
+    """The checkpoint as the analysis runs it (float64), once its shape from config.json is known to
+    fit (`require_shape_fits`: nothing large is read or allocated before)."""
+    shape = tl_checkpoint.read_tl_config(config_path)
+    require_shape_fits(shape, cfg, data_config, str(config_path))
+    return tl_checkpoint.load_model(model_path, config_path, dtype=torch.float64)
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ import sys
 
 from tqdm import tqdm
 
-from pipeline import checkpoint, data, dynamics, heads, io, memory, params, tl_checkpoint
+from pipeline import dynamics, io, params
 from pipeline.cli import run_cli, stage_parser
 
 
@@ -32,18 +32,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
-        h = cfg.analysis.heads
-        entries = checkpoint.read_index(args.checkpoints)
-        shape = tl_checkpoint.read_tl_config(args.config)  # before anything is read whole or allocated
-        heads.require_lengths_fit(shape.n_ctx, h)
-        memory.require_fits(memory.heads_stage(shape, h, cfg.data, args.config), memory.available_bytes())
-        dataset = data.load(cfg.data, shape, args.seed, h.eval_sequences, args.tokenized, need_train=False)
-        repeated = data.repeated_probe(dataset, h.eval_sequences, h.repeat_length, shape.d_vocab, args.seed)
         show = not args.no_progress and sys.stderr.isatty()
         bar = (lambda xs: tqdm(xs, desc=f"dynamics seed {args.seed}", unit="checkpoint")) if show else None
-        result = dynamics.analyse(
-            entries, args.checkpoints, args.config, repeated, dataset.eval, cfg, args.seed, bar
-        )
+        result = dynamics.run(args.checkpoints, args.config, cfg, args.seed, args.tokenized, bar)
         summary = dynamics.summarize(result, cfg.analysis.composition.fdr)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)

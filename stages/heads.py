@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import sys
 
-import torch
-
-from pipeline import checkpoint, data, heads, io, memory, params, tables, tl_checkpoint, weights
+from pipeline import checkpoint, data, heads, io, params, tables, weights
 from pipeline.cli import run_cli, stage_parser
 
 
@@ -39,10 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> None:
         cfg = params.load(args.params)
         h = cfg.analysis.heads
-        shape = tl_checkpoint.read_tl_config(args.config)  # before anything is read whole or allocated
-        heads.require_lengths_fit(shape.n_ctx, h)
-        memory.require_fits(memory.heads_stage(shape, h, cfg.data, args.config), memory.available_bytes())
-        model = tl_checkpoint.load_model(args.model, args.config, dtype=torch.float64)
+        model = heads.load_model(args.model, args.config, h, cfg.data)  # its shape checked first
         hw, _ = weights.load(args.weights)
         scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS, empty_ok=False)
         measured = scores  # the agreement with the ablation: of every measure given

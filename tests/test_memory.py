@@ -1,9 +1,11 @@
 """The memory estimate (pipeline/memory.py): its parameter count is the model's, its chunk sizes
-are the code's, the project's own configs fit in a few GB, and a refusal names the key that
-dominates with both numbers. The refusals through the stages are in test_bad_input."""
+and held-out batches are the code's, the project's own configs fit in a few GB, and a refusal
+names the key that dominates with both numbers; the heads and dynamics libraries refuse before
+they read. The refusals through the stages are in test_bad_input."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import ablation, data, memory, params, train
+from pipeline import ablation, checkpoint, data, dynamics, heads, memory, params, tl_checkpoint, train
 from pipeline.config import ModelConfig
 from pipeline.errors import UserError
 from pipeline.model import AttnOnlyTransformer
@@ -152,6 +154,37 @@ def test_a_checkpoints_shape_is_named_by_its_file():
     with pytest.raises(UserError) as e:
         memory.require_fits(memory.heads_stage(shape, cfg.analysis.heads, cfg.data, "c/config.json"), 10**9)
     assert e.value.where == "c/config.json: n_ctx" and e.value.value == 10**6
+
+
+def _too_large_config(tmp_path: Path) -> Path:
+    """config.json of a model whose analysis needs terabytes (its n_ctx), and nothing else large."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(tl_checkpoint.tl_config(replace(SMALL, n_ctx=10**7))))
+    return config
+
+
+def test_the_heads_library_refuses_a_shape_before_reading_the_checkpoint(tmp_path, monkeypatch):
+    """heads.load_model checks config.json's shape as the heads stage did: the checkpoint (absent
+    here: reading it would fail otherwise) is never read."""
+    monkeypatch.setattr(memory, "available_bytes", lambda: int(8e9))
+    cfg = cfg_of("setup=synthetic")
+    config = _too_large_config(tmp_path)
+    with pytest.raises(UserError, match="analysis buffers .* of memory available$") as e:
+        heads.load_model(tmp_path / "absent.safetensors", config, cfg.analysis.heads, cfg.data)
+    assert e.value.where == f"{config}: n_ctx" and e.value.value == 10**7
+
+
+def test_the_dynamics_library_refuses_a_shape_before_reading_checkpoints_or_data(tmp_path, monkeypatch):
+    """dynamics.run checks the shape as the heads stage does, after the index and before the
+    checkpoints (an empty file here: reading it would fail otherwise) and the data."""
+    monkeypatch.setattr(memory, "available_bytes", lambda: int(8e9))
+    (tmp_path / checkpoint.step_file(0)).write_bytes(b"")
+    index = {"checkpoints": [{"step": 0, "tokens": 0, "file": checkpoint.step_file(0)}]}
+    (tmp_path / checkpoint.INDEX).write_text(json.dumps(index))
+    config = _too_large_config(tmp_path)
+    with pytest.raises(UserError, match="analysis buffers .* of memory available$") as e:
+        dynamics.run(tmp_path, config, cfg_of("setup=synthetic"), seed=0)
+    assert e.value.where == f"{config}: n_ctx" and e.value.value == 10**7
 
 
 def test_on_a_gpu_the_data_is_held_against_the_host():
