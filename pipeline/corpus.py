@@ -138,5 +138,6 @@ def read(cfg: TextDataConfig, data_dir: str) -> tuple[str, dict]:
     """The configured text: `cfg.corpus` by name, else the files of `cfg.glob` under `data_dir`."""
     if cfg.corpus is not None:
         return read_corpus(cfg.corpus)
-    assert cfg.glob is not None  # TextDataConfig.check requires one of them
+    if cfg.glob is None:  # DataConfig.check refuses this too: here for callers of the library
+        raise UserError("data.text.glob", "is required when data.source = 'text' and text.corpus is null")
     return read_files(Path(data_dir), cfg.glob)

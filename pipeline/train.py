@@ -136,7 +136,7 @@ def train(
     device = _setup(t)
     require_memory(memory.training(cfg), device)
     dataset = data.load(cfg.data, cfg.model, seed, n_eval=t.eval_batch_size, tokenized=tokenized)
-    assert dataset.train is not None
+    assert dataset.train is not None  # need_train (the default): every source gives one, whatever the input
     eval_seqs = dataset.eval.to(device)
     probe = data.repeated_probe(dataset, t.eval_batch_size, t.probe_length, cfg.model.d_vocab, seed).to(
         device
