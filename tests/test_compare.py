@@ -19,6 +19,7 @@ import synthetic_seeds as syn
 from pipeline import params
 from pipeline.compare import read
 from pipeline.compare import stats as compare
+from pipeline.compare.claims import CLAIMS, claim, selectivity
 from pipeline.config import CompareConfig
 from pipeline.errors import UserError
 from pipeline.tables import CURVE_COLUMNS
@@ -68,11 +69,9 @@ def test_group_composition_skips_undefined_errata_scores():
 
 def test_selectivity_known_values():
     s = scored()
-    assert compare.selectivity(s, "true") == pytest.approx(
-        (0.30 - 0.35) / (0.30 + 0.35)
-    )  # V other<-other wins
-    assert compare.selectivity(s, "errata_bcda") == pytest.approx((0.50 - 0.01) / (0.50 + 0.01))
-    assert math.isnan(compare.selectivity(s, "true", dst="induction", src="duplicate_token"))  # no such heads
+    assert selectivity(s, "true") == pytest.approx((0.30 - 0.35) / (0.30 + 0.35))  # V other<-other wins
+    assert selectivity(s, "errata_bcda") == pytest.approx((0.50 - 0.01) / (0.50 + 0.01))
+    assert math.isnan(selectivity(s, "true", dst="induction", src="duplicate_token"))  # no such heads
 
 
 EDGE = 0.1  # the paper's plotting threshold on the excess, for claims (m) and (d)
@@ -142,6 +141,25 @@ def test_seed_statistics_claims_known_values():
     assert value(t, claim="c", statistic="top_source", kind="K", variant="true", effect=e) == 1.0
     for h in ("rotated", "true"):
         assert value(t, claim="c", statistic="c", hypothesis=h) == pytest.approx(0.8 - 0.6)
+
+
+def test_each_claim_is_one_unit_and_the_long_table_keeps_its_order():
+    """A claim's rows are its own number under each of its hypotheses and the auxiliary statistics
+    it describes (so the report can say what each is); a restatement with the invariant measure
+    sits beside the claim it restates, hypothesis by hypothesis."""
+    t = long_table(syn.seed_inputs(0))
+    for name, c in CLAIMS.items():
+        rows = t[t["claim"] == name]
+        assert list(rows.loc[rows["statistic"] == name, "hypothesis"]) == list(c.hypotheses()), name
+        assert set(rows["statistic"]) == {name, *c.auxiliary}, name
+    order = ["training", "roles", "role_ablation", "a", "b", "b_inv", "m", "m_inv", "d", "c", "c_inv", "t"]
+    assert list(dict.fromkeys(t["claim"])) == order
+    own = t[t["statistic"].isin(["c", "c_inv"])]
+    assert list(zip(own["claim"], own["hypothesis"], strict=True)) == [
+        ("c", "rotated"), ("c_inv", "rotated"), ("c", "true"), ("c_inv", "true")
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="defined twice"):
+        claim("a", "a copy", "its number", 0.0)(lambda seed: iter(()))
 
 
 def test_seed_without_recent_window_heads_leaves_claim_b_out():

@@ -15,8 +15,8 @@ name (`pipeline.compare.claims`); the rest are what it is built from. Wide views
 report's tables) are pivots of it.
 
 The composition tables carry six measures: scores.csv's five variants and invariant.csv's
-basis-invariant scores as variant `invariant` (`read.read_seed`). Claims (b), (mz) and (c)
-are also tested with the invariant measure in the corrected score's place (b_inv, mz_inv,
+basis-invariant scores as variant `invariant` (`read.read_seed`). Claims (b), (m) and (c)
+are also tested with the invariant measure in the corrected score's place (b_inv, m_inv,
 c_inv), and claim (t) reads the dynamics stage's steps.tsv: when each measure's K z of the
 top induction <- previous-token pair clears its null, against the induction phase change
 (`pipeline.phases`).
@@ -40,22 +40,19 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pipeline import phases, tables
-from pipeline.compare.claims import CLAIM_KIND, CLAIMS, PRIMARY_EFFECT, threshold
+from pipeline import tables
+from pipeline.compare.claims import CLAIM_KIND, CLAIMS, NONE, PRIMARY_EFFECT, Row, Seed
 from pipeline.compare.read import TRAIN_METRICS, SeedInputs
 from pipeline.config import CompareConfig
 from pipeline.errors import UserError
 from pipeline.tables import (
     ABLATED_ROLES,
     CURVE_COLUMNS,
-    ERRATA,
     HYPOTHESES,
-    INVARIANT,
     KINDS,
     MEASURES,
     ROLE_EFFECTS,
     ROLES,
-    VARIANTS,
     excess,
 )
 
@@ -63,7 +60,6 @@ GROUP_KEYS = list(tables.GROUP_KEYS)
 DIMENSIONS = list(tables.DIMENSIONS)
 LONG_COLUMNS = list(tables.CLAIMS_COLUMNS)
 STATS_COLUMNS = list(tables.STATS_COLUMNS)
-NONE = "-"  # a dimension that does not apply to a row
 
 
 @dataclass
@@ -126,213 +122,39 @@ def group_composition(scored: pd.DataFrame) -> pd.DataFrame:
     return _order(out, GROUP_KEYS)
 
 
-def _nanmax(values: pd.Series) -> float:
-    values = values.dropna()
-    return float(values.max()) if len(values) else math.nan
-
-
-def selectivity(
-    scored: pd.DataFrame,
-    variant: str,
-    kind: str = CLAIM_KIND,
-    dst: str = "induction",
-    src: str = "previous_token",
-) -> float:
-    """(T - O) / (|T| + |O|): T the max excess in cell (kind, dst <- src),
-    O the max over all else of `variant`.
-
-    > 0 exactly when the cell holds the strongest composition of the variant (every kind,
-    every pair). NaN when the cell is empty or all NaN.
-    """
-    of_variant = scored[scored["variant"] == variant]
-    in_cell = (of_variant["kind"] == kind) & (of_variant["dst_role"] == dst) & (of_variant["src_role"] == src)
-    T, O = _nanmax(of_variant.loc[in_cell, "excess"]), _nanmax(of_variant.loc[~in_cell, "excess"])
-    if math.isnan(T):
-        return math.nan
-    if math.isnan(O):  # nothing else to compare with: trivially singled out
-        return 1.0
-    scale = abs(T) + abs(O)
-    return (T - O) / scale if scale > 0 else 0.0
-
-
-def _worst(values: Sequence[float], better: str = "higher") -> float:
-    """The worse of the rotations' values (NaN if any is NaN): min, or max when lower is better."""
-    if any(math.isnan(v) for v in values):
-        return math.nan
-    return min(values) if better == "higher" else max(values)
-
-
-def only_k_from_one_layer0_head(drawn: pd.DataFrame) -> float:
-    """1.0 when the drawn edges are K only, all from one layer-0 head; else 0.0 (claim d)."""
-    k = drawn[drawn["kind"] == CLAIM_KIND]
-    sources = set(zip(k["src_layer"], k["src_head"], strict=True))
-    only_k = len(drawn) > 0 and len(k) == len(drawn)
-    return float(only_k and len(sources) == 1 and next(iter(sources))[0] == 0)
-
-
-class _Rows:
-    """The long table of one seed, a row at a time (LONG_COLUMNS)."""
-
-    def __init__(self, seed: int):
-        self.seed, self.rows = seed, []
-
-    def add(
-        self, claim: str, statistic: str, value: float, hypothesis=NONE, kind=NONE, variant=NONE, effect=NONE
-    ):
-        self.rows.append({"seed": self.seed, "claim": claim, "hypothesis": hypothesis, "kind": kind,
-                          "variant": variant, "effect": effect, "statistic": statistic,
-                          "value": float(value)})  # fmt: skip
-
-
-def _discoveries(scored: pd.DataFrame, variant: str, kind: str | None = None) -> int:
-    rows = scored[(scored["variant"] == variant) & scored["discovery"]]
-    return int(len(rows) if kind is None else (rows["kind"] == kind).sum())
-
-
-def _cell_discoveries(scored: pd.DataFrame, variant: str, dst: str, src: str) -> float:
-    """Discoveries among the K pairs dst <- src of `variant`; NaN when the seed has no such pair."""
-    cell = scored[
-        (scored["variant"] == variant) & (scored["kind"] == CLAIM_KIND)
-        & (scored["dst_role"] == dst) & (scored["src_role"] == src)
-    ]  # fmt: skip
-    return float(cell["discovery"].sum()) if len(cell) else math.nan
-
-
-def _ranking(inp: SeedInputs, effect: str, kind: str, variant: str, key: str) -> float:
-    value = inp.agreement.get(effect, {}).get("ranking", {}).get(kind, {}).get(variant, {}).get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-
-
-def _claim_a(out: _Rows, scored: pd.DataFrame) -> None:
-    """(a) the original's selectivity of K induction <- previous_token against the corrected one's."""
-    sel = {v: selectivity(scored, v) for v in VARIANTS}
-    for v in VARIANTS:
-        out.add("a", "selectivity", sel[v], kind=CLAIM_KIND, variant=v)
-    for h, pair in HYPOTHESES.items():
-        out.add("a", "a", _worst([sel[v] for v in pair]) - sel["true"], hypothesis=h, kind=CLAIM_KIND)
-
-
-def _claim_b(out: _Rows, scored: pd.DataFrame, cell) -> None:
-    """(b), (b_inv): discoveries among K induction <- recent_window; its size against induction <- prev."""
-    out.add(
-        "b",
-        "b",
-        _cell_discoveries(scored, "true", "induction", "recent_window"),
-        kind=CLAIM_KIND,
-        variant="true",
-    )
-    for v in VARIANTS:
-        prev = cell(CLAIM_KIND, v, "induction", "previous_token", "max_excess")
-        recent = cell(CLAIM_KIND, v, "induction", "recent_window", "max_excess")
-        out.add("b", "relative", recent / prev if prev > 0 else math.nan, kind=CLAIM_KIND, variant=v)
-    value = _cell_discoveries(scored, INVARIANT, "induction", "recent_window")
-    out.add("b_inv", "b_inv", value, kind=CLAIM_KIND, variant=INVARIANT)
-
-
-def _claim_m(out: _Rows, inp: SeedInputs, scored: pd.DataFrame) -> None:
-    """(m), (m_inv): discoveries, corrected minus original; per kind and measure, with the placebo
-    pairs' false-positive rate and the raw rule's count beside them."""
-    for v in MEASURES:
-        for kind in KINDS:
-            out.add("m", "discoveries", _discoveries(scored, v, kind), kind=kind, variant=v)
-            rows = scored[(scored["variant"] == v) & (scored["kind"] == kind)]
-            out.add("m", "raw_z_above_3", (rows["z"] > 3).sum(), kind=kind, variant=v)
-            placebo = inp.placebo[(inp.placebo["variant"] == v) & (inp.placebo["kind"] == kind)]
-            n = int(placebo["z"].notna().sum())
-            rate = placebo["discovery"].sum() / n if n else math.nan
-            out.add("m", "placebo_rate", rate, kind=kind, variant=v)
-    original = [_discoveries(scored, v) for v in ERRATA]
-    out.add("m", "m", _discoveries(scored, "true") - max(original))
-    out.add("m_inv", "m_inv", _discoveries(scored, INVARIANT) - max(original))
-
-
-def _claim_d(out: _Rows, scored: pd.DataFrame, edge_threshold: float) -> None:
-    """(d): the paper's plotting (one absolute threshold on the excess) of the original."""
-    drawn = {v: scored[(scored["variant"] == v) & (scored["excess"] > edge_threshold)] for v in VARIANTS}
-    for v in VARIANTS:
-        for kind in KINDS:
-            out.add("d", "drawn", (drawn[v]["kind"] == kind).sum(), kind=kind, variant=v)
-        k = drawn[v][drawn[v]["kind"] == CLAIM_KIND]
-        sources = len(set(zip(k["src_layer"], k["src_head"], strict=True)))
-        out.add("d", "layer0_k_sources", sources, kind=CLAIM_KIND, variant=v)
-    only = {v: only_k_from_one_layer0_head(drawn[v]) for v in VARIANTS}
-    for v in VARIANTS:
-        out.add("d", "only_k_one_source", only[v], variant=v)
-    for h, pair in HYPOTHESES.items():
-        out.add("d", "d", _worst([only[v] for v in pair]), hypothesis=h)
-
-
-def _claim_c(out: _Rows, inp: SeedInputs) -> None:
-    """(c), (c_inv): each score's PR-AUC (and ROC-AUC) as a ranking of the causal edges; the old
-    top-source and Spearman agreement beside them."""
-    for effect in inp.agreement:
-        for kind in KINDS:
-            causal = _ranking(inp, effect, kind, "true", "causal")
-            pairs = _ranking(inp, effect, kind, "true", "pairs")
-            out.add("c", "causal_edges", causal, kind=kind, effect=effect)
-            out.add("c", "causal_fraction", causal / pairs if pairs else math.nan, kind=kind, effect=effect)
-            for v in MEASURES:
-                for key in ("pr_auc", "roc_auc"):
-                    out.add(
-                        "c", key, _ranking(inp, effect, kind, v, key), kind=kind, variant=v, effect=effect
-                    )
-                t = inp.agreement[effect].get("top_source", {}).get(kind, {}).get(v, {})
-                out.add("c", "top_source", t["match"] / t["heads"] if t.get("heads") else math.nan,
-                        kind=kind, variant=v, effect=effect)  # fmt: skip
-                r = inp.agreement[effect].get("spearman", {}).get(kind, {}).get(v)
-                out.add("c", "spearman", float(r) if isinstance(r, (int, float)) else math.nan,
-                        kind=kind, variant=v, effect=effect)  # fmt: skip
-    auc = {v: _ranking(inp, PRIMARY_EFFECT, CLAIM_KIND, v, "pr_auc") for v in MEASURES}
-    for h, pair in HYPOTHESES.items():
-        better = _worst([auc[v] for v in pair], "lower")
-        out.add("c", "c", auc["true"] - better, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
-        out.add(
-            "c_inv", "c_inv", auc[INVARIANT] - better, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT
-        )
-
-
-def _claim_t(out: _Rows, inp: SeedInputs, fdr: float) -> None:
-    """(t) through training: when each measure's K-composition of the top induction <- previous-token
-    pair becomes a discovery for good, against the induction phase change (pipeline.phases)."""
-    clear = {m: phases.clear_step(inp.steps, f"q_{m}", fdr) for m in MEASURES}
-    growth = {m: phases.z_growth(inp.steps, m) for m in MEASURES}
-    out.add("t", "phase_step", phases.phase_step(inp.steps))
-    for m, lag in phases.lags(inp.steps, fdr).items():
-        out.add("t", "clear_step", clear[m], kind=CLAIM_KIND, variant=m)
-        out.add("t", "lag", lag, kind=CLAIM_KIND, variant=m)
-        out.add("t", "z_growth", growth[m], kind=CLAIM_KIND, variant=m)
-    ratio = [growth[v] / growth["true"] if growth["true"] > 0 else math.nan for v in ERRATA]
-    out.add("t", "z_growth_ratio", _worst(ratio), kind=CLAIM_KIND)
-    out.add("t", "t", _worst([clear["true"] - clear[v] for v in ERRATA]), kind=CLAIM_KIND)
-
-
 def seed_statistics(
     inp: SeedInputs, scored: pd.DataFrame, groups: pd.DataFrame, edge_threshold: float, fdr: float
 ) -> pd.DataFrame:
-    """The long table of one seed: LONG_COLUMNS (module doc), a named function per claim."""
-    out = _Rows(inp.seed)
-    for key in TRAIN_METRICS:
-        out.add("training", key, inp.metrics[key])
+    """The long table of one seed: LONG_COLUMNS (module doc). The training metrics, the role
+    counts and the role ablation, then every claim of `CLAIMS` (`_claim_rows`)."""
+    rows = [("training", Row(key, inp.metrics[key])) for key in TRAIN_METRICS]
     counts = inp.heads["role"].value_counts()
-    for role in (*ROLES, *sorted(set(counts.index) - set(ROLES))):
-        out.add("roles", role, counts.get(role, 0))
+    rows += [
+        ("roles", Row(role, counts.get(role, 0)))
+        for role in (*ROLES, *sorted(set(counts.index) - set(ROLES)))
+    ]
     for role in ABLATED_ROLES:  # does the circuit serve the text? (NaN: no head of the role)
         for effect in ROLE_EFFECTS:
             value = inp.role_ablation[role][effect]
-            out.add("role_ablation", f"{role}_{effect}", math.nan if value is None else value)
-    cells = groups.set_index(GROUP_KEYS)
+            rows.append(("role_ablation", Row(f"{role}_{effect}", math.nan if value is None else value)))
+    rows += _claim_rows(Seed(inp, scored, groups.set_index(GROUP_KEYS), edge_threshold, fdr))
+    return pd.DataFrame(
+        [{"seed": inp.seed, "claim": claim, "hypothesis": row.hypothesis, "kind": row.kind,
+          "variant": row.variant, "effect": row.effect, "statistic": row.statistic,
+          "value": float(row.value)} for claim, row in rows],
+        columns=LONG_COLUMNS,
+    )  # fmt: skip
 
-    def cell(kind: str, variant: str, dst: str, src: str, column: str) -> float:
-        key = (kind, variant, dst, src)
-        return float(cells.at[key, column]) if key in cells.index else math.nan
 
-    _claim_a(out, scored)
-    _claim_b(out, scored, cell)
-    _claim_m(out, inp, scored)
-    _claim_d(out, scored, edge_threshold)
-    _claim_c(out, inp)
-    _claim_t(out, inp, fdr)
-    return pd.DataFrame(out.rows, columns=LONG_COLUMNS)
+def _claim_rows(seed: Seed) -> list[tuple[str, Row]]:
+    """Every claim's rows for one seed, named by claim, in the order of `CLAIMS`, except that a
+    restatement with the invariant measure sits beside the claim it restates and, within the two,
+    the rows without a hypothesis come first, then each hypothesis's rows (c, c_inv under rotated
+    denominators, then c, c_inv under true ones)."""
+    rows = [(name, row) for name, claim in CLAIMS.items() for row in claim.compute(seed)]
+    position = {name: i for i, name in enumerate(CLAIMS)}
+    rank = {h: i for i, h in enumerate((NONE, *HYPOTHESES))}
+    return sorted(rows, key=lambda r: (position[CLAIMS[r[0]].restates or r[0]], rank[r[1].hypothesis]))
 
 
 # --- across seeds --------------------------------------------------------------------
@@ -414,7 +236,7 @@ def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> 
     )
     summary: dict = {"n_seeds": n_seeds, "rule": rule, "claims": {}}
     for name, claim in CLAIMS.items():
-        limit = threshold(claim)
+        limit = claim.threshold
         own = stats[(stats["claim"] == name) & (stats["statistic"] == name)].set_index("hypothesis")
         per_seed = claims[(claims["claim"] == name) & (claims["statistic"] == name)]
         summary["claims"][name] = {}
