@@ -68,36 +68,37 @@ def test_experiment_runs_and_is_listed_with_metrics(base, tmp_path):
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXED_COLUMNS = {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
+VERDICTS = ("a", "b", "m", "d", "c", "b_inv", "m_inv", "c_inv", "t")  # pipeline/compare/claims.py order
 
 
 def readme_exp_show() -> list[str]:
-    """The README's `dvc exp show` command for people (the one with --drop), as arguments."""
+    """The README's `dvc exp show` command for people (the verdicts), as arguments."""
     import shlex
 
-    line = next(
-        ln for ln in (ROOT / "README.md").read_text().splitlines() if "dvc exp show --only-changed" in ln
-    )
+    line = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if "dvc exp show --drop" in ln)
     return shlex.split(line.split("#")[0])[1:]
 
 
 def test_readme_exp_show_prints_a_handful_of_metric_columns(base, tmp_path):
-    """The README's command prints at most 25 metric columns (the headline summary.json: a verdict
-    and a mean per claim, the training means), counted at their most: without --only-changed."""
+    """The README's command prints the experiments' verdicts: at most 25 metric columns, no params,
+    and the headline it keeps (summary.json: the seeds, a verdict per claim, the held-out loss)."""
     repo = clone(base, tmp_path / "repo")
     dvc(repo, "exp", "run", "-n", "other-seed", "-S", "seeds=[1]")
     args = readme_exp_show()
-    assert args[:2] == ["exp", "show"] and "--only-changed" in args, args
-    shown = dvc(repo, *args, "--csv").stdout.splitlines()[0].split(",")
-    everything = [a for a in args if a != "--only-changed"]
-    header = dvc(repo, *everything, "--csv").stdout.splitlines()[0].split(",")
+    assert args[:2] == ["exp", "show"], args
+    out = dvc(repo, *args, "--csv").stdout.splitlines()
+    header = out[0].split(",")
     params = set(pd.json_normalize(yaml.safe_load((repo / "params.yaml").read_text())).columns)
-    deps = {c for c in header if (repo / c).exists()}  # a dependency's column: `checkpoints`
-    metrics = [c for c in header if c not in FIXED_COLUMNS | params | deps]
-    # DVC leaves out a column with no value in any row (a mean of an untestable claim, here)
-    assert 12 <= len(metrics) <= 25, metrics
-    assert {"n_seeds", "verdict.a", "verdict.t", "mean.m", "training.eval_loss"} <= set(metrics), metrics
-    assert all(c.split(".")[0] in ("n_seeds", "verdict", "mean", "training") for c in metrics), metrics
-    assert "seeds" in shown and not any("/" in c for c in header)
+    metrics = [c for c in header if c not in FIXED_COLUMNS]
+    assert not params & set(metrics) and len(metrics) <= 25, header
+    assert ["n_seeds", *(f"verdict.{c}" for c in VERDICTS), "training.eval_loss"] == metrics, header
+    assert "other-seed" in "\n".join(out[1:])
+    # and the declared metrics are the headline only: the summary of compare, 22 columns at most
+    everything = dvc(repo, "exp", "show", "--drop", ".*/|data$", "--csv").stdout.splitlines()[0].split(",")
+    deps = {c for c in everything if (repo / c).exists()}  # a dependency's column: `checkpoints`
+    declared = [c for c in everything if c not in FIXED_COLUMNS | params | deps]
+    assert all(c.split(".")[0] in ("n_seeds", "verdict", "mean", "training") for c in declared), declared
+    assert len(declared) <= 22, declared
 
 
 def test_shrinking_seeds_leaves_no_stale_seed(shared_dir, tmp_path):
