@@ -34,7 +34,7 @@ strands of the denominators is unknown, so both hypotheses are computed: rotated
 denominators (`errata_bcda`, `errata_dabc`) and true ones (`*_trueden`); the compare
 stage tests the errata's claims under each (docs/maths.md, "The denominators"). (A two-factor
 strand has one rotation: B A is both "B C D A"-style and "D A B C"-style.) A denominator
-that is zero up to rounding (||B A|| <= ZERO_RTOL ||A|| ||B||: query and key, or value and
+that is zero up to rounding (||B A|| <= scoring.ZERO_RTOL ||A|| ||B||: query and key, or value and
 output, on orthogonal subspaces) makes the score NaN: undefined, not an error.
 
 Every pair is computed from two [d_head, d_head] cross products of the pair, Y = B C
@@ -44,7 +44,7 @@ Every pair is computed from two [d_head, d_head] cross products of the pair, Y =
     ||B C D A|| = ||Y X||        ||D A B C|| = ||X Y||
 
 Baseline: the same score of Gaussian factors A, B, C, D of the same shapes,
-`baseline_samples` draws. The three kinds' strands have identical shapes, so one set of
+`baseline_samples` draws (`scoring.baseline`). The three kinds' strands have identical shapes, so one set of
 draws serves all three kinds (one baseline per variant). Scores are scale-free in every
 factor, so the Gaussians' variance does not matter. Expected values: about
 1/sqrt(d_model) for the true score; about 1/sqrt(d_head) for the errata variants with
@@ -75,12 +75,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
 
 from pipeline.config import CompositionConfig
+from pipeline.scoring import PairStats, baseline, haar_blocks, mean_std, nan_if_zero, raw_scores_table
+from pipeline.scoring import summarize as summarize  # re-exported: composition.summarize
 from pipeline.strands import (
     Strand,
     all_pairs_norms,
@@ -91,11 +92,10 @@ from pipeline.strands import (
     shrink_left,
     shrink_right,
 )
-from pipeline.tables import KINDS, MEASURES, RAW_SCORES_COLUMNS, VARIANTS
+from pipeline.tables import KINDS, RAW_SCORES_COLUMNS, VARIANTS
 from pipeline.weights import HeadWeights, power_of_two_scaled
 
 COLUMNS = list(RAW_SCORES_COLUMNS)
-ZERO_RTOL = 1e-8  # a strand with ||A B|| <= ZERO_RTOL ||A|| ||B|| counts as zero
 _BLOCK = (
     2**21
 )  # elements per [writers, readers, samples, d_head, d_head] block of the null (16 MB in float64)
@@ -130,8 +130,7 @@ def _side_norms(P: Tensor, Q: Tensor, rotated: bool = True) -> dict[str, Tensor]
     bound = torch.linalg.matrix_norm(P) * torch.linalg.matrix_norm(Q)
     out = {}
     for name, s in (("true", Strand((P, Q))), ("rotated", Strand((Q, P))))[: 2 if rotated else 1]:
-        n = norm(s)
-        out[name] = torch.where(n > ZERO_RTOL * bound, n, torch.nan)
+        out[name] = nan_if_zero(norm(s), bound)
     return out
 
 
@@ -143,7 +142,8 @@ PARTS = {
     "errata_bcda_trueden": ("bcda", "true"),
     "errata_dabc_trueden": ("dabc", "true"),
 }
-assert tuple(PARTS) == VARIANTS
+if tuple(PARTS) != VARIANTS:  # `_ratios` gives the variants in PARTS's order, the tables' order
+    raise RuntimeError(f"PARTS names {tuple(PARTS)}, tables.VARIANTS {VARIANTS}")
 
 
 def _denominators(reader: dict[str, Tensor], writer: dict[str, Tensor], pairs: bool) -> dict[str, Tensor]:
@@ -183,7 +183,7 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
     if method not in ("auto", "grams", "factors"):
         raise ValueError(f"method must be 'auto', 'grams' or 'factors', not {method!r}")
     hw = power_of_two_scaled(hw)  # exact; no overflow or underflow for any finite weights
-    L, H, D, d = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
+    L, H, d_model, d_head = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
     OV = Strand((hw.W_V, hw.W_O))  # [L, H] x [d_model, d_model]
     ov_norm = _side_norms(hw.W_V, hw.W_O, rotated=False)["true"]  # [L, H]
     readers = {}  # kind -> (OV^a's right neighbour (A B)^T: QK^b, QK^bT or OV^b; its norms)
@@ -193,7 +193,9 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
     n_writers, n_pairs = (L - 1) * H, H * H * L * (L - 1) // 2
     use_grams = method == "grams" or (
         method == "auto"
-        and grams_are_cheaper(n_writers, len(kinds) * n_writers, len(kinds) * n_pairs, d, D, d)
+        and grams_are_cheaper(
+            n_writers, len(kinds) * n_writers, len(kinds) * n_pairs, d_head, d_model, d_head
+        )
     )
     out = {kind: torch.full((L, H, L, H), torch.nan, dtype=hw.W_Q.dtype) for kind in kinds}
     if not use_grams:
@@ -209,7 +211,7 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
     # The writers' Gram vectors, N ~ d_model^2 / 2 each, in blocks of layers that fit _GRAMS
     # elements (one block up to GPT-2-small sizes; 1,200 heads at d_model 1600 would need 12 GB
     # at once); each block meets every later reader layer, whose grams are formed per block.
-    N = gram_vector_length(D)
+    N = gram_vector_length(d_model)
     per_block = max(1, _GRAMS // (H * N))  # writer layers per block
     reader_grams = hw.W_Q.new_empty(len(readers) * H, N)  # every kind's readers of one layer, reused
     for i0 in range(0, L - 1, per_block):
@@ -232,41 +234,18 @@ def true_scores(hw: HeadWeights, kinds: str = "QKV", method: str = "auto") -> di
 # --- all variants, baselines and nulls ---------------------------------------------
 
 
-def haar_blocks(n: int, d_model: int, k: int, gen: torch.Generator) -> Tensor:
-    """n top-left [k, k] blocks of Haar-random orthogonal [d_model, d_model] matrices."""
-    G = torch.randn(n, d_model, k, generator=gen, dtype=torch.float64)
-    Q, R = torch.linalg.qr(G)  # [n, d_model, k]
-    # QR with a positive diagonal in R makes Q the first k columns of a Haar matrix
-    Q = Q * torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0)[:, None, :]
-    return Q[:, :k, :]
-
-
 def _frame(M: Tensor) -> Tensor:
     """Coordinates [.., k, 2 d_head] of M [.., d_model, 2 d_head] in an orthonormal basis U
     of its columns (M = U coords); upper triangular."""
     return torch.linalg.qr(M, mode="r").R
 
 
-def mean_std(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
-    return x.mean(dim), x.std(dim, correction=1 if x.shape[dim] > 1 else 0)
-
-
-def _baseline(
-    d_model: int, d_head: int, cfg: CompositionConfig, gen: torch.Generator
-) -> dict[str, tuple[float, float]]:
-    """Per variant: (mean, std) of the score of Gaussian factors of the model's shapes."""
-    S = cfg.baseline_samples
-    A = torch.randn(S, d_model, d_head, generator=gen, dtype=torch.float64)
-    B = torch.randn(S, d_head, d_model, generator=gen, dtype=torch.float64)
-    C = torch.randn(S, d_model, d_head, generator=gen, dtype=torch.float64)
-    D = torch.randn(S, d_head, d_model, generator=gen, dtype=torch.float64)
+def _chain_scores(A: Tensor, B: Tensor, C: Tensor, D: Tensor) -> dict[str, Tensor]:
+    """Every variant's score of the strand A B C D, zipped over a leading [S]: the baseline's
+    Gaussian factors (`scoring.baseline`)."""
     nums = _numerators(B @ C, D @ A, shrink_left(A), shrink_right(D))  # each [S]
     dens = _denominators(_side_norms(A, B), _side_norms(C, D), pairs=False)
-    out = {}
-    for v, scores in _ratios(nums, dens).items():
-        mean, std = mean_std(scores, 0)
-        out[v] = (float(mean), float(std))
-    return out
+    return _ratios(nums, dens)
 
 
 @dataclass(frozen=True)
@@ -356,7 +335,7 @@ def _kind_tensors(
     hw: HeadWeights, kind: str, Z: Tensor, placebo: bool = False
 ) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
     """Per variant: (score, null_mean, null_std), each [L, H, L, H], NaN unless dst_layer > src_layer
-    (placebo: NaN unless dst_layer <= src_layer, the pairs that cannot compose; `placebo_pairs`)."""
+    (placebo: NaN unless dst_layer <= src_layer, the pairs that cannot compose; `scoring.placebo_pairs`)."""
     L, H, d_head, S = hw.n_layers, hw.n_heads, hw.d_head, Z.shape[0]
     A, B = reader_factors(hw.W_Q, hw.W_K, hw.W_V, hw.W_O, kind)
     C, D = writer_factors(hw.W_V, hw.W_O)
@@ -382,28 +361,6 @@ def _kind_tensors(
     return out
 
 
-def later_pairs(n_layers: int, n_heads: int) -> tuple[np.ndarray, ...]:
-    """(src_layer, src_head, dst_layer, dst_head) of every pair with dst_layer > src_layer, sorted:
-    the rows of scores.csv (and invariant.csv) within one kind."""
-    i, h, j, g = (
-        x.ravel() for x in np.meshgrid(*(np.arange(n) for n in (n_layers, n_heads) * 2), indexing="ij")
-    )
-    keep = j > i
-    return i[keep], h[keep], j[keep], g[keep]
-
-
-def placebo_pairs(n_layers: int, n_heads: int) -> tuple[np.ndarray, ...]:
-    """(src_layer, src_head, dst_layer, dst_head) of every pair that cannot compose, sorted: a head
-    of the same layer (not itself) or of an earlier one reads what the writer never gave it. They
-    share the model's residual stream with the later pairs, so the null of `pipeline.significance`
-    is estimated from them (placebo.csv)."""
-    i, h, j, g = (
-        x.ravel() for x in np.meshgrid(*(np.arange(n) for n in (n_layers, n_heads) * 2), indexing="ij")
-    )
-    keep = (j < i) | ((j == i) & (g != h))
-    return i[keep], h[keep], j[keep], g[keep]
-
-
 def composition_scores(
     hw: HeadWeights, cfg: CompositionConfig, seed: int, placebo: bool = False
 ) -> pd.DataFrame:
@@ -412,63 +369,16 @@ def composition_scores(
     Columns: kind, variant, src_layer, src_head, dst_layer, dst_head, score,
     baseline_mean, baseline_std (random factors of the same shapes), z (against the
     rotated-writer null). Deterministic for a seed. Computed in float64. placebo: the same
-    columns for the pairs that cannot compose (`placebo_pairs`) instead of the later ones.
+    columns for the pairs that cannot compose (`scoring.placebo_pairs`) instead of the later ones.
     """
     hw = power_of_two_scaled(hw.to(torch.float64))  # exact; no overflow or underflow for any finite weights
-    L, H, d_model, d_head = hw.n_layers, hw.n_heads, hw.d_model, hw.d_head
+    d_model, d_head = hw.d_model, hw.d_head
     gen = torch.Generator().manual_seed(seed)
-    baseline = _baseline(d_model, d_head, cfg, gen)
+    base = baseline(_chain_scores, (d_model,) * 4, d_head, cfg.baseline_samples, gen)
     Z = haar_blocks(cfg.null_samples, d_model, min(d_model, 2 * d_head), gen)
-
-    i, h, j, g = (placebo_pairs if placebo else later_pairs)(L, H)
-    n = len(i)
-
-    parts = []
+    measures = {}
     for kind in KINDS:
         tensors = _kind_tensors(hw, kind, Z, placebo)
         for v in VARIANTS:
-            score, null_mean, null_std = (t.numpy()[i, h, j, g] for t in tensors[v])
-            with np.errstate(invalid="ignore", divide="ignore"):
-                z = np.where(null_std > 0, (score - null_mean) / null_std, np.nan)
-            parts.append(pd.DataFrame({
-                "kind": [kind] * n, "variant": [v] * n,
-                "src_layer": i, "src_head": h, "dst_layer": j, "dst_head": g,
-                "score": score, "baseline_mean": np.full(n, baseline[v][0]),
-                "baseline_std": np.full(n, baseline[v][1]), "z": z,
-            }))  # fmt: skip
-    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
-    return frame[COLUMNS].astype({c: "int64" for c in ("src_layer", "src_head", "dst_layer", "dst_head")})
-
-
-def pair_label(row: pd.Series) -> str:
-    """'L0H3->L1H5': TransformerLens-style head names."""
-    return f"L{int(row['src_layer'])}H{int(row['src_head'])}->L{int(row['dst_layer'])}H{int(row['dst_head'])}"
-
-
-def summarize(scores: pd.DataFrame, placebo: pd.DataFrame | None = None) -> dict:
-    """Per kind and measure (the variants, and "invariant" where the table has it): pairs,
-    undefined (NaN) scores, max score and its pair, pairs with raw z > 3, and, for calibrated
-    tables, discoveries; with `placebo`, its pairs and (false) discoveries.
-
-    JSON-serialisable: NaN becomes None.
-    """
-    out: dict = {}
-    for kind in KINDS:
-        for v in (m for m in MEASURES if m in set(scores["variant"]) or m in VARIANTS):
-            rows = scores[(scores["kind"] == kind) & (scores["variant"] == v)]
-            defined = rows[rows["score"].notna()]
-            best = defined.loc[defined["score"].idxmax()] if len(defined) else None
-            entry = out.setdefault(kind, {})[v] = {
-                "n_pairs": int(len(rows)),
-                "n_undefined": int(len(rows) - len(defined)),
-                "max_score": None if best is None else float(best["score"]),
-                "max_pair": None if best is None else pair_label(best),
-                "n_z_above_3": int((rows["z"] > 3).sum()),  # the raw z; NaN > 3 is False
-            }  # fmt: skip
-            if "discovery" in rows:
-                entry["n_discoveries"] = int(rows["discovery"].sum())
-            if placebo is not None:
-                mine = placebo[(placebo["kind"] == kind) & (placebo["variant"] == v)]
-                entry["placebo_pairs"] = int(mine["z"].notna().sum())
-                entry["placebo_discoveries"] = int(mine["discovery"].sum())
-    return out
+            measures[kind, v] = PairStats(*tensors[v], *base[v])
+    return raw_scores_table(measures, COLUMNS, placebo)

@@ -56,7 +56,7 @@ M_j^+ reads a written vector back as the least-norm combination of the token pat
 likewise. R_j^+ is exact here: every row of R_i OV^a is a path of M_j (M_j contains M_i OV^a),
 so it lies in the row space of R_j, where R_j^+ R_j is the identity; the same holds for b's
 output in frame j + 1. A score is NaN where its writer or reader is zero up to rounding
-(|| || <= ZERO_RTOL times the bound from its factors), e.g. a reader whose queries read
+(|| || <= scoring.ZERO_RTOL times the bound from its factors), e.g. a reader whose queries read
 positions only.
 
 Sizes count, unlike in the Frobenius score. In the frame a reader's sensitivity to a direction
@@ -74,8 +74,8 @@ model's PREV block) would be infinitely large. G_l counts every path the residua
 
 Baseline: the same score of Gaussian factors in frame coordinates (W_V^a [r_i, d_head],
 W_O^a [d_head, r_j], W_Q^b, W_K^b [r_j, d_head]; V: W_V^b [r_j, d_head], W_O^b
-[d_head, r_{j+1}]), `baseline_samples` draws per distinct (r_i, r_j, r_out). It depends
-only on those dims (not on the basis), so it is invariant too; when every frame is full
+[d_head, r_{j+1}]), `baseline_samples` draws per distinct (r_i, r_j, r_out) (`scoring.baseline`).
+It depends only on those dims (not on the basis), so it is invariant too; when every frame is full
 rank (r = d_model) it has the distribution of the Frobenius `true` baseline, and Q, K and V
 share their draws.
 
@@ -99,42 +99,21 @@ LayerNorm the scores are computed the same way on the folded weights, G_l ignori
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline.composition import ZERO_RTOL, haar_blocks, later_pairs, mean_std, placebo_pairs
 from pipeline.config import CompositionConfig
-from pipeline.errors import UserError
+from pipeline.scoring import PairStats, baseline, haar_blocks, mean_std, nan_if_zero, raw_scores_table
 from pipeline.strands import shrink_left, shrink_right
-from pipeline.tables import KINDS, RAW_SCORES_COLUMNS
-from pipeline.weights import HeadWeights
+from pipeline.tables import INVARIANT, KINDS, RAW_SCORES_COLUMNS
+from pipeline.weights import POSITIONS, HeadWeights
 
 COLUMNS = [c for c in RAW_SCORES_COLUMNS if c != "variant"]
-POSITIONS = ("shortformer", "standard")
 RANK_RTOL = 1e-10  # eigenvalues of G_l at or below RANK_RTOL * its largest count as zero
-_FIELDS = ("score", "null_mean", "null_std", "base_mean", "base_std")  # per kind, [L, H, L, H]
-
-
-def positions_of(metadata: Mapping[str, str], source: str = "weights") -> str:
-    """The positional embedding type recorded in a weights file's `config` metadata
-    (HookedTransformerConfig names, as the weights stage writes it); "standard", TransformerLens's
-    default, for a checkpoint without one."""
-    if "config" not in metadata:
-        return "standard"
-    try:
-        config = json.loads(metadata["config"])
-    except json.JSONDecodeError:
-        raise UserError(source, "its config metadata is not JSON") from None
-    value = config.get("positional_embedding_type", "standard") if isinstance(config, dict) else None
-    if value not in POSITIONS:
-        raise UserError(f"{source}: config.positional_embedding_type", f"expected one of {POSITIONS}", value)
-    return value
 
 
 # --- the residual stream's second moments and their frames ---------------------------
@@ -217,11 +196,6 @@ def frames(grams: Sequence[Tensor]) -> list[Frame]:
 # --- each head in the frames ---------------------------------------------------------
 
 
-def _defined(n: Tensor, bound: Tensor) -> Tensor:
-    """n, NaN where it is zero up to rounding (n <= ZERO_RTOL * bound)."""
-    return torch.where(n > ZERO_RTOL * bound, n, torch.nan)
-
-
 def _padded_svdvals(M: Tensor, k: int) -> Tensor:
     """Singular values [.., k] of M, zero-padded (or cut: the rest are zero) to k."""
     s = torch.linalg.svdvals(M)
@@ -251,7 +225,7 @@ def _writers(V: Tensor, O: Tensor, k: int) -> _Side:
     P = shrink_left(V) @ O  # rows of V W_O only: those lie in frame j's row space, so P is exact
     n = torch.linalg.matrix_norm(P)
     bound = torch.linalg.matrix_norm(V) * torch.linalg.matrix_norm(O)
-    return _Side(norm=_defined(n, bound), sv=_padded_svdvals(P, k), P=P)
+    return _Side(norm=nan_if_zero(n, bound), sv=_padded_svdvals(P, k), P=P)
 
 
 def _readers(X: Tensor, Y: Tensor, k: int) -> _Side:
@@ -261,7 +235,7 @@ def _readers(X: Tensor, Y: Tensor, k: int) -> _Side:
     small = shrink_left(X) @ T  # same norm and singular values as X Y
     n = torch.linalg.matrix_norm(small)
     bound = torch.linalg.matrix_norm(X) * torch.linalg.matrix_norm(Y)
-    return _Side(norm=_defined(n, bound), sv=_padded_svdvals(small, k), X=X, T=T)
+    return _Side(norm=nan_if_zero(n, bound), sv=_padded_svdvals(small, k), X=X, T=T)
 
 
 def _reader_factors(hw: HeadWeights, fr: Sequence[Frame], j: int, kind: str) -> tuple[Tensor, Tensor]:
@@ -290,18 +264,13 @@ def _null(w: _Side, r: _Side, Z2: Tensor) -> tuple[Tensor, Tensor]:
     return mean_std(scores, -1)
 
 
-def _baseline(
-    r_in: int, r_mid: int, r_out: int, d_head: int, S: int, gen: torch.Generator
-) -> tuple[float, float]:
-    """(mean, std) of the score of Gaussian factors in frame coordinates of these dims."""
-    randn = lambda *s: torch.randn(S, *s, generator=gen, dtype=torch.float64)  # noqa: E731
-    V, O, X, Y = randn(r_in, d_head), randn(d_head, r_mid), randn(r_mid, d_head), randn(d_head, r_out)
-    k = min(d_head, r_mid)
+def _chain_scores(V: Tensor, O: Tensor, X: Tensor, Y: Tensor) -> dict[str, Tensor]:
+    """{INVARIANT: the score of writer V O and reader X Y}, frame coordinates, zipped over a
+    leading [S]: the baseline's Gaussian factors (`scoring.baseline`)."""
+    k = min(V.shape[-1], X.shape[-2])  # min(d_head, r_mid)
     w, r = _writers(V, O, k), _readers(X, Y, k)
     C = w.P @ X
-    scores = torch.linalg.matrix_norm(C @ r.T) / (w.norm * r.norm)
-    mean, std = mean_std(scores, 0)
-    return float(mean), float(std)
+    return {INVARIANT: torch.linalg.matrix_norm(C @ r.T) / (w.norm * r.norm)}
 
 
 # --- all pairs ---------------------------------------------------------------------
@@ -322,7 +291,7 @@ def invariant_scores(
     frame). Unchanged by the residual stream's GL(d_model) symmetry, baseline and z too.
     `grams`: G_0 .. G_L to whiten by instead of `residual_grams(hw, positions)`.
     Deterministic for a seed. placebo: the pairs that cannot compose instead
-    (`composition.placebo_pairs`), the writer's output read in the reader's frame.
+    (`scoring.placebo_pairs`), the writer's output read in the reader's frame.
     """
     if positions not in POSITIONS:
         raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, not {positions!r}")
@@ -346,7 +315,10 @@ def invariant_scores(
         for kind in KINDS:
             key = (fr[i].rank, fr[j].rank, fr[j + 1 if kind == "V" else j].rank)
             if key not in baselines and min(key) > 0:
-                baselines[key] = _baseline(*key, d_head, S, gen)
+                # writer V O: [r_in, d_head] [d_head, r_mid]; reader X Y: [r_mid, d_head] [d_head, r_out]
+                r_in, r_mid, r_out = key
+                dims = (r_in, r_mid, r_mid, r_out)
+                baselines[key] = baseline(_chain_scores, dims, d_head, S, gen)[INVARIANT]
     blocks: dict[int, Tensor] = {}
     for j in sorted({j for _, j in layer_pairs}):
         r = fr[j].rank
@@ -354,7 +326,7 @@ def invariant_scores(
             blocks[r] = haar_blocks(cfg.null_samples, r, min(d_head, r), gen).square()  # [S, k, k]
 
     nan = lambda: torch.full((L, H, L, H), torch.nan, dtype=torch.float64)  # noqa: E731
-    out = {kind: {c: nan() for c in _FIELDS} for kind in KINDS}
+    out = {kind: {f.name: nan() for f in fields(PairStats)} for kind in KINDS}
     for j in sorted({j for _, j in layer_pairs}):
         if fr[j].rank == 0:
             continue
@@ -371,18 +343,7 @@ def invariant_scores(
                 t = out[kind]
                 t["score"][i, :, j] = _pair_scores(writers, readers)
                 t["null_mean"][i, :, j], t["null_std"][i, :, j] = _null(writers, readers, blocks[fr[j].rank])
-                t["base_mean"][i, :, j], t["base_std"][i, :, j] = baselines[(fr[i].rank, fr[j].rank, r_out)]
+                base = baselines[(fr[i].rank, fr[j].rank, r_out)]
+                t["baseline_mean"][i, :, j], t["baseline_std"][i, :, j] = base
 
-    i, h, j, g = (placebo_pairs if placebo else later_pairs)(L, H)
-    n = len(i)
-    parts = []
-    for kind in KINDS:
-        score, null_mean, null_std, base_mean, base_std = (out[kind][c].numpy()[i, h, j, g] for c in _FIELDS)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            z = np.where(null_std > 0, (score - null_mean) / null_std, np.nan)
-        parts.append(pd.DataFrame({
-            "kind": [kind] * n, "src_layer": i, "src_head": h, "dst_layer": j, "dst_head": g,
-            "score": score, "baseline_mean": base_mean, "baseline_std": base_std, "z": z,
-        }))  # fmt: skip
-    frame = pd.concat(parts, ignore_index=True) if n else pd.DataFrame(columns=COLUMNS)
-    return frame[COLUMNS].astype({c: "int64" for c in ("src_layer", "src_head", "dst_layer", "dst_head")})
+    return raw_scores_table({(kind,): PairStats(**out[kind]) for kind in KINDS}, COLUMNS, placebo)

@@ -12,7 +12,7 @@ cannot compose among them (docs/significance.md).
 
 The procedure, per model:
 
-1. Pairs that cannot compose (`composition.placebo_pairs`: a writer read by a head of its own
+1. Pairs that cannot compose (`scoring.placebo_pairs`: a writer read by a head of its own
    layer or of an earlier one) are scored by the same formulas as the later pairs, for every
    kind and measure (placebo.csv).
 2. Location and scale, by the bulk (Efron's empirical null). In each block of pairs (kind,

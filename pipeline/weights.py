@@ -12,6 +12,7 @@ checkpoint in that format can be analysed directly; `HeadWeights` stacks layers:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -26,6 +27,7 @@ from pipeline.errors import UserError, within
 
 HEAD_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
+POSITIONS = ("shortformer", "standard")  # positional embedding types (HookedTransformerConfig names)
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,23 @@ def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeig
     """Read `heads.safetensors` (or any attention-only TransformerLens-named checkpoint)."""
     state, metadata = load_state(path)
     return from_state_dict(state, source=str(path), dtype=dtype), metadata
+
+
+def positions_of(metadata: Mapping[str, str], source: str = "weights") -> str:
+    """The positional embedding type recorded in a weights file's `config` metadata
+    (HookedTransformerConfig names, as the weights stage writes it); "standard", TransformerLens's
+    default, for a checkpoint without one. The invariant scores need it: shortformer positions
+    never enter the residual stream (`invariant.residual_grams`)."""
+    if "config" not in metadata:
+        return "standard"
+    try:
+        config = json.loads(metadata["config"])
+    except json.JSONDecodeError:
+        raise UserError(source, "its config metadata is not JSON") from None
+    value = config.get("positional_embedding_type", "standard") if isinstance(config, dict) else None
+    if value not in POSITIONS:
+        raise UserError(f"{source}: config.positional_embedding_type", f"expected one of {POSITIONS}", value)
+    return value
 
 
 # --- analysis-ready weights ----------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import composition, invariant, io, params, significance, tables, weights
+from pipeline import io, params, scoring, significance, tables, weights
 from pipeline.cli import run_cli, stage_parser
 
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = params.load(args.params)
         c = cfg.analysis.composition
         hw, metadata = weights.load(args.weights)
-        positions = invariant.positions_of(metadata, source=args.weights)  # as the weights stage recorded
+        positions = weights.positions_of(metadata, source=args.weights)  # as the weights stage recorded
         measured, placebo = significance.measured(hw, c, args.seed, positions)
         scores, inv = tables.split_measures(measured)
         out = io.ensure_dir(args.out)
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         io.write_csv(out / "scores.csv", scores)
         io.write_csv(out / "invariant.csv", inv)
         io.write_csv(out / "placebo.csv", placebo)
-        summary = {"fdr": c.fdr, **composition.summarize(measured, placebo)}
+        summary = {"fdr": c.fdr, **scoring.summarize(measured, placebo)}
         io.write_json(out / "summary.json", summary)
 
     return run_cli(parser, body, argv)

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from pipeline import composition as comp
-from pipeline import strands
-from pipeline.composition import COLUMNS, KINDS, VARIANTS, composition_scores, summarize, true_scores
+from pipeline import scoring, strands
+from pipeline.composition import COLUMNS, KINDS, VARIANTS, composition_scores, true_scores
 from pipeline.config import CompositionConfig
+from pipeline.scoring import summarize
 from pipeline.weights import HeadWeights, from_state_dict
 
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)
@@ -236,7 +237,7 @@ def test_null_samples_equal_literally_rotating_the_writer() -> None:
 
 
 def test_haar_blocks_have_the_right_second_moment() -> None:
-    Z = comp.haar_blocks(4000, 16, 4, torch.Generator().manual_seed(0))
+    Z = scoring.haar_blocks(4000, 16, 4, torch.Generator().manual_seed(0))
     assert Z.shape == (4000, 4, 4)
     # each entry of a Haar d x d matrix has mean 0 and variance 1/d
     assert Z.square().mean().item() == pytest.approx(1 / 16, rel=0.05)
@@ -254,8 +255,8 @@ def test_planted_composition_z_equals_explicitly_rotated_writers() -> None:
     cfg = CompositionConfig(baseline_samples=32, null_samples=64)
     df = composition_scores(hw, cfg, seed=0)
     gen = torch.Generator().manual_seed(0)
-    comp._baseline(D, d, cfg, gen)  # the baseline's draws come first
-    Z = comp.haar_blocks(cfg.null_samples, D, D, gen)  # [S, D, D]
+    scoring.baseline(comp._chain_scores, (D,) * 4, d, cfg.baseline_samples, gen)  # its draws come first
+    Z = scoring.haar_blocks(cfg.null_samples, D, D, gen)  # [S, D, D]
     W_V, W_O = hw.W_V[0, 1], hw.W_O[0, 1]
     C, Dm = comp.writer_factors(W_V, W_O)
     A, B = comp.reader_factors(hw.W_Q[1, 2], hw.W_K[1, 2], hw.W_V[1, 2], hw.W_O[1, 2], "Q")

@@ -316,13 +316,13 @@ def test_random_heads_writing_little_score_like_the_baseline():
 
 def test_positions_from_the_weights_metadata():
     config = lambda pos: {"config": json.dumps({"positional_embedding_type": pos})}  # noqa: E731
-    assert invariant.positions_of(config("shortformer")) == "shortformer"
-    assert invariant.positions_of(config("standard")) == "standard"
-    assert invariant.positions_of({}) == "standard"  # TransformerLens's default
+    assert weights.positions_of(config("shortformer")) == "shortformer"
+    assert weights.positions_of(config("standard")) == "standard"
+    assert weights.positions_of({}) == "standard"  # TransformerLens's default
     with pytest.raises(UserError, match="positional_embedding_type"):
-        invariant.positions_of(config("rotary"))
+        weights.positions_of(config("rotary"))
     with pytest.raises(UserError, match="not JSON"):
-        invariant.positions_of({"config": "{"})
+        weights.positions_of({"config": "{"})
 
 
 def test_stage_writes_invariant_csv_and_its_summary(tmp_path):
