@@ -614,7 +614,7 @@ MUTATIONS = (
     Mutation(
         "null-sd-biased",
         "the null's sd divides by n, not n - 1",
-        "pipeline/composition.py",
+        "pipeline/scoring.py",
         "x.std(dim, correction=1 if x.shape[dim] > 1 else 0)",
         "x.std(dim, correction=0)",
         (
