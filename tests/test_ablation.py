@@ -6,10 +6,10 @@ from __future__ import annotations
 import planted
 import pytest
 import torch
+from models import random_model
 
 from pipeline import ablation
-from pipeline.config import ModelConfig
-from pipeline.model import AttnOnlyTransformer, next_token_loss
+from pipeline.model import next_token_loss
 
 LENGTH = 7
 
@@ -45,19 +45,6 @@ def test_table_layout(planted_effects):
     assert (planted_effects["src_layer"] < planted_effects["dst_layer"]).all()
 
 
-def random_model(**overrides) -> AttnOnlyTransformer:
-    cfg = ModelConfig(
-        n_layers=3, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=12, init_range=0.6, **overrides
-    )
-    torch.manual_seed(0)
-    model = AttnOnlyTransformer(cfg).to(torch.float64)
-    with torch.no_grad():  # non-zero biases and LayerNorm parameters, so every path is exercised
-        for name, p in model.named_parameters():
-            if not name.rsplit(".", 1)[-1].startswith("W_"):
-                p.add_(0.3 * torch.randn_like(p))
-    return model.eval()
-
-
 @pytest.mark.parametrize("chunk", [ablation._CHUNK, 1], ids=["batched", "one-head-at-a-time"])
 @pytest.mark.parametrize(
     "overrides",
@@ -68,10 +55,14 @@ def test_fast_path_equals_single_edge_ablation(overrides, chunk, monkeypatch):
     """Three layers: edges into layer 1 also pass through layer 2 on their way to the loss.
     With a memory bound of 1 element, source and destination heads go one at a time."""
     monkeypatch.setattr(ablation, "_CHUNK", chunk)
-    model = random_model(**overrides)
+    model = random_model("three_layers", **overrides)
     gen = torch.Generator().manual_seed(1)
     tokens = torch.cat(
-        [torch.zeros(6, 1, dtype=torch.long), torch.randint(0, 12, (6, 5), generator=gen).repeat(1, 2)], 1
+        [
+            torch.zeros(6, 1, dtype=torch.long),
+            torch.randint(0, model.cfg.d_vocab, (6, 5), generator=gen).repeat(1, 2),
+        ],
+        1,
     )
     fast = ablation.path_ablation(model, tokens, 5)
     assert len(fast) == 3 * (3 * 3 * 2 + 3 * 3)  # kinds x (pairs 0->1, 0->2, 1->2)
@@ -87,7 +78,7 @@ def test_fast_path_equals_single_edge_ablation(overrides, chunk, monkeypatch):
 
 def test_mean_of_a_constant_output_is_the_output_itself():
     """A batch of one sequence repeated: each head's mean write equals its write, nothing changes."""
-    model = random_model()
+    model = random_model("three_layers")
     tokens = torch.tensor([[0, 3, 5, 7, 1, 3, 5, 7, 1]]).repeat(4, 1)
     effects = ablation.path_ablation(model, tokens, 4)
     assert effects["attn_effect"].abs().max() < 1e-12 and effects["loss_effect"].abs().max() < 1e-12
@@ -95,7 +86,9 @@ def test_mean_of_a_constant_output_is_the_output_itself():
 
 def test_a_source_after_the_destination_is_refused():
     with pytest.raises(ValueError, match="before"):
-        ablation.ablate_path(random_model(), torch.zeros(1, 9, dtype=torch.long), (1, 0), (1, 1), "K", 4)
+        ablation.ablate_path(
+            random_model("three_layers"), torch.zeros(1, 9, dtype=torch.long), (1, 0), (1, 1), "K", 4
+        )
 
 
 # --- ablating a role's heads together (whether the circuit serves the text) ----------------
@@ -112,7 +105,7 @@ def test_ablating_the_planted_circuit_raises_the_probe_loss():
 
 
 def test_heads_loss_effect_of_a_constant_batch_is_zero():
-    model = random_model()
+    model = random_model("three_layers")
     tokens = torch.tensor([[0, 3, 5, 7, 1, 3, 5, 7, 1]]).repeat(4, 1)
     assert abs(ablation.heads_loss_effect(model, tokens, [(0, 1), (1, 2), (2, 0)])) < 1e-12
 
@@ -120,8 +113,10 @@ def test_heads_loss_effect_of_a_constant_batch_is_zero():
 def test_heads_loss_effect_of_the_last_layer_equals_a_dense_float64_reference():
     """Ablating heads of the last layer: the final stream is its input plus every head's write,
     the ablated ones replaced by their batch mean, plus b_O; the loss from there."""
-    model = random_model()
-    tokens = torch.randint(0, 12, (5, 16), generator=torch.Generator().manual_seed(3))
+    model = random_model("three_layers")
+    tokens = torch.randint(
+        0, model.cfg.d_vocab, (5, model.cfg.n_ctx), generator=torch.Generator().manual_seed(3)
+    )
     with torch.no_grad():
         logits, cache = model.run_with_cache(tokens)
     last = model.cfg.n_layers - 1

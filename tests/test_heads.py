@@ -11,6 +11,7 @@ import pandas as pd
 import planted
 import pytest
 import torch
+from models import random_model
 
 from pipeline import (
     agreement,
@@ -24,8 +25,7 @@ from pipeline import (
     tl_checkpoint,
     weights,
 )
-from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, ModelConfig, RoleThresholds
-from pipeline.model import AttnOnlyTransformer
+from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, RoleThresholds
 from pipeline.tables import ABLATION_COLUMNS, VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,20 +98,13 @@ def test_qk_positivity_source_is_the_best_k_composer(planted_scores):
 # --- weight-based scores against dense float64 -------------------------------------
 
 
-def random_model(seed: int = 0, **overrides) -> AttnOnlyTransformer:
-    shape = dict(n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=12, init_range=0.6)
-    cfg = ModelConfig(**{**shape, **overrides})
-    torch.manual_seed(seed)
-    return AttnOnlyTransformer(cfg).to(torch.float64).eval()
-
-
 def dense_positivity(M: torch.Tensor) -> float:
     lam = torch.linalg.eigvals(M)
     return float(lam.sum().real / lam.abs().sum())
 
 
 def test_copying_and_qk_positivity_equal_dense_float64():
-    model = random_model(seed=3, n_layers=3)
+    model = random_model("three_layers", seed=3)
     hw = weights.from_state_dict(model.state_dict())
     sources = heads.best_sources(scores_of(hw))  # read from scores.csv, as the stage does
     copying, qk = heads.copying(hw), heads.qk_positivity(hw, sources)
@@ -168,11 +161,11 @@ def test_scores_are_invariant_to_the_order_of_the_evaluation_batches():
     rep = torch.cat(
         [
             torch.zeros(16, 1, dtype=torch.long),
-            torch.randint(0, 12, (16, LENGTH), generator=gen).repeat(1, 2),
+            torch.randint(0, model.cfg.d_vocab, (16, LENGTH), generator=gen).repeat(1, 2),
         ],
         1,
     )
-    held = torch.randint(0, 12, (16, 16), generator=gen)
+    held = torch.randint(0, model.cfg.d_vocab, (16, model.cfg.n_ctx), generator=gen)
     perm = torch.randperm(16, generator=gen)
     scores = scores_of(hw)
     a = heads.analyse_batches(model, hw, rep, held, CFG, scores)

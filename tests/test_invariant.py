@@ -15,10 +15,11 @@ import pandas as pd
 import planted
 import pytest
 import torch
+from models import random_model
 from test_composition import random_heads
 
 from pipeline import composition, invariant, weights
-from pipeline.config import CompositionConfig, ModelConfig
+from pipeline.config import CompositionConfig
 from pipeline.errors import UserError
 from pipeline.invariant import COLUMNS, KINDS, invariant_scores
 from pipeline.model import AttnOnlyTransformer
@@ -27,18 +28,6 @@ from pipeline.tables import INVARIANT, SIGNIFICANCE_COLUMNS
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)
 F64 = torch.float64
 PAIR = ["src_layer", "src_head", "dst_layer", "dst_head"]
-
-
-def random_model(pos: str, seed: int = 0, **shape) -> AttnOnlyTransformer:
-    """No LayerNorm, every parameter random (biases too), float64."""
-    shape = {"n_layers": 2, "n_heads": 3, "d_head": 4, "d_model": 16, "n_ctx": 12, "d_vocab": 20, **shape}
-    cfg = ModelConfig(positional_embedding_type=pos, normalization_type=None, use_bias=True, **shape)
-    torch.manual_seed(seed)
-    model = AttnOnlyTransformer(cfg).double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.5)
-    return model
 
 
 def well_conditioned(D: int, seed: int) -> torch.Tensor:
@@ -72,7 +61,7 @@ def rows(df: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("pos", ["shortformer", "standard"])
 def test_change_of_residual_basis_keeps_logits_and_invariant_scores_but_not_frobenius(pos):
-    model = random_model(pos, seed=1)
+    model = random_model(positional_embedding_type=pos, seed=1)  # tiny: no LayerNorm, biases random
     T = well_conditioned(model.cfg.d_model, seed=2)
     state = {k: v for k, v in model.state_dict().items()}
     moved_state = change_of_basis(state, T)
@@ -103,8 +92,8 @@ def test_change_of_residual_basis_keeps_logits_and_invariant_scores_but_not_frob
 
 def test_residual_grams_transform_as_a_metric():
     # G_l -> T^T G_l T, each up to the power of two residual_grams divides it by
-    model = random_model("standard", seed=4, n_layers=3)
-    T = well_conditioned(16, seed=5)
+    model = random_model("three_layers", positional_embedding_type="standard", seed=4)
+    T = well_conditioned(model.cfg.d_model, seed=5)
     hw = weights.from_state_dict(model.state_dict())
     hw_T = weights.from_state_dict(change_of_basis(model.state_dict(), T))
     grams = zip(
@@ -119,7 +108,9 @@ def test_residual_grams_transform_as_a_metric():
 def test_scores_are_bit_identical_under_exact_rescalings_of_any_size(k):
     # each rescaling is exact (a power of two) and changes no score: the GL symmetry's T = 2^k I,
     # W_E alone (it scales every G_l), one head's W_Q, another's W_K, and W_V 2^k with W_O 2^-k
-    hw = weights.from_state_dict(random_model("standard", seed=13, n_layers=3).state_dict())
+    hw = weights.from_state_dict(
+        random_model("three_layers", positional_embedding_type="standard", seed=13).state_dict()
+    )
     c = 2.0**k
     gl = replace(hw, W_E=hw.W_E * c, W_pos=hw.W_pos * c, W_Q=hw.W_Q / c, W_K=hw.W_K / c, W_V=hw.W_V / c,
                  W_O=hw.W_O * c, W_U=hw.W_U / c)  # fmt: skip
@@ -138,7 +129,7 @@ def test_scores_are_bit_identical_under_exact_rescalings_of_any_size(k):
 
 def test_a_head_writing_2_to_the_600_times_more_leaves_every_score_defined_and_in_range():
     # not a symmetry: that head's paths dominate G_1 (its output is the stream), yet nothing overflows
-    hw = weights.from_state_dict(random_model("shortformer", seed=14).state_dict())
+    hw = weights.from_state_dict(random_model(positional_embedding_type="shortformer", seed=14).state_dict())
     loud = replace(hw, W_V=hw.W_V.clone(), W_O=hw.W_O.clone())
     loud.W_V[0, 1] *= 2.0**300
     loud.W_O[0, 1] *= 2.0**300
@@ -195,7 +186,7 @@ def dense_scores(hw: weights.HeadWeights, positions: str) -> dict[str, torch.Ten
     ],
 )
 def test_exact_small_space_scores_equal_the_dense_token_path_formula(pos, shape):
-    hw = weights.from_state_dict(random_model(pos, seed=6, **shape).state_dict())
+    hw = weights.from_state_dict(random_model(positional_embedding_type=pos, seed=6, **shape).state_dict())
     df = invariant_scores(hw, FAST, seed=0, positions=pos)
     dense = dense_scores(hw, pos)
     for kind in KINDS:
@@ -207,7 +198,7 @@ def test_exact_small_space_scores_equal_the_dense_token_path_formula(pos, shape)
 
 def test_null_numerator_is_the_singular_value_identity_for_any_rotation():
     # ||OV_f^a Q N_b||^2 = sum s_a^2 Z^2 s_b^2 with Z = V_a^T Q U_b, for one explicit Haar Q
-    hw = weights.from_state_dict(random_model("shortformer", seed=7).state_dict())
+    hw = weights.from_state_dict(random_model(positional_embedding_type="shortformer", seed=7).state_dict())
     fr = invariant.frames(invariant.residual_grams(hw))
     r, k = fr[1].rank, hw.d_head
     OV_f = fr[0].R @ hw.W_V[0, 1] @ hw.W_O[0, 1] @ fr[1].R_pinv  # [r_0, r_1]
@@ -289,7 +280,9 @@ def test_writing_and_reading_orthogonal_paths_scores_zero():
 
 
 def test_columns_order_and_deterministic_for_a_seed():
-    hw = weights.from_state_dict(random_model("shortformer", seed=11, n_layers=3, n_heads=2).state_dict())
+    hw = weights.from_state_dict(
+        random_model("three_layers", positional_embedding_type="shortformer", seed=11, n_heads=2).state_dict()
+    )
     a, b, c = (invariant_scores(hw, FAST, seed=s) for s in (7, 7, 8))
     assert list(a.columns) == COLUMNS and len(a) == len(KINDS) * 2 * 2 * 3
     key = a[["kind", *PAIR]].assign(kind=a["kind"].map(KINDS.index))
@@ -303,7 +296,9 @@ def test_random_heads_writing_little_score_like_the_baseline():
     # heads that write little beside the embeddings leave the frame that of W_E, in which random
     # heads are random: scores, baseline and null agree. (Heads writing much more than the
     # embeddings dominate every reader: in the frame they compose, as the module doc says.)
-    state = random_model("shortformer", seed=12, d_model=32, d_vocab=64).state_dict()
+    state = random_model(
+        positional_embedding_type="shortformer", seed=12, d_model=32, d_vocab=64
+    ).state_dict()
     state = {k: v * 0.1 if k.endswith("W_O") else v for k, v in state.items()}
     df = invariant_scores(weights.from_state_dict(state), CompositionConfig(200, 64), seed=0)
     assert df["baseline_mean"].nunique() == 1  # full-rank frames: one set of draws for Q, K and V

@@ -9,31 +9,20 @@ import math
 
 import pytest
 import torch
+from models import random_model
 
 from pipeline.config import ModelConfig
-from pipeline.model import AttnOnlyTransformer, next_token_loss
+from pipeline.model import next_token_loss
 
 VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"], [True, False]))
 
 
-def random_model(
-    pos: str, norm: str | None, bias: bool = True, seed: int = 0, **shape
-) -> AttnOnlyTransformer:
-    """A small model with every parameter random (LN weights and biases too), in float64."""
-    shape = {"n_layers": 2, "n_heads": 4, "d_head": 4, "d_model": 16, "n_ctx": 12, "d_vocab": 20, **shape}
-    cfg = ModelConfig(positional_embedding_type=pos, normalization_type=norm, use_bias=bias, **shape)
-    torch.manual_seed(seed)
-    model = AttnOnlyTransformer(cfg).double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.5)
-    return model
-
-
 @pytest.mark.parametrize("pos,norm,bias", VARIANTS)
 def test_fast_forward_equals_cached_forward(pos, norm, bias):
-    model = random_model(pos, norm, bias)
-    tokens = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(1))
+    model = random_model(positional_embedding_type=pos, normalization_type=norm, use_bias=bias)
+    tokens = torch.randint(
+        0, model.cfg.d_vocab, (3, model.cfg.n_ctx), generator=torch.Generator().manual_seed(1)
+    )
     logits, cache = model.run_with_cache(tokens)
     assert torch.allclose(model(tokens), logits, atol=1e-10, rtol=0)
     # the cache adds up: the final residual is the first plus every head's result and b_O
@@ -47,45 +36,48 @@ def test_fast_forward_equals_cached_forward(pos, norm, bias):
 
 
 def test_shortformer_keeps_positions_out_of_the_residual_stream():
-    model = random_model("shortformer", None)
-    tokens = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(2))
+    model = random_model(positional_embedding_type="shortformer")
+    T = model.cfg.n_ctx
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, T), generator=torch.Generator().manual_seed(2))
     _, cache = model.run_with_cache(tokens)
     assert torch.equal(cache.resid_pre[0], model.embed.W_E[tokens])
-    assert torch.equal(cache.pos, model.pos_embed.W_pos[:12])
-    standard = random_model("standard", None)
+    assert torch.equal(cache.pos, model.pos_embed.W_pos[:T])
+    standard = random_model(positional_embedding_type="standard")
     _, cache = standard.run_with_cache(tokens)
-    assert torch.allclose(cache.resid_pre[0], standard.embed.W_E[tokens] + standard.pos_embed.W_pos[:12])
+    assert torch.allclose(cache.resid_pre[0], standard.embed.W_E[tokens] + standard.pos_embed.W_pos[:T])
 
 
 @pytest.mark.parametrize("pos", ["standard", "shortformer"])
 def test_causal_future_tokens_do_not_change_earlier_logits(pos):
-    model = random_model(pos, "LN")
-    tokens = torch.randint(0, 20, (1, 12), generator=torch.Generator().manual_seed(3))
+    model = random_model("layernorm", positional_embedding_type=pos)
+    V = model.cfg.d_vocab
+    tokens = torch.randint(0, V, (1, 12), generator=torch.Generator().manual_seed(3))
     changed = tokens.clone()
-    changed[0, 7:] = (changed[0, 7:] + 1) % 20
+    changed[0, 7:] = (changed[0, 7:] + 1) % V
     a, b = model(tokens), model(changed)
     assert torch.allclose(a[0, :7], b[0, :7], atol=1e-12)
     assert not torch.allclose(a[0, 7:], b[0, 7:])
 
 
 def test_per_head_replacements_equal_shared_ones_when_identical():
-    model = random_model("shortformer", "LN")
+    model = random_model("layernorm", positional_embedding_type="shortformer")
+    H, D = model.cfg.n_heads, model.cfg.d_model
     block, pos = model.blocks[1], model.pos_embed.W_pos[:12]
     gen = torch.Generator().manual_seed(4)
-    resid, other = (torch.randn(2, 12, 16, dtype=torch.float64, generator=gen) for _ in range(2))
+    resid, other = (torch.randn(2, 12, D, dtype=torch.float64, generator=gen) for _ in range(2))
     clean = block(resid, pos, cache=True)
     # replacing an input by the stream it already reads changes nothing, shared or per head
     for kind in "QKV":
-        for stream in (resid, resid[:, :, None].expand(-1, -1, 4, -1)):  # [batch, pos, (head,) d_model]
+        for stream in (resid, resid[:, :, None].expand(-1, -1, H, -1)):  # [batch, pos, (head,) d_model]
             same = block(resid, pos, replace={kind: stream}, cache=True)
             assert torch.allclose(same.result, clean.result, atol=1e-12)
             assert torch.allclose(same.pattern, clean.pattern, atol=1e-12)
-    # a new key input for head 2 alone changes only head 2's pattern; values change no pattern
-    per_head = resid[:, :, None].repeat(1, 1, 4, 1)
-    per_head[:, :, 2] = other
+    # a new key input for head 1 alone changes only head 1's pattern; values change no pattern
+    per_head = resid[:, :, None].repeat(1, 1, H, 1)
+    per_head[:, :, 1] = other
     keyed = block(resid, pos, replace={"K": per_head}, cache=True)
-    same = [h for h in range(4) if torch.allclose(keyed.pattern[:, h], clean.pattern[:, h])]
-    assert same == [0, 1, 3]
+    same = [h for h in range(H) if torch.allclose(keyed.pattern[:, h], clean.pattern[:, h])]
+    assert same == [0, 2]  # a head on either side
     valued = block(resid, pos, replace={"V": other}, cache=True)
     assert torch.allclose(valued.pattern, clean.pattern, atol=1e-12)
     assert not torch.allclose(valued.result, clean.result)
@@ -95,9 +87,7 @@ def test_per_head_replacements_equal_shared_ones_when_identical():
 
 
 def test_no_bias_model_keeps_zero_biases_in_its_state_dict():
-    model = AttnOnlyTransformer(
-        ModelConfig(use_bias=False, n_heads=2, d_head=4, d_model=8, n_ctx=8, d_vocab=10)
-    )
+    model = random_model(use_bias=False)  # buffers, not parameters: perturb_biases leaves them 0
     state = model.state_dict()
     for name in ("blocks.0.attn.b_Q", "blocks.1.attn.b_O", "unembed.b_U"):
         assert name in state and state[name].abs().max() == 0
@@ -105,9 +95,9 @@ def test_no_bias_model_keeps_zero_biases_in_its_state_dict():
 
 
 def test_sequence_longer_than_context_is_refused():
-    model = random_model("standard", None)
+    model = random_model(positional_embedding_type="standard")
     with pytest.raises(ValueError, match="n_ctx"):
-        model(torch.zeros(1, 13, dtype=torch.long))
+        model(torch.zeros(1, model.cfg.n_ctx + 1, dtype=torch.long))
 
 
 def test_next_token_loss_is_the_cross_entropy_of_the_following_token():
@@ -126,9 +116,10 @@ def test_fused_forward_gradients_equal_autograd_through_the_cached_forward(pos, 
     for every parameter."""
     from pipeline.model import _CausalAttention
 
-    monkeypatch.setattr(_CausalAttention, "CHUNK_BYTES", 5 * 12 * 12 * 8)  # 5 heads' scores per chunk
-    model = random_model(pos, norm)
-    tokens = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(5))
+    # 5 heads' scores per chunk: batch 3 x 3 heads = 9 = 5 + 4
+    monkeypatch.setattr(_CausalAttention, "CHUNK_BYTES", 5 * 12 * 12 * 8)
+    model = random_model(positional_embedding_type=pos, normalization_type=norm)
+    tokens = torch.randint(0, model.cfg.d_vocab, (3, 12), generator=torch.Generator().manual_seed(5))
     grads = []
     for forward in (model.forward, lambda t: model.run_with_cache(t)[0]):
         model.zero_grad()
@@ -139,7 +130,6 @@ def test_fused_forward_gradients_equal_autograd_through_the_cached_forward(pos, 
 
 
 def test_fast_forward_in_float32_at_the_default_size():
-    torch.manual_seed(0)
-    model = AttnOnlyTransformer(ModelConfig())  # float32
+    model = random_model(ModelConfig(), dtype=torch.float32)  # the default shape and init, biases random
     tokens = torch.randint(0, 64, (20, 64), generator=torch.Generator().manual_seed(6))
     assert torch.allclose(model(tokens), model.run_with_cache(tokens)[0], atol=1e-5)

@@ -26,9 +26,10 @@ import pandas as pd
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from models import random_model
 
 from pipeline import checkpoint, composition, heads, tl_checkpoint, weights
-from pipeline.config import CompositionConfig, HeadsConfig, ModelConfig
+from pipeline.config import CompositionConfig, HeadsConfig
 from pipeline.model import AttnOnlyTransformer
 
 PROPERTY = settings(derandomize=True, max_examples=30, deadline=None)
@@ -39,22 +40,20 @@ HEADS = HeadsConfig(eval_sequences=4, repeat_length=LENGTH, window_length=2)
 
 @st.composite
 def random_models(draw) -> AttnOnlyTransformer:
-    """A random attention-only model in float64; one head may be dead (W_V = 0: OV = 0)."""
+    """A random attention-only model in float64 of any small shape, every parameter (biases and
+    LayerNorm too) drawn at one std from 0.05 to 3; one head may be dead (W_V = 0: OV = 0)."""
     n_heads, d_head = draw(st.integers(1, 3)), draw(st.integers(1, 4))
-    cfg = ModelConfig(
+    shape = dict(
         n_layers=draw(st.integers(2, 3)), n_heads=n_heads, d_head=d_head,
         d_model=draw(st.integers(n_heads * d_head, 12)), n_ctx=N_CTX, d_vocab=draw(st.integers(2, 12)),
         positional_embedding_type=draw(st.sampled_from(["standard", "shortformer"])),
         normalization_type=draw(st.sampled_from([None, "LN"])),
     )  # fmt: skip
-    torch.manual_seed(draw(st.integers(0, 2**31 - 1)))
-    model = AttnOnlyTransformer(cfg).double()
-    std = draw(st.floats(0.05, 3.0))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, std)
-        if draw(st.booleans()):
-            layer, head = draw(st.integers(0, cfg.n_layers - 1)), draw(st.integers(0, n_heads - 1))
+    seed, std = draw(st.integers(0, 2**31 - 1)), draw(st.floats(0.05, 3.0))
+    model = random_model(seed=seed, init_range=std, bias_std=std, **shape)
+    if draw(st.booleans()):
+        layer, head = draw(st.integers(0, model.cfg.n_layers - 1)), draw(st.integers(0, n_heads - 1))
+        with torch.no_grad():
             model.blocks[layer].attn.W_V[head] = 0.0
     return model
 
@@ -156,8 +155,8 @@ def test_head_scores_are_in_range_and_finite_where_defined(model, seed):
 def test_the_analysis_reads_float64_checkpoints_unrounded(tmp_path):
     """The heads stage loads the model in float64 (not through float32), and heads.safetensors
     is read in float64: a value float32 cannot hold arrives exactly."""
-    cfg = ModelConfig(n_layers=2, n_heads=2, d_head=2, d_model=4, n_ctx=N_CTX, d_vocab=5)
-    state = {k: v.double() for k, v in AttnOnlyTransformer(cfg).state_dict().items()}
+    model = random_model()  # float64
+    cfg, state = model.cfg, {k: v.clone() for k, v in model.state_dict().items()}
     state["blocks.1.attn.W_Q"][0, 0, 0] = 1 + 2**-40  # rounds to 1.0 in float32
     checkpoint.save_state(tmp_path / "model.safetensors", state)
     (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(cfg)))

@@ -11,31 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from models import random_model
 
 from pipeline import checkpoint, tl_checkpoint, weights
 from pipeline.config import ModelConfig
-from pipeline.model import AttnOnlyTransformer, LayerNorm
+from pipeline.model import LayerNorm
 
 VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"]))
-
-
-def random_model(pos: str, norm: str | None, seed: int = 0) -> AttnOnlyTransformer:
-    cfg = ModelConfig(
-        n_layers=2,
-        n_heads=3,
-        d_head=4,
-        d_model=16,
-        n_ctx=10,
-        d_vocab=20,
-        positional_embedding_type=pos,
-        normalization_type=norm,
-    )
-    torch.manual_seed(seed)
-    model = AttnOnlyTransformer(cfg).double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.4)
-    return model
 
 
 def normalise(x: torch.Tensor) -> torch.Tensor:
@@ -72,21 +54,22 @@ def forward_from_heads(
 
 @pytest.mark.parametrize("pos,norm", VARIANTS)
 def test_prepared_weights_compute_the_same_log_probabilities(pos, norm):
-    model = random_model(pos, norm)
+    model = random_model(positional_embedding_type=pos, normalization_type=norm)
     state = model.state_dict()
     hw, steps = weights.prepare(state, model.cfg)
     extra = weights.positional_terms(state, model.cfg)
-    tokens = torch.randint(0, 20, (4, 10), generator=torch.Generator().manual_seed(1))
+    shape = (4, model.cfg.n_ctx)
+    tokens = torch.randint(0, model.cfg.d_vocab, shape, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = model(tokens).log_softmax(-1)
     assert torch.allclose(forward_from_heads(hw, extra, model.cfg, tokens), expected, atol=1e-10)
     assert hw.b_V.abs().max() == 0  # folded into b_O
-    assert torch.allclose(hw.W_U.mean(-1), torch.zeros(16, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(hw.W_U.mean(-1), torch.zeros(model.cfg.d_model, dtype=torch.float64), atol=1e-12)
     assert any("value biases" in s for s in steps) and any("W_U" in s for s in steps)
 
 
 def test_layernorm_steps_fold_and_centre():
-    model = random_model("standard", "LN")
+    model = random_model("layernorm", positional_embedding_type="standard")
     hw, steps = weights.prepare(model.state_dict(), model.cfg)
     zero = lambda t, dim: torch.allclose(t.mean(dim), torch.zeros(()).double(), atol=1e-12)  # noqa: E731
     assert zero(hw.W_Q, 2) and zero(hw.W_K, 2) and zero(hw.W_V, 2)  # reading weights centred over d_model
@@ -99,18 +82,19 @@ def test_layernorm_steps_fold_and_centre():
 
 
 def test_shortformer_layernorm_keeps_positions_exact_and_says_so():
-    model = random_model("shortformer", "LN")
+    model = random_model("layernorm", positional_embedding_type="shortformer")
     state = model.state_dict()
     hw, steps = weights.prepare(state, model.cfg)
     extra = weights.positional_terms(state, model.cfg)
     assert sorted(extra) == [f"blocks.{l}.attn.pos_{x}" for l in (0, 1) for x in ("K", "Q")]
-    assert extra["blocks.1.attn.pos_Q"].shape == (3, 10, 4)  # [head, n_ctx, d_head]
+    cfg = model.cfg
+    assert extra["blocks.1.attn.pos_Q"].shape == (cfg.n_heads, cfg.n_ctx, cfg.d_head)
     assert torch.equal(hw.W_pos, state["pos_embed.W_pos"])  # never normalised: kept as trained
     assert any("shortformer + LayerNorm" in s for s in steps)
 
 
 def test_without_layernorm_nothing_is_folded_or_centred():
-    model = random_model("shortformer", None)
+    model = random_model(positional_embedding_type="shortformer")
     state = model.state_dict()
     hw, steps = weights.prepare(state, model.cfg)
     assert torch.equal(hw.W_Q[1], state["blocks.1.attn.W_Q"]) and torch.equal(hw.W_E, state["embed.W_E"])
@@ -121,7 +105,7 @@ def test_without_layernorm_nothing_is_folded_or_centred():
 def test_weights_stage_records_every_step(tmp_path):
     from stages import weights as stage
 
-    model = random_model("shortformer", "LN")
+    model = random_model("layernorm", positional_embedding_type="shortformer")
     checkpoint.save_state(tmp_path / "model.safetensors", model.float().state_dict())
     (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(model.cfg)))
     params = tmp_path / "params.yaml"
@@ -150,4 +134,4 @@ def test_weights_stage_records_every_step(tmp_path):
     hw, meta = weights.load(tmp_path / "out" / "heads.safetensors")
     assert json.loads(meta["steps"]) == summary["steps"] and len(summary["steps"]) >= 4
     state, _ = checkpoint.load_state(tmp_path / "out" / "heads.safetensors")
-    assert "blocks.0.attn.pos_Q" in state and hw.n_heads == 3
+    assert "blocks.0.attn.pos_Q" in state and hw.n_heads == model.cfg.n_heads

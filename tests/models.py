@@ -1,0 +1,79 @@
+"""The one builder of random models for the tests: named shapes, one way of drawing weights.
+
+    random_model()                                  "tiny", seed 0, float64, every parameter random
+    random_model("three_layers", seed=3)            a middle layer (paths through layer 1 into 2)
+    random_model("layernorm", positional_embedding_type="standard")   any ModelConfig field
+    random_model(cfg, dtype=torch.float32, perturb_biases=False)      a config's fresh init
+
+How values are drawn, under `torch.manual_seed(seed)`:
+- every W_* matrix (W_E, W_pos, W_Q, W_K, W_V, W_O, W_U) ~ Normal(0, init_range), drawn in
+  `dtype` (the model's own `reset_parameters`; float64 values are not float32 values cast);
+- with `perturb_biases` (the default) every other parameter, the biases b_Q, b_K, b_V, b_O,
+  b_U and the LayerNorm weights and biases, gets Normal(0, bias_std) added to its initial
+  value (0 for biases and LN biases, 1 for LN weights): non-zero biases and LayerNorm
+  parameters, so every path of the model is exercised. (`use_bias=False`: the biases are
+  buffers, not parameters, and stay exactly 0.)
+
+`init_range` None takes the shape's (`SHAPES[...].init_range`; a ModelConfig without one: the
+model's default 0.8 / sqrt(d_model), TransformerLens's); `bias_std` None takes the weights'
+std. In float32 with `perturb_biases=False` the model is exactly `torch.manual_seed(seed);
+AttnOnlyTransformer(cfg)`, the initialisation training starts from.
+
+Hand-built models with known answers are tests/planted.py's; TransformerLens's own random
+HookedTransformer is tests/test_interop.py's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from pipeline.config import ModelConfig
+from pipeline.model import AttnOnlyTransformer
+
+_TINY = ModelConfig(
+    n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=20,
+    positional_embedding_type="shortformer", normalization_type=None, use_bias=True, init_range=0.5,
+)  # fmt: skip
+
+SHAPES: dict[str, ModelConfig] = {
+    # two layers of three heads, d_model 16 (n_heads x d_head = 12 < 16), shortformer, no LayerNorm,
+    # biases on; weights of std 0.5, not the default 0.8 / sqrt(16) = 0.2: attention far from
+    # uniform, so ablating a head moves the loss
+    "tiny": _TINY,
+    # a middle layer: edges into layer 1 also pass through layer 2 on their way to the logits,
+    # and layer-2 heads have two earlier layers to read
+    "three_layers": replace(_TINY, n_layers=3),
+    # tiny with pre-LN LayerNorm before every block and the unembedding
+    "layernorm": replace(_TINY, normalization_type="LN"),
+}
+
+
+def random_model(
+    shape: str | ModelConfig = "tiny",
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    init_range: float | None = None,
+    perturb_biases: bool = True,
+    bias_std: float | None = None,
+    **overrides,
+) -> AttnOnlyTransformer:
+    """A random model of `shape` (a name in SHAPES, or a ModelConfig) with `overrides` (any
+    ModelConfig field), in `dtype`, in eval mode; see the module doc for how values are drawn."""
+    cfg = SHAPES[shape] if isinstance(shape, str) else shape
+    cfg = replace(cfg, **overrides)
+    if init_range is not None:
+        cfg = replace(cfg, init_range=init_range)
+    torch.manual_seed(seed)
+    model = AttnOnlyTransformer(cfg)
+    if model.unembed.W_U.dtype != dtype:
+        model = model.to(dtype)
+        model.reset_parameters()  # drawn again in dtype, not rounded to float32
+    std = cfg.init_range or 0.8 / cfg.d_model**0.5  # as AttnOnlyTransformer.reset_parameters
+    if perturb_biases:
+        with torch.no_grad():
+            for p in model.weight_matrices()[1]:  # biases and LayerNorm parameters
+                p.add_(torch.randn_like(p) * (std if bias_std is None else bias_std))
+    return model.eval()
