@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 
 import torch
+from models import random_model
 
 from pipeline.config import ModelConfig
-from pipeline.model import AttnOnlyTransformer
 
 TINY_REPO = "org/tiny-attn-only"
 ARENA_REPO = "callummcdougall/attn_only_2L_half"
@@ -48,13 +48,10 @@ def add_snapshot(
 
 
 def tl_state(cfg: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
-    """A random model's state dict as TransformerLens saves it (its mask and IGNORE buffers included)."""
-    torch.manual_seed(seed)
-    model = AttnOnlyTransformer(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    state = dict(model.state_dict())
+    """A random model's state dict as TransformerLens saves it (its mask and IGNORE buffers included):
+    float32, the config's own weight initialisation, biases and LayerNorm parameters moved off
+    their 0 and 1 by Normal(0, 0.05)."""
+    state = dict(random_model(cfg, seed=seed, dtype=torch.float32, bias_std=0.05).state_dict())
     for l in range(cfg.n_layers):
         state[f"blocks.{l}.attn.mask"] = torch.tril(torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool))
         state[f"blocks.{l}.attn.IGNORE"] = torch.tensor(-1e5)

@@ -11,10 +11,10 @@ import json
 
 import pytest
 import torch
+from models import random_model
 
 from pipeline import checkpoint, tl_checkpoint, weights
 from pipeline.config import ModelConfig
-from pipeline.model import AttnOnlyTransformer
 
 tl = pytest.importorskip("transformer_lens")
 pytestmark = [pytest.mark.interop, pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated")]
@@ -42,11 +42,7 @@ def tl_config_json(model: tl.HookedTransformer) -> dict:
 @pytest.mark.parametrize("pos,norm", VARIANTS)
 def test_our_checkpoint_loads_into_hooked_transformer(tmp_path, pos, norm):
     cfg = ModelConfig(positional_embedding_type=pos, normalization_type=norm, **SHAPE)
-    torch.manual_seed(1)
-    ours = AttnOnlyTransformer(cfg)
-    with torch.no_grad():
-        for p in ours.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
+    ours = random_model(cfg, seed=1, dtype=torch.float32, bias_std=0.1)
     checkpoint.save_state(tmp_path / "model.safetensors", ours.state_dict())
     (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(cfg)))
 

@@ -13,10 +13,10 @@ import planted
 import pytest
 import torch
 import yaml
+from models import random_model
 
 from pipeline import params, significance, train, weights
 from pipeline.config import CompositionConfig, Config, ModelConfig
-from pipeline.model import AttnOnlyTransformer
 from pipeline.tables import INVARIANT, KINDS, MEASURES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,9 +105,9 @@ def test_untrained_weights_discover_at_most_the_nominal_rate(shape):
     raw["d_vocab"], raw["n_ctx"] = 512, 64  # the vocabulary is the tokenizer's; neither enters a score
     model_cfg = ModelConfig(**raw)
     real, placebo = [], []
-    for seed in range(3):
-        torch.manual_seed(seed)
-        hw, _ = weights.prepare(AttnOnlyTransformer(model_cfg).state_dict(), model_cfg)
+    for seed in range(3):  # exactly training's initialisation: float32, the config's init, zero biases
+        fresh = random_model(model_cfg, seed=seed, dtype=torch.float32, perturb_biases=False)
+        hw, _ = weights.prepare(fresh.state_dict(), model_cfg)
         r, p = significance.measured(hw, FAST, seed, model_cfg.positional_embedding_type)
         real.append(r)
         placebo.append(p)

@@ -16,6 +16,7 @@ import pandas as pd
 import planted
 import pytest
 import torch
+from models import random_model
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from pipeline import checkpoint, data, origin, params, patterns, tl_checkpoint, train
@@ -188,8 +189,13 @@ def test_induction_step_is_the_first_evaluation_reaching_the_threshold():
 
 def save_checkpoint(directory: Path, seed: int, suffix: str = ".safetensors") -> AttnOnlyTransformer:
     cfg = params.from_dict(params.compose(TINY, conf_dir=ROOT / "conf")).model
-    torch.manual_seed(100 + seed)
-    model = AttnOnlyTransformer(replace(cfg, normalization_type="LN", positional_embedding_type="standard"))
+    model = random_model(
+        cfg,
+        seed=100 + seed,
+        dtype=torch.float32,
+        normalization_type="LN",
+        positional_embedding_type="standard",
+    )
     directory.mkdir(parents=True, exist_ok=True)
     if suffix == ".safetensors":
         checkpoint.save_state(directory / f"model{suffix}", model.state_dict())
