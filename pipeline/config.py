@@ -24,6 +24,7 @@ TRAIN_SOURCES = ("train", "load")
 # A snapshot in the local Hugging Face cache by name (pipeline/hub.py): hf:ORG/NAME[@REVISION]
 HUB_SPEC = re.compile(r"hf:(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?")
 DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("float32", "tf32", "bf16")  # tf32: float32 matmuls on tensor cores; bf16: autocast
 LN_EPS = 1e-5  # LayerNorm epsilon: TransformerLens's default (config.json records it)
 
 
@@ -252,6 +253,7 @@ class TrainConfig(Section):
     checkpoint: str | None = None
     checkpoint_dir: str = "checkpoints"  # a DVC dependency of train, like data.dir
     device: str = "auto"  # "auto": CUDA when present
+    precision: str = "float32"  # PRECISIONS; tf32 and bf16 on CUDA only (pipeline/train.py)
     threads: int | None = None  # torch CPU threads; None: torch's default
     steps: int = 1500
     batch_size: int = 32
@@ -278,6 +280,8 @@ class TrainConfig(Section):
             self.source in TRAIN_SOURCES, "source", f"must be one of {', '.join(TRAIN_SOURCES)}", self.source
         )
         require(self.device in DEVICES, "device", f"must be one of {', '.join(DEVICES)}", self.device)
+        problem = f"must be one of {', '.join(PRECISIONS)}"
+        require(self.precision in PRECISIONS, "precision", problem, self.precision)
         _positive(
             self, "steps", "batch_size", "lr", "grad_clip", "eval_every", "eval_batch_size", "probe_length"
         )

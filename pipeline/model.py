@@ -17,7 +17,8 @@ path ablation. Its `replace` argument gives the query, key or value input its ow
 residual stream, shared by all heads `[batch, pos, d_model]` or per head
 `[batch, pos, head, d_model]`: that is what path ablation needs (change only what
 reaches one head's keys). With `cache=False` (training) attention runs through a fused
-kernel (`_CausalAttention`) and no per-head result is kept.
+kernel (`causal_attention`: hand-written on the CPU, torch's on CUDA) and no per-head result
+is kept.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class Block(nn.Module):
         replace: {"Q" | "K" | "V": a residual stream that input reads instead of `resid`},
         `[batch, pos, d_model]` for every head or `[batch, pos, head, d_model]` per head.
         cache: also return each head's result and pattern (explicit softmax); otherwise
-        attention runs fused (`_CausalAttention`), as in training.
+        attention runs fused (`causal_attention`), as in training.
         """
         a = self.attn
         B, T, d_model = resid.shape
@@ -125,11 +126,7 @@ class Block(nn.Module):
         )  # each [batch, head, pos, d_head]
         d_head = q.shape[-1]
         if not cache:
-            H = q.shape[1]
-            causal = torch.full((T, T), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
-            flat = (t.reshape(B * H, T, d_head) for t in (q, k, v))  # [batch * head, pos, d_head]
-            z = _CausalAttention.apply(*flat, causal, 1 / math.sqrt(d_head))  # [batch * head, pos, d_head]
-            z = z.view(B, H, T, d_head).transpose(1, 2).reshape(B * T, -1)  # [batch * pos, head * d_head]
+            z = causal_attention(q, k, v)  # [batch * pos, head * d_head]
             out = torch.addmm(a.b_O, z, a.W_O.reshape(-1, d_model))  # [batch * pos, d_model]
             return BlockOutput(resid + out.view(B, T, d_model), None, None)
         scores = q @ k.transpose(-1, -2) / math.sqrt(d_head)  # [batch, head, query_pos, key_pos]
@@ -224,6 +221,25 @@ class AttnOnlyTransformer(nn.Module):
             cache.result.append(result)
             cache.pattern.append(pattern)
         return self.logits_from(resid, len(self.blocks)), cache
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d_head) + causal mask) v for q, k, v `[batch, head, pos, d_head]`,
+    laid out `[batch * pos, head * d_head]` for W_O: training's fused attention (no pattern kept).
+
+    `kernel` (default: by device): "sdpa", torch's `scaled_dot_product_attention` (flash or
+    memory-efficient kernels on CUDA, where the hand-written one leaves most of the chip idle),
+    or "manual", `_CausalAttention` (measured faster than "sdpa" on the CPU: docs/benchmarks.md).
+    Both compute the same function; tests/test_model.py checks values and gradients against each
+    other on the CPU."""
+    B, H, T, d_head = q.shape
+    if (kernel or ("sdpa" if q.is_cuda else "manual")) == "sdpa":
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [batch, head, pos, d_head]
+        return z.transpose(1, 2).reshape(B * T, H * d_head)
+    causal = torch.full((T, T), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
+    flat = (t.reshape(B * H, T, d_head) for t in (q, k, v))  # [batch * head, pos, d_head]
+    z = _CausalAttention.apply(*flat, causal, 1 / math.sqrt(d_head))  # [batch * head, pos, d_head]
+    return z.view(B, H, T, d_head).transpose(1, 2).reshape(B * T, H * d_head)
 
 
 class _CausalAttention(torch.autograd.Function):

@@ -9,6 +9,7 @@ number of CPU threads (a different count may change float rounding).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,13 +101,27 @@ def _summary(curve: pd.DataFrame) -> dict:
 
 
 def _setup(t: TrainConfig) -> torch.device:
+    """Threads, determinism and precision for a run; its device.
+
+    The CPU is deterministic: same config and seed, same bytes. On CUDA, cuBLAS is made
+    deterministic (CUBLAS_WORKSPACE_CONFIG, set before CUDA starts unless the user set it),
+    but the fused attention's backward (`model.causal_attention`) has no deterministic kernel:
+    there determinism is asked for with warn_only, and runs agree to rounding, not to the bit.
+    tf32 and bf16 trade precision for speed on CUDA only; the weights stay float32."""
     if t.threads is not None:
         torch.set_num_threads(t.threads)
-    torch.use_deterministic_algorithms(True)
+    device = resolve_device(t.device)
+    if t.precision != "float32" and device.type != "cuda":
+        problem = f"runs on CUDA only (this run's device is {device.type}): use float32 on the CPU"
+        raise UserError("train.precision", problem, t.precision)
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = t.precision == "tf32"
+    torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
     # deterministic mode also fills every new tensor with NaN (to expose reads of
     # uninitialised memory): ~14% of a training step here, and nothing reads one
     torch.utils.deterministic.fill_uninitialized_memory = False
-    return resolve_device(t.device)
+    return device
 
 
 def require_memory(estimate: memory.Estimate, device: torch.device) -> None:
@@ -188,7 +203,8 @@ def train(
         batch = dataset.train.batch(t.batch_size, batches).to(device)  # [batch, n_ctx]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, t)
-        loss = next_token_loss(model(batch), batch)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"):
+            loss = next_token_loss(model(batch), batch)  # bf16 matmuls; the loss in float32
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)

@@ -133,3 +133,24 @@ def test_fast_forward_in_float32_at_the_default_size():
     model = random_model(ModelConfig(), dtype=torch.float32)  # the default shape and init, biases random
     tokens = torch.randint(0, 64, (20, 64), generator=torch.Generator().manual_seed(6))
     assert torch.allclose(model(tokens), model.run_with_cache(tokens)[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 7, 4), (1, 8, 33, 16)])
+def test_the_cuda_kernel_computes_what_the_cpu_kernel_does(shape):
+    """Training's attention on CUDA is torch's scaled_dot_product_attention; on the CPU it is
+    `_CausalAttention`. Both, run here on the CPU in float64: equal values and gradients."""
+    from pipeline.model import causal_attention
+
+    gen = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(*shape, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    weight = torch.randn(shape[0] * shape[2], shape[1] * shape[3], generator=gen, dtype=torch.float64)
+    out, grads = {}, {}
+    for kernel in ("manual", "sdpa"):
+        z = causal_attention(*inputs, kernel=kernel)  # [batch * pos, head * d_head]
+        out[kernel] = z.detach()
+        grads[kernel] = torch.autograd.grad((z * weight).sum(), inputs)
+    assert out["manual"].shape == (shape[0] * shape[2], shape[1] * shape[3])
+    assert torch.allclose(out["manual"], out["sdpa"], atol=1e-12, rtol=0)
+    for a, b in zip(grads["manual"], grads["sdpa"], strict=True):
+        assert torch.allclose(a, b, atol=1e-12, rtol=0)
+    assert causal_attention(*inputs).equal(causal_attention(*inputs, kernel="manual"))  # the CPU's default

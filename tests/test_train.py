@@ -282,3 +282,18 @@ def heads_weights(result):
 
     hw, _ = weights.prepare(result.model.state_dict(), result.model.cfg)
     return hw
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_reduced_precision_is_refused_off_cuda(precision):
+    """tf32 and bf16 are CUDA's: on the CPU a run says so in one line, before it loads anything."""
+    t = TrainConfig(device="cpu", precision=precision)
+    with pytest.raises(
+        UserError, match=rf"^train.precision = '{precision}': runs on CUDA only .*device is cpu"
+    ):
+        train._setup(t)
+
+
+def test_an_unknown_precision_is_refused_by_the_config():
+    with pytest.raises(UserError, match=r"^precision = 'fp16': must be one of float32, tf32, bf16"):
+        TrainConfig(precision="fp16").validate()
