@@ -262,7 +262,8 @@ def load_text(
 def load_tokens(data: DataConfig, model: ModelConfig, n_eval: int, need_train: bool) -> Dataset:
     """A `.npy` array of integer token ids, memory-mapped and flattened to one stream."""
     relative = data.tokens.path
-    assert relative is not None  # DataConfig.check requires it
+    if relative is None:  # DataConfig.check requires it; a caller of the library may pass an unchecked config
+        raise UserError("data.tokens.path", "is required when data.source = 'tokens'")
     root = Path(data.dir)
     path = _resolve(root, relative, "data.tokens.path")
     if not path.is_file():

@@ -303,3 +303,10 @@ def test_token_path_must_exist_inside_data_dir(tmp_path):
 def test_too_many_topics_is_refused():
     with pytest.raises(UserError, match="data.synthetic.topics"):
         synthetic(n=2, topics=65)
+
+
+def test_an_unchecked_token_source_without_a_path_is_a_user_error():
+    """The library refuses what config validation would have (a caller may skip `validate`)."""
+    unchecked = DataConfig(source="tokens")  # tokens.path is None
+    with pytest.raises(UserError, match=r"^data.tokens.path: is required when data.source = 'tokens'$"):
+        data.load(unchecked, ModelConfig(), seed=0, n_eval=4)
