@@ -23,6 +23,16 @@ DATA_SOURCES = ("synthetic", "text", "tokens")
 TRAIN_SOURCES = ("train", "load")
 # A snapshot in the local Hugging Face cache by name (pipeline/hub.py): hf:ORG/NAME[@REVISION]
 HUB_SPEC = re.compile(r"hf:(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?")
+
+
+def require_hub_name(value: str, key: str) -> re.Match:
+    """A snapshot's name, `hf:ORG/NAME[@REVISION]`, parsed; else a one-line refusal naming `key`."""
+    found = HUB_SPEC.fullmatch(value)
+    problem = "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a snapshot in the Hugging Face cache)"
+    require(found is not None, key, problem, value)
+    return found
+
+
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("float32", "tf32", "bf16")  # tf32: float32 matmuls on tensor cores; bf16: autocast
 LN_EPS = 1e-5  # LayerNorm epsilon: TransformerLens's default (config.json records it)
@@ -196,12 +206,7 @@ class TokenizerConfig(Section):
     def check(self) -> None:
         require(256 <= self.vocab_size <= 65535, "vocab_size", "must be in [256, 65535]", self.vocab_size)
         if self.pretrained is not None:
-            require(
-                HUB_SPEC.fullmatch(self.pretrained) is not None,
-                "pretrained",
-                "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a snapshot in the Hugging Face cache)",
-                self.pretrained,
-            )
+            require_hub_name(self.pretrained, "pretrained")
 
 
 @dataclass
@@ -309,12 +314,7 @@ class TrainConfig(Section):
         if self.source == "load":
             _required(self.checkpoint, "checkpoint", "train.source = 'load'")
         if self.checkpoint is not None and self.checkpoint.startswith("hf:"):
-            require(
-                HUB_SPEC.fullmatch(self.checkpoint) is not None,
-                "checkpoint",
-                "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a snapshot in the Hugging Face cache)",
-                self.checkpoint,
-            )
+            require_hub_name(self.checkpoint, "checkpoint")
         elif self.checkpoint is not None:
             suffix = self.checkpoint.rsplit(".", 1)[-1] if "." in self.checkpoint else ""
             require(

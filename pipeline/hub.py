@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import io
-from pipeline.config import HUB_SPEC
+from pipeline.config import require_hub_name
 from pipeline.errors import UserError
 
 PREFIX = "hf:"
@@ -64,9 +64,7 @@ def is_hub(value: str | None) -> bool:
 
 def parse(value: str, key: str) -> Spec:
     """`hf:ORG/NAME` or `hf:ORG/NAME@REVISION`, refused in one line naming `key`."""
-    found = HUB_SPEC.fullmatch(value)
-    if not found:
-        raise UserError(key, "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a Hugging Face repository)", value)
+    found = require_hub_name(value, key)
     return Spec(found["repo"], found["revision"])
 
 
@@ -140,18 +138,15 @@ def weights(snap: Snapshot, key: str, value: str) -> Path:
     return chosen
 
 
-def entry(path: Path) -> dict:
-    return {"path": path.as_posix(), "sha256": io.sha256_file(path)}
-
-
 def checkpoint(value: str, key: str = "train.checkpoint") -> dict:
     """origin.json for a checkpoint by name: the snapshot (repository, revision, commit), the
     weights and the config.json with their sha256, or the `KNOWN` fields when it ships none."""
     snap = snapshot(value, key)
-    chosen: dict = {"source": "load", "hub": snap.record(), "checkpoint": entry(weights(snap, key, value))}
+    weights_file = io.file_record(weights(snap, key, value))
+    chosen: dict = {"source": "load", "hub": snap.record(), "checkpoint": weights_file}
     config = snap.path / "config.json"
     if config.is_file():
-        chosen["config"] = entry(config)
+        chosen["config"] = io.file_record(config)
     elif snap.spec.repo in KNOWN:
         chosen["config"] = {"known": snap.spec.repo, "fields": KNOWN[snap.spec.repo]}
     else:

@@ -154,6 +154,11 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def file_record(path: Path) -> dict[str, str]:
+    """{"path", "sha256"}: how origin.json names a file a later stage must find unchanged."""
+    return {"path": Path(path).as_posix(), "sha256": sha256_file(path)}
+
+
 def read_json(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():

@@ -50,8 +50,7 @@ def choose(t: TrainConfig, seed: int) -> dict:
     config = path.parent / "config.json"
     if not config.is_file():
         raise UserError(str(config), "file not found (the checkpoint's config.json, beside it)")
-    entry = lambda p: {"path": p.as_posix(), "sha256": io.sha256_file(p)}  # noqa: E731
-    return {"source": "load", "checkpoint": entry(path), "config": entry(config)}
+    return {"source": "load", "checkpoint": io.file_record(path), "config": io.file_record(config)}
 
 
 def _is_entry(entry: object) -> bool:

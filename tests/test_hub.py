@@ -77,7 +77,7 @@ def test_neel_format_loads_by_name_with_the_same_logits(cache):
 def test_arena_format_without_config_takes_its_shapes_from_the_weights(cache):
     """attn_only_2L_half ships the .pth alone: its sizes come from the weights, shortformer and
     no LayerNorm from hub.KNOWN (ARENA's published HookedTransformerConfig)."""
-    state = {k: v for k, v in tl_state(ARENA, seed=2).items()}
+    state = tl_state(ARENA, seed=2)
     add_snapshot(cache, ARENA_REPO, {"attn_only_2L_half.pth": pth(state)})
     chosen = hub.checkpoint(f"hf:{ARENA_REPO}")
     assert chosen["config"] == {"known": ARENA_REPO, "fields": hub.KNOWN[ARENA_REPO]}
