@@ -10,7 +10,7 @@ Models, random Gaussian weights, seeded:
   (c) 48 layers x 25 heads, d_model 1600, d_head 64 (GPT-2-XL-sized: 1,200 heads), with --huge
 
 Methods, on the same weights in the same run:
-  ours      `pipeline.composition.true_scores` for Q, K, V (float64), exact: each pair's
+  ours      `pipeline.circuits.composition.true_scores` for Q, K, V (float64), exact: each pair's
             squared norm is a dot product of packed Gram matrices (`strands.gram_vectors`) on
             (b), of d_head x d_head blocks of one GEMM on (a), whichever costs fewer
             multiply-adds. Only the true scores, as that is what TransformerLens computes.
@@ -98,8 +98,8 @@ def _import_libraries() -> None:
     import torch  # noqa: F401
     import transformer_lens  # noqa: F401
 
-    import pipeline.composition  # noqa: F401
-    import pipeline.weights  # noqa: F401
+    import pipeline.circuits.composition  # noqa: F401
+    import pipeline.circuits.weights  # noqa: F401
 
 
 def _peak_mb() -> float:
@@ -136,9 +136,9 @@ def child(
     import torch
     from safetensors.torch import load_file
 
-    from pipeline import composition
+    from pipeline.circuits import composition
+    from pipeline.circuits.weights import from_state_dict
     from pipeline.config import CompositionConfig
-    from pipeline.weights import from_state_dict
 
     if method == "idle":
         return {"peak_mb": _peak_mb()}

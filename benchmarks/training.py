@@ -4,9 +4,9 @@
    gradient clipping) of our model and of TransformerLens 3.9's HookedTransformer with
    the same shapes and the same batches, alternating in rounds; the median of each.
    Target: ours >= 1.5x TransformerLens. `--also REV` adds our model as it was at a git
-   revision (pipeline/model.py at REV, e.g. the hand-written attention autograd function
+   revision (pipeline/model/transformer.py at REV, e.g. the hand-written attention autograd function
    that one Block forward replaced), measured in the same rounds.
-2. Induction: the real training (`pipeline.train.train`) of each seed; the step and the
+2. Induction: the real training (`pipeline.model.train.train`) of each seed; the step and the
    wall seconds at which the best layer-1 head's induction score first reaches 0.5
    (curve.tsv's probe, as the heads stage measures it), and the final scores.
    Target: within 60 s of wall time per seed on 2 cores.
@@ -33,9 +33,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import io, params, tokenizer, train  # noqa: E402
-from pipeline.model import AttnOnlyTransformer, next_token_loss  # noqa: E402
-from pipeline.tl_checkpoint import tl_config  # noqa: E402
+from pipeline import io, params  # noqa: E402
+from pipeline.data import tokenizer  # noqa: E402
+from pipeline.model import train  # noqa: E402
+from pipeline.model.tl_checkpoint import tl_config  # noqa: E402
+from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss  # noqa: E402
 
 TARGET_RATIO = 1.5
 TARGET_SECONDS = 60.0
@@ -75,12 +77,17 @@ def step_seconds(model, batches: list[torch.Tensor], lr: float) -> float:
 
 
 def model_at(revision: str):
-    """pipeline/model.py as it was at a git revision, as a module (never imported as pipeline.model)."""
-    source = subprocess.run(
-        ["git", "show", f"{revision}:pipeline/model.py"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
+    """The transformer module as it was at a git revision, as a module (never imported as
+    pipeline.model.transformer). It lived in pipeline/model.py before the subpackages."""
+    for path in ("pipeline/model/transformer.py", "pipeline/model.py"):
+        show = ["git", "show", f"{revision}:{path}"]
+        shown = subprocess.run(show, cwd=ROOT, capture_output=True, text=True)
+        if shown.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"--also {revision}: no transformer module at that revision")
     module = types.ModuleType(f"model_at_{revision}")
-    exec(compile(source, f"{revision}:pipeline/model.py", "exec"), module.__dict__)
+    exec(compile(shown.stdout, f"{revision}:{path}", "exec"), module.__dict__)
     return module
 
 
@@ -146,7 +153,7 @@ def main() -> int:
         "--override", nargs="*", default=None, help="compose conf/ with these overrides instead of --params"
     )
     parser.add_argument(
-        "--also", nargs="*", default=[], help="git revisions of pipeline/model.py to measure too"
+        "--also", nargs="*", default=[], help="git revisions of pipeline/model/transformer.py to measure too"
     )
     parser.add_argument("--seeds", type=int, nargs="*", help="default: the seeds of params.yaml")
     parser.add_argument(
@@ -174,7 +181,7 @@ def main() -> int:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
 
-    torch.utils.deterministic.fill_uninitialized_memory = False  # as pipeline.train runs
+    torch.utils.deterministic.fill_uninitialized_memory = False  # as pipeline.model.train runs
     speeds = throughput(cfg, args.rounds, args.steps, args.also)
     ours = speeds[0][1]
     print("\n| model | tokens/s | ours / model |\n|---|---:|---:|")

@@ -1,7 +1,19 @@
 """attn-circuits: attention-head composition in attention-only transformers.
 
-The library behind the DVC stages: config schemas (`config`, `params`), the model
-(`model`), data and training (`data`, `train`), checkpoints and analysis-ready
-weights (`checkpoint`, `weights`), low-rank products and composition scores
-(`strands`, `composition`), head classification (`patterns`, `heads`), figures.
+The library behind the DVC stages, in the order the data travels:
+
+- `data/`: the corpus, its tokenizer, and the batches a seed draws (`datasets`);
+- `model/`: the transformer (`transformer`), training (`train`), where a model comes from
+  (`origin`), TransformerLens checkpoints (`tl_checkpoint`) and attention-pattern scores;
+- `circuits/`: analysis-ready weights and the composition measures on them (`weights`,
+  `strands`, `composition`, `invariant`, `scoring`, `significance`); pure maths on weights,
+  it never imports `model/` or `data/`;
+- `behaviour/`: what the heads do on text (`heads`, `ablation`, `agreement`, `dynamics`,
+  `phases`);
+- `compare/`: the claims across seeds; `present/`: figures and the HTML report;
+
+all over a ground of shared modules: `errors`, `io`, `cli`, `config`, `params`, `tables`,
+`streams`, `memory`, `checkpoint`, `hub`. No module imports one on a floor above its own.
+Each subpackage's `__init__.py` is a docstring only: importing a stage's modules imports
+nothing else, so each stage's DVC dependencies stay exact.
 """

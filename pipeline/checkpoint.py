@@ -3,7 +3,7 @@ without ever unpickling.
 
 `.safetensors` is read by safetensors; `.pt`/`.pth` only through
 `torch.load(weights_only=True)`, which refuses anything but tensors and containers.
-This module knows files, not models: `pipeline.tl_checkpoint` checks a state dict
+This module knows files, not models: `pipeline.model.tl_checkpoint` checks a state dict
 against our model, so the analysis stages, which read only files, import no model code.
 """
 
@@ -118,7 +118,7 @@ def step_file(step: int) -> str:
 
 class StepWriter:
     """Saves training's checkpoints into `directory` as `train` hands them over
-    (`pipeline.train.SaveCheckpoint`), then their index."""
+    (`pipeline.model.train.SaveCheckpoint`), then their index."""
 
     def __init__(self, directory: Path, seed: int):
         self.directory, self.seed, self.entries = Path(directory), seed, []

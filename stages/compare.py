@@ -14,10 +14,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline import figures, io, params
+from pipeline import io, params
 from pipeline.cli import run_cli, stage_parser
 from pipeline.compare import read, stats
-from pipeline.figures import compare as compare_figures
+from pipeline.present import figures
+from pipeline.present.figures import compare as compare_figures
 
 
 def main(argv: list[str] | None = None) -> int:

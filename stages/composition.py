@@ -1,7 +1,7 @@
 """Q-, K- and V-composition of every (earlier, later) head pair: scores.csv (Frobenius, five
 variants), invariant.csv (in the whitened residual frame: unchanged by a change of residual
-basis; pipeline/invariant.py), placebo.csv (every measure for the pairs that cannot compose),
-each with its raw z, calibrated z, p, q and discovery (pipeline/significance.py), and
+basis; pipeline/circuits/invariant.py), placebo.csv (every measure for the pairs that cannot compose),
+each with its raw z, calibrated z, p, q and discovery (pipeline/circuits/significance.py), and
 summary.json (discoveries per kind and measure, and the placebo pairs' false ones).
 
 Works on any weights file in TransformerLens's state-dict names, e.g.
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import io, params, scoring, significance, tables, weights
+from pipeline import io, params, tables
+from pipeline.circuits import scoring, significance, weights
 from pipeline.cli import run_cli, stage_parser
 
 

@@ -15,7 +15,8 @@ import sys
 
 from tqdm import tqdm
 
-from pipeline import dynamics, io, params
+from pipeline import io, params
+from pipeline.behaviour import dynamics
 from pipeline.cli import run_cli, stage_parser
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import figures, io, params, tables
+from pipeline import io, params, tables
 from pipeline.cli import run_cli, stage_parser
-from pipeline.figures import composition as composition_figures
-from pipeline.figures import dynamics as dynamics_figures
-from pipeline.figures import heads as heads_figures
+from pipeline.present import figures
+from pipeline.present.figures import composition as composition_figures
+from pipeline.present.figures import dynamics as dynamics_figures
+from pipeline.present.figures import heads as heads_figures
 
 FIGURE_EFFECTS = {"heldout_loss_effect": "heldout_loss", "loss_effect": "loss", "attn_effect": "attn"}
 

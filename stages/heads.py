@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import checkpoint, data, heads, io, params, tables, weights
+from pipeline import checkpoint, io, params, tables
+from pipeline.behaviour import heads
+from pipeline.circuits import weights
 from pipeline.cli import run_cli, stage_parser
+from pipeline.data import datasets
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.invariant:
             inv = tables.read_csv(args.invariant, tables.INVARIANT_COLUMNS, empty_ok=False)
             measured = tables.join_measures(scores, inv)
-        dataset = data.load(  # one batch of held-out windows per ablation batch
+        dataset = datasets.load(  # one batch of held-out windows per ablation batch
             cfg.data,
             model.cfg,
             args.seed,

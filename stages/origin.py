@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import io, origin, params
+from pipeline import io, params
 from pipeline.cli import run_cli, stage_parser
+from pipeline.model import origin
 
 
 def main(argv: list[str] | None = None) -> int:

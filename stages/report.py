@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline import io, params, report
+from pipeline import io, params
 from pipeline.cli import run_cli, stage_parser
+from pipeline.present import report
 from pipeline.tables import CLAIMS_COLUMNS, GROUP_COLUMNS, STATS_COLUMNS, read_csv
 
 

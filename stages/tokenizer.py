@@ -11,8 +11,9 @@ import sys
 
 import numpy as np
 
-from pipeline import io, params, tokenizer
+from pipeline import io, params
 from pipeline.cli import run_cli, stage_parser
+from pipeline.data import tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:

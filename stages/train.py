@@ -14,8 +14,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline import checkpoint, io, origin, params, tl_checkpoint, train
+from pipeline import checkpoint, io, params
 from pipeline.cli import run_cli, stage_parser
+from pipeline.model import origin, tl_checkpoint, train
 
 
 def main(argv: list[str] | None = None) -> int:

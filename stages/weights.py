@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import sys
 
-from pipeline import io, params, tl_checkpoint, weights
+from pipeline import io, params
+from pipeline.circuits import weights
 from pipeline.cli import run_cli, stage_parser
+from pipeline.model import tl_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,7 +78,7 @@ def neel_config(cfg: ModelConfig) -> dict:
 
 def tokenizer_json(text: str, vocab_size: int) -> bytes:
     """A small byte-level BPE tokenizer.json, as a public repository ships one."""
-    from pipeline import tokenizer
+    from pipeline.data import tokenizer
 
     return tokenizer.train(text.splitlines(keepends=True), vocab_size).to_str().encode()
 

@@ -30,7 +30,7 @@ from dataclasses import replace
 import torch
 
 from pipeline.config import ModelConfig
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model.transformer import AttnOnlyTransformer
 
 _TINY = ModelConfig(
     n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=20,

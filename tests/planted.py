@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from pipeline.config import ModelConfig
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model.transformer import AttnOnlyTransformer
 
 V = 16  # d_vocab
 N_CTX = 16

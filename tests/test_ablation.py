@@ -8,8 +8,8 @@ import pytest
 import torch
 from models import random_model
 
-from pipeline import ablation
-from pipeline.model import next_token_loss
+from pipeline.behaviour import ablation
+from pipeline.model.transformer import next_token_loss
 
 LENGTH = 7
 

@@ -31,8 +31,9 @@ import torch
 import yaml
 from dvc_repo import TINY
 
-from pipeline import checkpoint, origin
+from pipeline import checkpoint
 from pipeline import params as params_mod
+from pipeline.model import origin
 
 ROOT = Path(__file__).resolve().parents[1]
 

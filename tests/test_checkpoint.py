@@ -8,10 +8,11 @@ import json
 import pytest
 import torch
 
-from pipeline import checkpoint, tl_checkpoint
+from pipeline import checkpoint
 from pipeline.config import ModelConfig
 from pipeline.errors import UserError
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model import tl_checkpoint
+from pipeline.model.transformer import AttnOnlyTransformer
 
 CFG = ModelConfig(n_layers=2, n_heads=2, d_head=4, d_model=8, n_ctx=8, d_vocab=10, normalization_type="LN")
 

@@ -316,7 +316,7 @@ def test_stale_seed_dirs(tmp_path):
 
 
 def test_report_describes_every_statistic():
-    from pipeline import report
+    from pipeline.present import report
 
     result = compare.compare([syn.seed_inputs(0)], CFG, EDGE, FDR)
     pairs = result.claims[["claim", "statistic"]].drop_duplicates()
@@ -422,7 +422,7 @@ def test_stage_summary_without_agreement_is_named(tmp_path, capsys):
 
 
 def test_figures_show_every_seed():
-    from pipeline.figures import compare as compare_figures
+    from pipeline.present.figures import compare as compare_figures
 
     inputs = [syn.seed_inputs(s) for s in (0, 1, 2)]
     inputs[2].agreement = json.loads(json.dumps(syn.AGREEMENT))

@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline import composition as comp
-from pipeline import scoring, strands
-from pipeline.composition import COLUMNS, KINDS, VARIANTS, composition_scores, true_scores
+from pipeline.circuits import composition as comp
+from pipeline.circuits import scoring, strands
+from pipeline.circuits.composition import COLUMNS, KINDS, VARIANTS, composition_scores, true_scores
+from pipeline.circuits.scoring import summarize
+from pipeline.circuits.weights import HeadWeights, from_state_dict
 from pipeline.config import CompositionConfig
-from pipeline.scoring import summarize
-from pipeline.weights import HeadWeights, from_state_dict
 
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)
 F64 = torch.float64

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import corpus, data, io, tokenizer
+from pipeline import io
 from pipeline.config import (
     CopiesConfig,
     DataConfig,
@@ -24,6 +24,7 @@ from pipeline.config import (
     TokenizerConfig,
     TokensDataConfig,
 )
+from pipeline.data import corpus, datasets, tokenizer
 from pipeline.errors import UserError
 
 MODEL = ModelConfig()  # 64 tokens of context, 64-token vocabulary
@@ -36,7 +37,7 @@ def synthetic(n: int = 2000, seed: int = 0, model: ModelConfig = MODEL, **change
     copies = replace(CopiesConfig(), **{k: v for k, v in changes.items() if k in COPY_KEYS})
     syn = replace(SyntheticDataConfig(), **{k: v for k, v in changes.items() if k not in COPY_KEYS})
     cfg = DataConfig(synthetic=syn, copies=copies)
-    return data.synthetic_sequences(n, model, cfg, np.random.default_rng(seed))
+    return datasets.synthetic_sequences(n, model, cfg, np.random.default_rng(seed))
 
 
 def test_synthetic_is_seeded_and_in_range():
@@ -56,7 +57,7 @@ def test_copies_repeat_the_token_distance_back():
 def test_background_tokens_come_from_the_segment_topic():
     """No copies, one segment per sequence, always on topic: each sequence uses one topic."""
     x = synthetic(n=200, seed=5, rate=0.0, min_segment=64, max_segment=64, topic_fraction=1.0, topics=8)
-    members, offsets, sizes = data._topics(64, 8, np.random.default_rng(5))  # the generator's first draw
+    members, offsets, sizes = datasets._topics(64, 8, np.random.default_rng(5))  # the generator's first draw
     assert sorted(members.tolist()) == list(range(64)) and sizes.tolist() == [8] * 8
     topic_of = np.empty(64, dtype=int)
     for t, (o, n) in enumerate(zip(offsets, sizes, strict=True)):
@@ -89,17 +90,17 @@ def test_induction_predicts_far_better_than_any_fixed_offset():
 
 def test_synthetic_split_holds_out_the_first_sequences():
     cfg = DataConfig(n_train_sequences=400, eval_fraction=0.05)
-    ds = data.load(cfg, MODEL, seed=3, n_eval=64)
-    rows = data.synthetic_sequences(400, MODEL, cfg, np.random.default_rng(3))
+    ds = datasets.load(cfg, MODEL, seed=3, n_eval=64)
+    rows = datasets.synthetic_sequences(400, MODEL, cfg, np.random.default_rng(3))
     assert torch.equal(ds.eval, torch.from_numpy(rows[:20]))  # 5% of 400, fewer than n_eval
     assert torch.equal(ds.train.rows, torch.from_numpy(rows[20:]))
-    assert torch.equal(data.load(cfg, MODEL, seed=3, n_eval=8, need_train=False).eval, ds.eval[:8])
+    assert torch.equal(datasets.load(cfg, MODEL, seed=3, n_eval=8, need_train=False).eval, ds.eval[:8])
     assert ds.heldout is None  # the probe of a synthetic source: uniformly random tokens
     assert ds.manifest["source"] == "synthetic" and ds.manifest["train_sequences"] == 380
 
 
 def test_batches_are_seeded_rows():
-    source = data.Rows(np.arange(40).reshape(10, 4))
+    source = datasets.Rows(np.arange(40).reshape(10, 4))
     a = source.batch(6, torch.Generator().manual_seed(0))
     assert torch.equal(a, source.batch(6, torch.Generator().manual_seed(0)))
     assert a.shape == (6, 4) and torch.equal(a[:, 1] - a[:, 0], torch.ones(6, dtype=torch.long))
@@ -198,7 +199,7 @@ def test_text_source_reads_the_tokenizer_output_and_holds_out_its_tail(tmp_path)
     manifest = json.loads((tmp_path / "tok" / "manifest.json").read_text())
     assert manifest["text"]["corpus"] == "kjv" and manifest["text"]["max_chars"] == 50_000
     model = ModelConfig(d_vocab=400, n_ctx=32)
-    ds = data.load(cfg, model, seed=0, n_eval=8, tokenized=tmp_path / "tok")
+    ds = datasets.load(cfg, model, seed=0, n_eval=8, tokenized=tmp_path / "tok")
     tokens = np.load(tmp_path / "tok" / "tokens.npy")
     cut = manifest["train_tokens"]
     assert torch.equal(ds.eval[0], torch.from_numpy(tokens[cut : cut + 32].astype(np.int64)))
@@ -207,17 +208,17 @@ def test_text_source_reads_the_tokenizer_output_and_holds_out_its_tail(tmp_path)
     batch = ds.train.batch(16, torch.Generator().manual_seed(0))
     assert all(tuple(row.tolist()) in train for row in batch)  # training windows come from before the cut
     with pytest.raises(UserError, match="model.d_vocab = 100: the tokenizer .* has 400 tokens"):
-        data.load(cfg, ModelConfig(d_vocab=100, n_ctx=32), 0, 8, tmp_path / "tok")
+        datasets.load(cfg, ModelConfig(d_vocab=100, n_ctx=32), 0, 8, tmp_path / "tok")
     with pytest.raises(UserError, match=r"too few for n_ctx = 8000 windows"):
-        data.load(cfg, ModelConfig(d_vocab=400, n_ctx=8000, n_heads=1, d_head=8), 0, 8, tmp_path / "tok")
+        datasets.load(cfg, ModelConfig(d_vocab=400, n_ctx=8000, n_heads=1, d_head=8), 0, 8, tmp_path / "tok")
 
 
 def test_copies_are_written_into_training_windows_only(tmp_path):
     cfg = tokenized(tmp_path, corpus="kjv", max_chars=50_000)
     copying = replace(cfg, copies=CopiesConfig(rate=1.0, min_span=32, max_span=32, min_distance=3))
     model = ModelConfig(d_vocab=400, n_ctx=32)
-    plain = data.load(cfg, model, 0, 8, tmp_path / "tok")
-    copied = data.load(copying, model, 0, 8, tmp_path / "tok")
+    plain = datasets.load(cfg, model, 0, 8, tmp_path / "tok")
+    copied = datasets.load(copying, model, 0, 8, tmp_path / "tok")
     batch = copied.train.batch(16, torch.Generator().manual_seed(0))
     assert torch.equal(batch[:, 3:], batch[:, :-3])  # one copy at distance 3 from position 3 on
     assert torch.equal(plain.eval, copied.eval) and copied.manifest["copies"]["rate"] == 1.0
@@ -225,14 +226,14 @@ def test_copies_are_written_into_training_windows_only(tmp_path):
 
 def test_the_probe_repeats_held_out_spans_and_is_seeded(tmp_path):
     cfg = tokenized(tmp_path, corpus="kjv", max_chars=50_000)
-    ds = data.load(cfg, ModelConfig(d_vocab=400, n_ctx=32), 0, 8, tmp_path / "tok", need_train=False)
-    probe = data.repeated_probe(ds, 6, 10, 400, seed=3)
+    ds = datasets.load(cfg, ModelConfig(d_vocab=400, n_ctx=32), 0, 8, tmp_path / "tok", need_train=False)
+    probe = datasets.repeated_probe(ds, 6, 10, 400, seed=3)
     assert probe.shape == (6, 21) and torch.equal(probe[:, 1:11], probe[:, 11:])
     held = ds.heldout.tolist()
     for row in probe.tolist():  # [first, span] is a stretch of held-out text
         assert any(held[i : i + 11] == row[:11] for i in range(len(held) - 10))
-    assert torch.equal(probe, data.repeated_probe(ds, 6, 10, 400, seed=3))
-    assert not torch.equal(probe, data.repeated_probe(ds, 6, 10, 400, seed=4))
+    assert torch.equal(probe, datasets.repeated_probe(ds, 6, 10, 400, seed=3))
+    assert not torch.equal(probe, datasets.repeated_probe(ds, 6, 10, 400, seed=4))
 
 
 def tokens_config(tmp_path, name: str = "ids.npy") -> DataConfig:
@@ -244,7 +245,7 @@ def tokens_config(tmp_path, name: str = "ids.npy") -> DataConfig:
 def test_tokens_file_is_memory_mapped_with_a_manifest(tmp_path):
     ids = (np.arange(1000) % 50).astype(np.uint16)
     np.save(tmp_path / "ids.npy", ids)
-    ds = data.load(tokens_config(tmp_path), ModelConfig(n_ctx=20), seed=0, n_eval=64)
+    ds = datasets.load(tokens_config(tmp_path), ModelConfig(n_ctx=20), seed=0, n_eval=64)
     assert isinstance(ds.train.tokens, np.memmap)
     assert (
         ds.manifest["files"][0]["sha256"] == hashlib.sha256((tmp_path / "ids.npy").read_bytes()).hexdigest()
@@ -269,13 +270,13 @@ def test_training_never_sees_a_held_out_token(tmp_path, source):
         io.write_npy(tokenized_dir / "tokens.npy", ids)
         io.write_json(tokenized_dir / "manifest.json", {"source": "text", "train_tokens": cut, "vocab": 200})
         cfg = DataConfig(source="text", dir=str(tmp_path), copies=CopiesConfig(rate=0.0))
-    ds = data.load(cfg, ModelConfig(d_vocab=256, n_ctx=8), seed=0, n_eval=64, tokenized=tokenized_dir)
+    ds = datasets.load(cfg, ModelConfig(d_vocab=256, n_ctx=8), seed=0, n_eval=64, tokenized=tokenized_dir)
     gen = torch.Generator().manual_seed(0)
     seen = torch.cat([ds.train.batch(32, gen) for _ in range(50)])  # 1,600 windows over 153 starts
     assert int(seen.max()) == cut - 1 and int(seen.min()) == 0
     assert int(ds.heldout[0]) == cut and len(ds.heldout) == 40
     assert torch.equal(ds.eval, torch.arange(cut, 200).view(5, 8))  # consecutive, non-overlapping
-    probe = data.repeated_probe(ds, 500, 6, 256, seed=0)  # 500 spans over 34 possible starts
+    probe = datasets.repeated_probe(ds, 500, 6, 256, seed=0)  # 500 spans over 34 possible starts
     assert int(probe.min()) == cut and int(probe[:, 0].max()) == 200 - 7  # the last span is drawn too
 
 
@@ -290,14 +291,14 @@ def test_training_never_sees_a_held_out_token(tmp_path, source):
 def test_bad_token_files_are_refused(tmp_path, array, match):
     np.save(tmp_path / "ids.npy", array)
     with pytest.raises(UserError, match=match):
-        data.load(tokens_config(tmp_path), ModelConfig(n_ctx=20), seed=0, n_eval=4)
+        datasets.load(tokens_config(tmp_path), ModelConfig(n_ctx=20), seed=0, n_eval=4)
 
 
 def test_token_path_must_exist_inside_data_dir(tmp_path):
     with pytest.raises(UserError, match="data.tokens.path"):
-        data.load(tokens_config(tmp_path, "absent.npy"), MODEL, seed=0, n_eval=4)
+        datasets.load(tokens_config(tmp_path, "absent.npy"), MODEL, seed=0, n_eval=4)
     with pytest.raises(UserError, match="inside data.dir"):
-        data.load(tokens_config(tmp_path, "../outside.npy"), MODEL, seed=0, n_eval=4)
+        datasets.load(tokens_config(tmp_path, "../outside.npy"), MODEL, seed=0, n_eval=4)
 
 
 def test_too_many_topics_is_refused():
@@ -309,4 +310,4 @@ def test_an_unchecked_token_source_without_a_path_is_a_user_error():
     """The library refuses what config validation would have (a caller may skip `validate`)."""
     unchecked = DataConfig(source="tokens")  # tokens.path is None
     with pytest.raises(UserError, match=r"^data.tokens.path: is required when data.source = 'tokens'$"):
-        data.load(unchecked, ModelConfig(), seed=0, n_eval=4)
+        datasets.load(unchecked, ModelConfig(), seed=0, n_eval=4)

@@ -33,7 +33,8 @@ def module_file(name: str) -> Path | None:
 
 
 def packages_of(name: str) -> list[str]:
-    """pipeline.figures.heads -> [pipeline, pipeline.figures]: importing runs their __init__."""
+    """pipeline.present.figures.heads -> [pipeline, pipeline.present, pipeline.present.figures]:
+    importing runs their __init__."""
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 

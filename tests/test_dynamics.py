@@ -1,7 +1,7 @@
 """Composition through training: train's checkpoints (which steps, that saving them does not
 change the run, that the last is the final model), the dynamics stage through the real
 stages (at the final checkpoint it reproduces the composition stage's scores and the heads
-stage's attention scores exactly), the timing rules of `pipeline.phases` on known answers,
+stage's attention scores exactly), the timing rules of `pipeline.behaviour.phases` on known answers,
 and the per-seed figure."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import pytest
 import torch
 from dvc_repo import TINY
 
-from pipeline import checkpoint, phases, tables
+from pipeline import checkpoint, tables
 from pipeline import params as params_mod
+from pipeline.behaviour import phases
 from pipeline.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,7 +157,7 @@ def test_steps_table_follows_the_top_pair(run):
 
 
 def test_figure_marks_the_phase_change(run):
-    from pipeline.figures import dynamics as figure
+    from pipeline.present.figures import dynamics as figure
 
     steps = pd.read_csv(run["dynamics"] / "steps.tsv", sep="\t").assign(induction=[0.1, 0.6, 0.7])
     pair, z = figure.read_summary(str(run["dynamics"] / "summary.json"))

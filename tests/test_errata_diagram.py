@@ -11,9 +11,9 @@ import pytest
 import torch
 from test_composition import head_weights
 
-from pipeline.composition import composition_scores
+from pipeline.circuits.composition import composition_scores
 from pipeline.config import CompositionConfig
-from pipeline.figures.composition import diagram_edges, errata_diagram
+from pipeline.present.figures.composition import diagram_edges, errata_diagram
 from pipeline.tables import excess
 
 F64 = torch.float64

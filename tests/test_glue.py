@@ -19,11 +19,13 @@ import synthetic_seeds as syn
 import torch
 from test_compare import long_table, value  # one seed's long table (EDGE 0.1, FDR 0.05), a cell of it
 
-from pipeline import ablation, agreement, composition, data, heads, significance, weights
+from pipeline.behaviour import ablation, agreement, heads
+from pipeline.circuits import composition, significance, weights
 from pipeline.compare import stats as compare
 from pipeline.compare.claims import CLAIM_KIND, PRIMARY_EFFECT
 from pipeline.config import CompareConfig, CompositionConfig, HeadsConfig, RoleThresholds
-from pipeline.model import AttnOnlyTransformer
+from pipeline.data import datasets
+from pipeline.model.transformer import AttnOnlyTransformer
 
 LENGTH = 7
 EDGE, FDR = 0.1, 0.05
@@ -88,7 +90,7 @@ def test_analyse_ablates_each_held_out_batch_with_its_own_probe(reordered):
     model, scores, _, _, _ = reordered
     n, seed = 4, 5
     text = planted.random_tokens(3 * n, planted.N_CTX, 2)
-    dataset = data.Dataset(train=None, eval=text, heldout=None, manifest={})
+    dataset = datasets.Dataset(train=None, eval=text, heldout=None, manifest={})
     cfg = HeadsConfig(
         eval_sequences=n, repeat_length=LENGTH, window_length=planted.WINDOW, ablation_batches=3
     )
@@ -96,7 +98,7 @@ def test_analyse_ablates_each_held_out_batch_with_its_own_probe(reordered):
     batches = heads.analyse(model, hw, dataset, cfg, seed, scores).batches
     assert sorted(set(batches["batch"])) == [0, 1, 2]
     for b in range(3):
-        probe = data.repeated_probe(dataset, n, LENGTH, planted.V, seed + b)
+        probe = datasets.repeated_probe(dataset, n, LENGTH, planted.V, seed + b)
         mine = batches[batches["batch"] == b].reset_index(drop=True)
         on_probe = ablation.path_ablation(model, probe, LENGTH)
         on_text = ablation.path_ablation(model, text[b * n : (b + 1) * n], None)
@@ -282,7 +284,7 @@ def test_a_seeds_files_are_read_into_their_own_fields(tmp_path):
 def test_the_top_pairs_source_is_in_an_earlier_layer():
     """The best induction head of layers >= 1 (1.1), and the best previous-token head of the layers
     before it: 0.1, although 1.0's previous-token score is higher."""
-    from pipeline import dynamics
+    from pipeline.behaviour import dynamics
 
     final = pd.DataFrame({"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "prev_token": [0.2, 0.6, 0.9, 0.0],
                           "induction": [0.9, 0.0, 0.1, 0.8]})  # fmt: skip
@@ -323,7 +325,7 @@ def test_timing_figure_places_every_seeds_lag_and_mean():
     import matplotlib.pyplot as plt
     from matplotlib.collections import PathCollection
 
-    from pipeline.figures import compare as compare_figures
+    from pipeline.present.figures import compare as compare_figures
 
     fig = compare_figures.timing_figure(result.claims, result.stats, 0.95)
     try:

@@ -13,19 +13,12 @@ import pytest
 import torch
 from models import random_model
 
-from pipeline import (
-    agreement,
-    checkpoint,
-    composition,
-    data,
-    heads,
-    params,
-    significance,
-    tables,
-    tl_checkpoint,
-    weights,
-)
+from pipeline import checkpoint, params, tables
+from pipeline.behaviour import agreement, heads
+from pipeline.circuits import composition, significance, weights
 from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, RoleThresholds
+from pipeline.data import datasets
+from pipeline.model import tl_checkpoint
 from pipeline.tables import ABLATION_COLUMNS, VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,7 +175,7 @@ def test_analysis_is_reproducible_for_a_seed():
     scores = scores_of(hw)
 
     def analyse(seed: int) -> heads.HeadsResult:
-        dataset = data.load(
+        dataset = datasets.load(
             DataConfig(n_train_sequences=200), model.cfg, seed, CFG.eval_sequences, need_train=False
         )
         return heads.analyse(model, hw, dataset, CFG, seed, scores)
@@ -401,7 +394,7 @@ def test_stage_names_a_missing_input_in_one_line(tmp_path, capsys):
 
 
 def test_attention_pattern_panels_are_titled_with_roles(planted_result):
-    from pipeline.figures import heads as heads_figures
+    from pipeline.present.figures import heads as heads_figures
 
     pattern = planted_result.example["pattern"].numpy()
     fig = heads_figures.attention_patterns(pattern, planted_result.table, LENGTH)
@@ -412,7 +405,7 @@ def test_attention_pattern_panels_are_titled_with_roles(planted_result):
 
 
 def test_copying_vs_qk_places_the_induction_head_top_right_and_names_undefined_heads(planted_result):
-    from pipeline.figures import heads as heads_figures
+    from pipeline.present.figures import heads as heads_figures
 
     fig = heads_figures.copying_vs_qk(planted_result.table)
     (ax,) = fig.axes
@@ -422,7 +415,7 @@ def test_copying_vs_qk_places_the_induction_head_top_right_and_names_undefined_h
 
 
 def test_ablation_figure_shows_each_variants_rho(planted_result, planted_scores):
-    from pipeline.figures import heads as heads_figures
+    from pipeline.present.figures import heads as heads_figures
 
     scores = planted_scores
     rho = {"K": {"true": 0.5, "errata_bcda": None}}

@@ -24,10 +24,12 @@ from hub_cache import (
 )
 from huggingface_hub import constants
 
-from pipeline import corpus, hub, origin, tl_checkpoint
+from pipeline import hub
 from pipeline.config import ModelConfig, TrainConfig
+from pipeline.data import corpus
 from pipeline.errors import UserError
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model import origin, tl_checkpoint
+from pipeline.model.transformer import AttnOnlyTransformer
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {"d_head": 4, "d_model": 16}

@@ -13,8 +13,10 @@ import pytest
 import torch
 from models import random_model
 
-from pipeline import checkpoint, tl_checkpoint, weights
+from pipeline import checkpoint
+from pipeline.circuits import weights
 from pipeline.config import ModelConfig
+from pipeline.model import tl_checkpoint
 
 tl = pytest.importorskip("transformer_lens")
 pytestmark = [pytest.mark.interop, pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated")]
@@ -171,7 +173,7 @@ def test_transformer_lens_checkpoint_runs_the_whole_pipeline_to_figures(tmp_path
 def test_ablating_a_set_of_heads_equals_transformer_lens_hooks(tmp_path, pos, norm):
     """`ablation.heads_loss_effect` against HookedTransformer with each ablated head's z replaced
     by its batch mean at every position (a head's write is linear in its z)."""
-    from pipeline import ablation
+    from pipeline.behaviour import ablation
 
     config = {**SHAPE, "positional_embedding_type": pos, "normalization_type": norm, "attn_only": True}
     theirs = hooked({**config, "act_fn": None}, seed=5)

@@ -1,4 +1,4 @@
-"""Composition in the whitened residual frame (pipeline/invariant.py): unchanged by the residual
+"""Composition in the whitened residual frame (pipeline/circuits/invariant.py): unchanged by the residual
 stream's GL(d_model) symmetry where the Frobenius scores change; the small-space computation
 equals the dense token-path formula; the null's singular-value identity; known answers
 (the planted model, white frames give the Frobenius scores); determinism; the stage's table."""
@@ -18,11 +18,11 @@ import torch
 from models import random_model
 from test_composition import random_heads
 
-from pipeline import composition, invariant, weights
+from pipeline.circuits import composition, invariant, weights
+from pipeline.circuits.invariant import COLUMNS, KINDS, invariant_scores
 from pipeline.config import CompositionConfig
 from pipeline.errors import UserError
-from pipeline.invariant import COLUMNS, KINDS, invariant_scores
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model.transformer import AttnOnlyTransformer
 from pipeline.tables import INVARIANT, SIGNIFICANCE_COLUMNS
 
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)

@@ -13,10 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import ablation, checkpoint, data, dynamics, heads, memory, params, tl_checkpoint, train
+from pipeline import checkpoint, memory, params
+from pipeline.behaviour import ablation, dynamics, heads
 from pipeline.config import ModelConfig
+from pipeline.data import datasets
 from pipeline.errors import UserError
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model import tl_checkpoint, train
+from pipeline.model.transformer import AttnOnlyTransformer
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ModelConfig(n_heads=2, d_head=4, d_model=16, n_ctx=20, d_vocab=16)
@@ -60,22 +63,22 @@ def test_chunks_are_the_codes(monkeypatch):
 
 @pytest.mark.parametrize("n_train, fraction, n", [(64, 0.05, 8), (64, 0.5, 8), (10, 0.05, 8), (1000, 0.1, 7)])
 def test_held_out_sequences_are_the_datas(n_train, fraction, n):
-    """The estimate's held-out batch has as many sequences as data.load gives the train and
+    """The estimate's held-out batch has as many sequences as datasets.load gives the train and
     heads stages: at most the held-out part of the synthetic data."""
     cfg = cfg_of("setup=synthetic", f"data.n_train_sequences={n_train}", f"data.eval_fraction={fraction}")
-    dataset = data.load(cfg.data, SMALL, 0, n, need_train=False)
+    dataset = datasets.load(cfg.data, SMALL, 0, n, need_train=False)
     assert memory._n_eval(cfg.data, n) == len(dataset.eval)
 
 
 def test_a_token_files_held_out_sequences_are_at_most_the_estimates(tmp_path):
-    """Text and token files: the estimate takes the `n` asked for, data.load gives at most that."""
+    """Text and token files: the estimate takes the `n` asked for, datasets.load gives at most that."""
     np.save(tmp_path / "tokens.npy", np.arange(2000) % SMALL.d_vocab)
     for fraction, n in [(0.05, 8), (0.5, 8), (0.05, 2)]:
         cfg = cfg_of(
             "data.source=tokens", f"data.dir={tmp_path}", "data.tokens.path=tokens.npy",
             f"data.eval_fraction={fraction}",
         )  # fmt: skip
-        dataset = data.load(cfg.data, SMALL, 0, n, need_train=False)
+        dataset = datasets.load(cfg.data, SMALL, 0, n, need_train=False)
         assert 0 < len(dataset.eval) <= memory._n_eval(cfg.data, n) == n
 
 

@@ -12,7 +12,7 @@ import torch
 from models import random_model
 
 from pipeline.config import ModelConfig
-from pipeline.model import next_token_loss
+from pipeline.model.transformer import next_token_loss
 
 VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"], [True, False]))
 
@@ -114,7 +114,7 @@ def test_fused_forward_gradients_equal_autograd_through_the_cached_forward(pos, 
     """Training's fused attention (the hand-written kernel, over several chunks of heads and a
     remainder) and autograd through the explicit softmax of the cache give the same gradients
     for every parameter."""
-    from pipeline.model import _CausalAttention
+    from pipeline.model.transformer import _CausalAttention
 
     # 5 heads' scores per chunk: batch 3 x 3 heads = 9 = 5 + 4
     monkeypatch.setattr(_CausalAttention, "CHUNK_BYTES", 5 * 12 * 12 * 8)
@@ -139,7 +139,7 @@ def test_fast_forward_in_float32_at_the_default_size():
 def test_the_cuda_kernel_computes_what_the_cpu_kernel_does(shape):
     """Training's attention on CUDA is torch's scaled_dot_product_attention; on the CPU it is
     `_CausalAttention`. Both, run here on the CPU in float64: equal values and gradients."""
-    from pipeline.model import causal_attention
+    from pipeline.model.transformer import causal_attention
 
     gen = torch.Generator().manual_seed(7)
     inputs = [torch.randn(*shape, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(3)]

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import patterns
+from pipeline.model import patterns
 
 
 def causal_softmax(scores: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,8 @@ import pandas as pd
 import pytest
 import synthetic_seeds as syn
 
-from pipeline import params, report, tables
+from pipeline import params, tables
+from pipeline.present import report
 from stages import compare as compare_stage
 from stages import report as report_stage
 

@@ -28,9 +28,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from models import random_model
 
-from pipeline import checkpoint, composition, heads, tl_checkpoint, weights
+from pipeline import checkpoint
+from pipeline.behaviour import heads
+from pipeline.circuits import composition, weights
 from pipeline.config import CompositionConfig, HeadsConfig
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model import tl_checkpoint
+from pipeline.model.transformer import AttnOnlyTransformer
 
 PROPERTY = settings(derandomize=True, max_examples=30, deadline=None)
 N_CTX, LENGTH = 9, 4  # repeated sequences [first, span, span] of 1 + 2 x 4 tokens

@@ -1,4 +1,4 @@
-"""Discoveries at a controlled FDR (pipeline/significance.py): known answers for each step, then
+"""Discoveries at a controlled FDR (pipeline/circuits/significance.py): known answers for each step, then
 the calibration the procedure promises, measured: untrained weights of every shape in
 conf/model/, the pairs that cannot compose in a trained model, and a planted model."""
 
@@ -15,8 +15,10 @@ import torch
 import yaml
 from models import random_model
 
-from pipeline import params, significance, train, weights
+from pipeline import params
+from pipeline.circuits import significance, weights
 from pipeline.config import CompositionConfig, Config, ModelConfig
+from pipeline.model import train
 from pipeline.tables import INVARIANT, KINDS, MEASURES
 
 ROOT = Path(__file__).resolve().parents[1]

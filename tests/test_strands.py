@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.strands import (
+from pipeline.circuits.strands import (
     Strand,
     all_pairs_norms,
     eigenvalues,

@@ -19,10 +19,12 @@ import torch
 from models import random_model
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from pipeline import checkpoint, data, origin, params, patterns, tl_checkpoint, train
+from pipeline import checkpoint, params
 from pipeline.config import Config, TrainConfig
+from pipeline.data import datasets
 from pipeline.errors import UserError
-from pipeline.model import AttnOnlyTransformer, next_token_loss
+from pipeline.model import origin, patterns, tl_checkpoint, train
+from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss
 from stages import origin as origin_stage
 from stages import train as stage
 
@@ -85,8 +87,8 @@ def test_curve_and_metrics(tmp_path):
     # evaluated here on the same held-out windows and probe
     cfg = params.from_dict(params.compose(TINY, conf_dir=ROOT / "conf"))
     t = cfg.train
-    dataset = data.load(cfg.data, cfg.model, 0, n_eval=t.eval_batch_size)
-    probe = data.repeated_probe(dataset, t.eval_batch_size, t.probe_length, cfg.model.d_vocab, 0)
+    dataset = datasets.load(cfg.data, cfg.model, 0, n_eval=t.eval_batch_size)
+    probe = datasets.repeated_probe(dataset, t.eval_batch_size, t.probe_length, cfg.model.d_vocab, 0)
     torch.manual_seed(0)
     untrained = AttnOnlyTransformer(cfg.model)
     final = tl_checkpoint.load_model(out / "model.safetensors", out / "config.json")
@@ -266,11 +268,13 @@ def test_default_config_grows_previous_token_and_induction_heads():
     setup's five seeds: docs/training.md, "Training on text")."""
     cfg: Config = params.from_dict(params.compose(["setup=synthetic"], conf_dir=ROOT / "conf"))
     result = train.train(cfg, seed=0, progress=False)
-    from pipeline import composition, data, heads  # as the heads stage measures them
+    from pipeline.behaviour import heads
+    from pipeline.circuits import composition
+    from pipeline.data import datasets  # as the heads stage measures them
 
     hw, model = heads_weights(result), result.model.double()
     scores = composition.composition_scores(hw, cfg.analysis.composition, seed=0)
-    dataset = data.load(cfg.data, model.cfg, 0, cfg.analysis.heads.eval_sequences, need_train=False)
+    dataset = datasets.load(cfg.data, model.cfg, 0, cfg.analysis.heads.eval_sequences, need_train=False)
     table = heads.analyse(model, hw, dataset, cfg.analysis.heads, 0, scores).table
     layer0, layer1 = table[table.layer == 0], table[table.layer == 1]
     assert layer1["induction"].max() >= 0.5
@@ -278,7 +282,7 @@ def test_default_config_grows_previous_token_and_induction_heads():
 
 
 def heads_weights(result):
-    from pipeline import weights
+    from pipeline.circuits import weights
 
     hw, _ = weights.prepare(result.model.state_dict(), result.model.cfg)
     return hw

@@ -13,9 +13,11 @@ import pytest
 import torch
 from models import random_model
 
-from pipeline import checkpoint, tl_checkpoint, weights
+from pipeline import checkpoint
+from pipeline.circuits import weights
 from pipeline.config import ModelConfig
-from pipeline.model import LayerNorm
+from pipeline.model import tl_checkpoint
+from pipeline.model.transformer import LayerNorm
 
 VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"]))
 

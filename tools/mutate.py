@@ -107,7 +107,7 @@ MUTATIONS = (
     Mutation(
         "induction-skips-first-query",
         "the induction score skips the first query of the second copy",
-        "pipeline/patterns.py",
+        "pipeline/model/patterns.py",
         "length - 1, start=length + 1)",
         "length - 1, start=length + 2)",
         PATTERN_TESTS,
@@ -115,7 +115,7 @@ MUTATIONS = (
     Mutation(
         "role-threshold-exceeds",
         "a role is taken when its score exceeds (>) the threshold, not reaches it",
-        "pipeline/heads.py",
+        "pipeline/behaviour/heads.py",
         "flag = table[score].ge(",
         "flag = table[score].gt(",
         ROLES,
@@ -123,7 +123,7 @@ MUTATIONS = (
     Mutation(
         "qk-source-by-q",
         "the QK-positivity source is the best Q composer, not the best K composer",
-        "pipeline/heads.py",
+        "pipeline/behaviour/heads.py",
         "qk_positivity(hw, best_sources(scores))",
         'qk_positivity(hw, best_sources(scores, "Q"))',
         HEADS_STAGE,
@@ -131,7 +131,7 @@ MUTATIONS = (
     Mutation(
         "spearman-signed",
         "the agreement Spearman ranks signed effects, not their size",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         'x, y = rows[effect].abs().to_numpy(float), rows["score"]',
         'x, y = rows[effect].to_numpy(float), rows["score"]',
         AGREEMENT,
@@ -155,7 +155,7 @@ MUTATIONS = (
     Mutation(
         "schedule-first-group-only",
         "the learning-rate schedule reaches the first parameter group only",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         "for group in opt.param_groups:",
         "for group in opt.param_groups[:1]:",
         (SCHEDULE,),
@@ -163,7 +163,7 @@ MUTATIONS = (
     Mutation(
         "tokens-source-leaks",
         "the token-file source trains on the first held-out token",
-        "pipeline/data.py",
+        "pipeline/data/datasets.py",
         "train = Stream(tokens[:cut], model.n_ctx, data.copies) if need_train else None\n    return Dataset(",
         "train = Stream(tokens[: cut + 1], model.n_ctx, data.copies) if need_train else None\n"
         "    return Dataset(",
@@ -172,7 +172,7 @@ MUTATIONS = (
     Mutation(
         "text-source-leaks",
         "the text source trains on the first held-out token",
-        "pipeline/data.py",
+        "pipeline/data/datasets.py",
         "train = Stream(tokens[:cut], model.n_ctx, data.copies) if need_train else None\n    copies = ",
         "train = Stream(tokens[: cut + 1], model.n_ctx, data.copies) if need_train else None\n    copies = ",
         (LEAK,),
@@ -180,7 +180,7 @@ MUTATIONS = (
     Mutation(
         "constant-lr",
         "a constant learning rate: no warmup, no decay",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         'group["lr"] = lr_at(step, t)',
         'group["lr"] = t.lr',
         (SCHEDULE,),
@@ -189,7 +189,7 @@ MUTATIONS = (
     Mutation(
         "synthetic-split-leaks",
         "the synthetic source trains on the last held-out sequence",
-        "pipeline/data.py",
+        "pipeline/data/datasets.py",
         "train = Rows(rows[n_held:])",
         "train = Rows(rows[n_held - 1 :])",
         (DATA + "test_synthetic_split_holds_out_the_first_sequences",),
@@ -197,7 +197,7 @@ MUTATIONS = (
     Mutation(
         "heldout-starts-in-training",
         "the token-file source's held-out stream starts one token early",
-        "pipeline/data.py",
+        "pipeline/data/datasets.py",
         '        manifest["copies"] = asdict(data.copies)\n    heldout = tokens[cut:]',
         '        manifest["copies"] = asdict(data.copies)\n    heldout = tokens[cut - 1 :]',
         (LEAK,),
@@ -205,7 +205,7 @@ MUTATIONS = (
     Mutation(
         "eval-windows-overlap",
         "held-out evaluation windows start one token apart (overlapping), not n_ctx apart",
-        "pipeline/data.py",
+        "pipeline/data/datasets.py",
         "heldout[i * n_ctx : (i + 1) * n_ctx]",
         "heldout[i : i + n_ctx]",
         (LEAK, DATA + "test_tokens_file_is_memory_mapped_with_a_manifest"),
@@ -213,7 +213,7 @@ MUTATIONS = (
     Mutation(
         "stream-skips-last-window",
         "a token stream never draws its last training window",
-        "pipeline/data.py",
+        "pipeline/data/datasets.py",
         "len(self.tokens) - self.n_ctx + 1, (size,)",
         "len(self.tokens) - self.n_ctx, (size,)",
         (LEAK,),
@@ -221,7 +221,7 @@ MUTATIONS = (
     Mutation(
         "probe-never-draws-the-last-span",
         "the induction probe never starts at the last possible held-out position",
-        "pipeline/data.py",
+        "pipeline/data/datasets.py",
         "torch.randint(0, len(heldout) - length, (n,)",
         "torch.randint(0, len(heldout) - length - 1, (n,)",
         (LEAK, DATA + "test_the_probe_repeats_held_out_spans_and_is_seeded"),
@@ -230,7 +230,7 @@ MUTATIONS = (
     Mutation(
         "first-token-counts-query-0",
         "the first-token score counts query 0, which has no other choice",
-        "pipeline/patterns.py",
+        "pipeline/model/patterns.py",
         "pattern[..., 1:, 0].mean(",
         "pattern[..., :, 0].mean(",
         PATTERN_TESTS,
@@ -238,7 +238,7 @@ MUTATIONS = (
     Mutation(
         "recent-window-short",
         "the recent window leaves out its farthest key",
-        "pipeline/patterns.py",
+        "pipeline/model/patterns.py",
         "for offset in range(1, k + 1))",
         "for offset in range(1, k))",
         PATTERN_TESTS,
@@ -246,7 +246,7 @@ MUTATIONS = (
     Mutation(
         "duplicate-counts-itself",
         "a query's own position counts as an earlier copy of its token",
-        "pipeline/patterns.py",
+        "pipeline/model/patterns.py",
         "torch.ones_like(same[0]).tril(-1)",
         "torch.ones_like(same[0]).tril(0)",
         PATTERN_TESTS,
@@ -254,7 +254,7 @@ MUTATIONS = (
     Mutation(
         "induction-on-heldout",
         "the heads stage reads induction off held-out text, not the probe",
-        "pipeline/heads.py",
+        "pipeline/behaviour/heads.py",
         "patterns.induction(p_rep, length)",
         "patterns.induction(p_held, length)",
         HEADS_STAGE,
@@ -263,7 +263,7 @@ MUTATIONS = (
     Mutation(
         "first-roles-swapped",
         "induction outranks previous-token as the primary role",
-        "pipeline/heads.py",
+        "pipeline/behaviour/heads.py",
         'FIRST = ("previous_token", "induction")',
         'FIRST = ("induction", "previous_token")',
         ROLES,
@@ -271,7 +271,7 @@ MUTATIONS = (
     Mutation(
         "heldout-effect-from-probe",
         "the held-out loss effect is read off the probe's ablation",
-        "pipeline/heads.py",
+        "pipeline/behaviour/heads.py",
         'heldout_loss_effect=on_text["loss_effect"]',
         'heldout_loss_effect=on_probe["loss_effect"]',
         HEADS_STAGE,
@@ -279,7 +279,7 @@ MUTATIONS = (
     Mutation(
         "ablation-same-heldout-batch",
         "every ablation batch reads the first held-out batch",
-        "pipeline/heads.py",
+        "pipeline/behaviour/heads.py",
         "dataset.eval[b * n : (b + 1) * n] for b in",
         "dataset.eval[0:n] for b in",
         (G + "test_analyse_ablates_each_held_out_batch_with_its_own_probe",),
@@ -287,7 +287,7 @@ MUTATIONS = (
     Mutation(
         "ablation-same-probe",
         "every ablation batch gets the probe of the first seed",
-        "pipeline/heads.py",
+        "pipeline/behaviour/heads.py",
         "model.cfg.d_vocab, seed + b)",
         "model.cfg.d_vocab, seed)",
         (G + "test_analyse_ablates_each_held_out_batch_with_its_own_probe",),
@@ -296,7 +296,7 @@ MUTATIONS = (
     Mutation(
         "top-source-signed",
         "top-source agreement picks the largest signed effect, not the largest size",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         "assign(size=lambda f: f[effect].abs())",
         "assign(size=lambda f: f[effect])",
         AGREEMENT,
@@ -304,7 +304,7 @@ MUTATIONS = (
     Mutation(
         "causal-exceeds-min-effect",
         "an edge must exceed min_effect, not reach it, to be causal",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         'out["causal"] = (out["mean"].to_numpy(float) >= min_effect)',
         'out["causal"] = (out["mean"].to_numpy(float) > min_effect)',
         AGREEMENT,
@@ -312,7 +312,7 @@ MUTATIONS = (
     Mutation(
         "causal-two-sided",
         "the causal t-test is two-sided (alpha / 2), not one-sided",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         "student_t.ppf(1 - CAUSAL_ALPHA,",
         "student_t.ppf(1 - CAUSAL_ALPHA / 2,",
         AGREEMENT,
@@ -320,7 +320,7 @@ MUTATIONS = (
     Mutation(
         "pr-auc-ascending",
         "average precision walks the scores lowest first",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         "for t in np.unique(score)[::-1]:",
         "for t in np.unique(score):",
         AGREEMENT,
@@ -328,7 +328,7 @@ MUTATIONS = (
     Mutation(
         "ranking-one-effect",
         "every effect's ranking is built from the probe's loss effect",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         "ranking(causal_edges(batches, effect, min_effect), scores)",
         'ranking(causal_edges(batches, "loss_effect", min_effect), scores)',
         AGREEMENT,
@@ -336,7 +336,7 @@ MUTATIONS = (
     Mutation(
         "top-source-exceeds-min-effect",
         "top-source agreement counts a later head only when its largest effect exceeds min_effect",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         'causal = causal[causal["size"] >= min_effect]',
         'causal = causal[causal["size"] > min_effect]',
         AGREEMENT,
@@ -344,7 +344,7 @@ MUTATIONS = (
     Mutation(
         "spearman-needs-four",
         "Spearman is left undefined with three pairs",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         "if len(x) >= 3 and np.ptp(x)",
         "if len(x) > 3 and np.ptp(x)",
         AGREEMENT,
@@ -352,7 +352,7 @@ MUTATIONS = (
     Mutation(
         "top-source-ties-last",
         "among tied scores the top source is the last earlier head, not the first",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         'sort_values([*DST, "src_layer", "src_head"], kind="stable")',
         'sort_values([*DST, "src_layer", "src_head"], kind="stable", ascending=False)',
         AGREEMENT,
@@ -360,7 +360,7 @@ MUTATIONS = (
     Mutation(
         "roc-auc-offset",
         "ROC-AUC subtracts the wrong rank-sum offset",
-        "pipeline/agreement.py",
+        "pipeline/behaviour/agreement.py",
         "n_pos * (n_pos + 1) / 2",
         "n_pos * (n_pos - 1) / 2",
         AGREEMENT,
@@ -368,7 +368,7 @@ MUTATIONS = (
     Mutation(
         "qk-source-by-errata-score",
         "the QK-positivity source is the best composer by the errata's score, not the true one",
-        "pipeline/heads.py",
+        "pipeline/behaviour/heads.py",
         '(scores["variant"] == "true")].dropna(subset=["score"])',
         '(scores["variant"] == "errata_bcda")].dropna(subset=["score"])',
         HEADS_STAGE,
@@ -483,7 +483,7 @@ MUTATIONS = (
     Mutation(
         "top-pair-source-in-its-layer",
         "the dynamics stage's previous-token source may sit in the induction head's own layer",
-        "pipeline/dynamics.py",
+        "pipeline/behaviour/dynamics.py",
         'earlier = final_heads[final_heads["layer"] < dst["layer"]]',
         'earlier = final_heads[final_heads["layer"] <= dst["layer"]]',
         (G + "test_the_top_pairs_source_is_in_an_earlier_layer",),
@@ -491,7 +491,7 @@ MUTATIONS = (
     Mutation(
         "steps-induction-from-layer-0",
         "steps.tsv's induction score is the best of the early layers",
-        "pipeline/dynamics.py",
+        "pipeline/behaviour/dynamics.py",
         'out["induction"] = late.groupby',
         'out["induction"] = early.groupby',
         ("tests/test_dynamics.py::test_steps_table_follows_the_top_pair",),
@@ -500,7 +500,7 @@ MUTATIONS = (
     Mutation(
         "decay-on-biases",
         "weight decay on the biases and LayerNorm, none on the matrices",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         '{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}',
         '{"params": decay, "weight_decay": 0.0}, {"params": rest, "weight_decay": t.weight_decay}',
         (SCHEDULE,),
@@ -508,7 +508,7 @@ MUTATIONS = (
     Mutation(
         "gradients-cleared-after-backward",
         "gradients are cleared after backward: nothing is learned",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         "opt.zero_grad(set_to_none=True)\n        loss.backward()",
         "loss.backward()\n        opt.zero_grad(set_to_none=True)",
         (TRAIN + "test_a_tiny_model_learns_in_sixty_steps",),
@@ -516,7 +516,7 @@ MUTATIONS = (
     Mutation(
         "warmup-starts-at-zero",
         "warmup's first step has learning rate 0",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         "return t.lr * (step + 1) / t.warmup_steps",
         "return t.lr * step / t.warmup_steps",
         (TRAIN + "test_schedule_warms_up_linearly_then_decays_to_a_tenth", SCHEDULE),
@@ -524,7 +524,7 @@ MUTATIONS = (
     Mutation(
         "no-gradient-clipping",
         "gradients are not clipped",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         "        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)\n",
         "",
         (SCHEDULE,),
@@ -532,7 +532,7 @@ MUTATIONS = (
     Mutation(
         "betas-swapped",
         "AdamW's betas are passed in the wrong order",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         "betas=(t.betas[0], t.betas[1])",
         "betas=(t.betas[1], t.betas[0])",
         (SCHEDULE,),
@@ -540,7 +540,7 @@ MUTATIONS = (
     Mutation(
         "curve-layers-swapped",
         "the curve's induction score is read off layer 0, its previous-token score off the last layer",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         "late, early = cache.pattern[1:] or cache.pattern, cache.pattern[:-1] or cache.pattern",
         "early, late = cache.pattern[1:] or cache.pattern, cache.pattern[:-1] or cache.pattern",
         (TRAIN + "test_evaluate_known_answers_on_the_planted_model",),
@@ -548,7 +548,7 @@ MUTATIONS = (
     Mutation(
         "induction-step-exceeds",
         "metrics' induction step is the first evaluation exceeding (>) the threshold, not reaching it",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         'curve.loc[curve["induction"] >= INDUCTION_THRESHOLD]',
         'curve.loc[curve["induction"] > INDUCTION_THRESHOLD]',
         (TRAIN + "test_induction_step_is_the_first_evaluation_reaching_the_threshold",),
@@ -556,7 +556,7 @@ MUTATIONS = (
     Mutation(
         "icl-sign-flipped",
         "the curve's in-context learning score is the first fifth's loss minus the last fifth's",
-        "pipeline/train.py",
+        "pipeline/model/train.py",
         "icl = loss[:, T - fifth :].mean() - loss[:, :fifth].mean()",
         "icl = loss[:, :fifth].mean() - loss[:, T - fifth :].mean()",
         (TRAIN + "test_evaluate_known_answers_on_the_planted_model", TRAIN + "test_curve_and_metrics"),
@@ -565,7 +565,7 @@ MUTATIONS = (
     Mutation(
         "discovery-below-fdr",
         "a discovery needs q < fdr, not q <= fdr",
-        "pipeline/significance.py",
+        "pipeline/circuits/significance.py",
         "discovery = np.isfinite(q) & (q <= fdr)",
         "discovery = np.isfinite(q) & (q < fdr)",
         SIGNIFICANCE_TESTS,
@@ -573,7 +573,7 @@ MUTATIONS = (
     Mutation(
         "bh-not-monotone",
         "BH's adjusted p-values without the running minimum",
-        "pipeline/significance.py",
+        "pipeline/circuits/significance.py",
         "np.minimum(1.0, np.minimum.accumulate(ranked[::-1])[::-1])",
         "np.minimum(1.0, ranked)",
         SIGNIFICANCE_TESTS,
@@ -581,7 +581,7 @@ MUTATIONS = (
     Mutation(
         "conformal-p-without-plus-one",
         "the conformal p-value drops its +1s (p can be 0)",
-        "pipeline/significance.py",
+        "pipeline/circuits/significance.py",
         "p = (1 + at_least) / (1 + len(pool))",
         "p = at_least / len(pool)",
         SIGNIFICANCE_TESTS,
@@ -589,7 +589,7 @@ MUTATIONS = (
     Mutation(
         "reader-median-by-writer",
         "standardising takes off each writer's median, not each reader's",
-        "pipeline/significance.py",
+        "pipeline/circuits/significance.py",
         'groupby([*BLOCK, "dst_head"], sort=False)',
         'groupby([*BLOCK, "src_head"], sort=False)',
         SIGNIFICANCE_TESTS,
@@ -597,7 +597,7 @@ MUTATIONS = (
     Mutation(
         "placebo-tested-against-itself",
         "each placebo block is tested against a pool that includes itself",
-        "pipeline/significance.py",
+        "pipeline/circuits/significance.py",
         "placebo_z[rows], placebo_z[~mine], fdr)",
         "placebo_z[rows], placebo_z, fdr)",
         SIGNIFICANCE_TESTS,
@@ -605,7 +605,7 @@ MUTATIONS = (
     Mutation(
         "bh-family-per-kind",
         "BH's family pools every measure of a kind, not one kind of one measure",
-        "pipeline/significance.py",
+        "pipeline/circuits/significance.py",
         'FAMILY = ["kind", "variant"]',
         'FAMILY = ["kind"]',
         SIGNIFICANCE_TESTS,
@@ -614,7 +614,7 @@ MUTATIONS = (
     Mutation(
         "null-sd-biased",
         "the null's sd divides by n, not n - 1",
-        "pipeline/scoring.py",
+        "pipeline/circuits/scoring.py",
         "x.std(dim, correction=1 if x.shape[dim] > 1 else 0)",
         "x.std(dim, correction=0)",
         (

@@ -31,9 +31,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import patterns
 from pipeline.memory import ABLATION_CHUNK
-from pipeline.model import AttnOnlyTransformer, Cache, next_token_loss
+from pipeline.model import patterns
+from pipeline.model.transformer import AttnOnlyTransformer, Cache, next_token_loss
 from pipeline.tables import ABLATION_COLUMNS, KINDS
 
 COLUMNS = list(ABLATION_COLUMNS[:7])  # the heads stage adds heldout_loss_effect (held-out text)

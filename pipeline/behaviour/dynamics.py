@@ -15,7 +15,7 @@ At each checkpoint (train's checkpoints/, `pipeline.checkpoint.read_index`):
 The top induction <- previous-token pair is chosen once, at the last checkpoint: the
 later head (layer >= 1) with the highest induction score, and the earlier head with the
 highest previous-token score in a layer before it. steps.tsv follows its K-composition raw
-z and BH q under every measure through training (`pipeline.phases` reads it).
+z and BH q under every measure through training (`pipeline.behaviour.phases` reads it).
 """
 
 from __future__ import annotations
@@ -29,10 +29,14 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import checkpoint, data, heads, phases, significance, tl_checkpoint, weights
+from pipeline import checkpoint
+from pipeline.behaviour import heads, phases
+from pipeline.circuits import significance, weights
 from pipeline.config import Config
+from pipeline.data import datasets
 from pipeline.errors import UserError
-from pipeline.model import next_token_loss
+from pipeline.model import tl_checkpoint
+from pipeline.model.transformer import next_token_loss
 from pipeline.tables import (
     DYNAMICS_COLUMNS,
     DYNAMICS_HEADS_COLUMNS,
@@ -162,8 +166,8 @@ def run(
     entries = checkpoint.read_index(directory)
     shape = tl_checkpoint.read_tl_config(config_path)
     heads.require_shape_fits(shape, h, cfg.data, str(config_path))
-    dataset = data.load(cfg.data, shape, seed, h.eval_sequences, tokenized, need_train=False)
-    repeated = data.repeated_probe(dataset, h.eval_sequences, h.repeat_length, shape.d_vocab, seed)
+    dataset = datasets.load(cfg.data, shape, seed, h.eval_sequences, tokenized, need_train=False)
+    repeated = datasets.repeated_probe(dataset, h.eval_sequences, h.repeat_length, shape.d_vocab, seed)
     return analyse(entries, directory, config_path, repeated, dataset.eval, cfg, seed, progress)
 
 

@@ -3,14 +3,14 @@
 Two seeded evaluation batches of `analysis.heads.eval_sequences` sequences each:
 
 - the repeated probe `[first, span, span]` (`repeat_length`-token spans of held-out data,
-  or of uniformly random tokens for the synthetic source: `pipeline.data.repeated_probe`):
-  the `induction` score, and the causal path ablation (`pipeline.ablation`);
+  or of uniformly random tokens for the synthetic source: `pipeline.data.datasets.repeated_probe`):
+  the `induction` score, and the causal path ablation (`pipeline.behaviour.ablation`);
 - held-out data (the evaluation split the train stage never trained on): where heads
   attend on the model's own distribution, `prev_token`, `current_token`, `first_token`,
-  `recent_mass` and `duplicate_token` (definitions in `pipeline.patterns`), and the path
+  `recent_mass` and `duplicate_token` (definitions in `pipeline.model.patterns`), and the path
   ablation's loss effect on natural text.
 
-Two scores read from the analysis-ready weights (`pipeline.weights.HeadWeights`):
+Two scores read from the analysis-ready weights (`pipeline.circuits.weights.HeadWeights`):
 
 - `copying` = sum(lambda) / sum(|lambda|) over the eigenvalues of the head's OV circuit in
   token space, W_E W_V W_O W_U [d_vocab, d_vocab] (row vectors: token t's embedding, through
@@ -42,7 +42,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import ablation, agreement, data, memory, patterns, strands, tl_checkpoint
+from pipeline import memory
+from pipeline.behaviour import ablation, agreement
+from pipeline.circuits import strands
+from pipeline.circuits.weights import HeadWeights, power_of_two_scaled
 from pipeline.config import (
     DataConfig,
     HeadsConfig,
@@ -51,10 +54,11 @@ from pipeline.config import (
     require_fits_context,
     require_window_fits,
 )
+from pipeline.data import datasets
 from pipeline.errors import UserError
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model import patterns, tl_checkpoint
+from pipeline.model.transformer import AttnOnlyTransformer
 from pipeline.tables import ABLATED_ROLES, ABLATION_COLUMNS, PATTERN_SCORES, ROLE_EFFECTS, ROLES
-from pipeline.weights import HeadWeights, power_of_two_scaled
 
 # The primary role. Some scores nest: a previous-token head also fills the recent window,
 # and an induction head attends to the first token where nothing matches (measured on the
@@ -197,7 +201,7 @@ def load_model(
 def analyse(
     model: AttnOnlyTransformer,
     hw: HeadWeights,
-    dataset: data.Dataset,
+    dataset: datasets.Dataset,
     cfg: HeadsConfig,
     seed: int,
     scores: pd.DataFrame,
@@ -214,7 +218,7 @@ def analyse(
         dataset.eval[b * n : (b + 1) * n] for b in range(cfg.ablation_batches) if len(dataset.eval) > b * n
     ]
     probes = [
-        data.repeated_probe(dataset, n, cfg.repeat_length, model.cfg.d_vocab, seed + b)
+        datasets.repeated_probe(dataset, n, cfg.repeat_length, model.cfg.d_vocab, seed + b)
         for b in range(len(heldout))
     ]
     return analyse_batches(model, hw, probes, heldout, cfg, scores, sources)
@@ -302,7 +306,7 @@ def _finite(x: float) -> float | None:
 
 def summarize(result: HeadsResult, scores: pd.DataFrame, min_effect: float) -> dict:
     """Role counts, the heads of each role, the best scores, and how well each composition
-    variant predicts the ablation (`pipeline.agreement`; `scores`: the composition stage's
+    variant predicts the ablation (`pipeline.behaviour.agreement`; `scores`: the composition stage's
     scores.csv): per effect, the Spearman correlation and the top-source matches."""
     table = result.table
     label = [f"{l}.{h}" for l, h in zip(table["layer"], table["head"], strict=True)]

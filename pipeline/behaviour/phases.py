@@ -10,7 +10,7 @@ no model code.
   own probe (here on the heads stage's probe, at checkpoint resolution).
 - clear step of a measure: the first checkpoint at which the pair is a discovery (its BH q
   at that checkpoint, `q_<measure>`, at most `fdr`, analysis.composition.fdr:
-  `pipeline.significance`) and stays one at every later checkpoint (a null crossed once by
+  `pipeline.circuits.significance`) and stays one at every later checkpoint (a null crossed once by
   noise and left again has not been cleared).
 - z growth of a measure: the slope of the pair's raw z against steps, least squares over the
   checkpoints from the phase step's 500 steps before to it (how fast the circuit stands out of

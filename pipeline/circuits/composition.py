@@ -79,10 +79,16 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline.config import CompositionConfig
-from pipeline.scoring import PairStats, baseline, haar_blocks, mean_std, nan_if_zero, raw_scores_table
-from pipeline.scoring import summarize as summarize  # re-exported: composition.summarize
-from pipeline.strands import (
+from pipeline.circuits.scoring import (
+    PairStats,
+    baseline,
+    haar_blocks,
+    mean_std,
+    nan_if_zero,
+    raw_scores_table,
+)
+from pipeline.circuits.scoring import summarize as summarize  # re-exported: composition.summarize
+from pipeline.circuits.strands import (
     Strand,
     all_pairs_norms,
     gram_vector_length,
@@ -92,8 +98,9 @@ from pipeline.strands import (
     shrink_left,
     shrink_right,
 )
+from pipeline.circuits.weights import HeadWeights, power_of_two_scaled
+from pipeline.config import CompositionConfig
 from pipeline.tables import KINDS, RAW_SCORES_COLUMNS, VARIANTS
-from pipeline.weights import HeadWeights, power_of_two_scaled
 
 COLUMNS = list(RAW_SCORES_COLUMNS)
 _BLOCK = (

@@ -3,7 +3,7 @@
 Why. Without LayerNorm the residual stream has a GL(d_model) symmetry: W_E -> W_E T,
 W_pos -> W_pos T, W_U -> T^-1 W_U and, for every head, W_Q, W_K, W_V -> T^-1 W,
 W_O -> W_O T, b_O -> b_O T compute the same function for any invertible T. Then
-OV -> T^-1 OV T and QK -> T^-1 QK T^-T, so every Frobenius score of `pipeline.composition`
+OV -> T^-1 OV T and QK -> T^-1 QK T^-T, so every Frobenius score of `pipeline.circuits.composition`
 changes: ||.|| needs an inner product on the residual stream and the model supplies none.
 Here the residual stream is measured in a basis the model itself defines.
 
@@ -79,7 +79,7 @@ It depends only on those dims (not on the basis), so it is invariant too; when e
 rank (r = d_model) it has the distribution of the Frobenius `true` baseline, and Q, K and V
 share their draws.
 
-Null (z): as in `pipeline.composition`, the writing head's output expressed in a
+Null (z): as in `pipeline.circuits.composition`, the writing head's output expressed in a
 Haar-randomly rotated basis, here the whitened frame of layer j: OV_f^a -> OV_f^a Q, Q Haar
 [r_j, r_j], which leaves both denominators unchanged. With the SVDs OV_f^a = L_a S_a V_a^T and
 (b's reading circuit) N_b = U_b S_b R_b^T, V_a, U_b [r_j, k], k = min(d_head, r_j):
@@ -106,11 +106,18 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from pipeline.circuits.scoring import (
+    PairStats,
+    baseline,
+    haar_blocks,
+    mean_std,
+    nan_if_zero,
+    raw_scores_table,
+)
+from pipeline.circuits.strands import shrink_left, shrink_right
+from pipeline.circuits.weights import POSITIONS, HeadWeights
 from pipeline.config import CompositionConfig
-from pipeline.scoring import PairStats, baseline, haar_blocks, mean_std, nan_if_zero, raw_scores_table
-from pipeline.strands import shrink_left, shrink_right
 from pipeline.tables import INVARIANT, KINDS, RAW_SCORES_COLUMNS
-from pipeline.weights import POSITIONS, HeadWeights
 
 COLUMNS = [c for c in RAW_SCORES_COLUMNS if c != "variant"]
 RANK_RTOL = 1e-10  # eigenvalues of G_l at or below RANK_RTOL * its largest count as zero

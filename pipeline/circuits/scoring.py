@@ -1,5 +1,5 @@
-"""What the two composition measures share: the Frobenius scores (`pipeline.composition`) and
-the scores in the whitened residual frame (`pipeline.invariant`) score the same pairs of heads,
+"""What the two composition measures share: the Frobenius scores (`pipeline.circuits.composition`) and
+the scores in the whitened residual frame (`pipeline.circuits.invariant`) score the same pairs of heads,
 against a Gaussian baseline and a Haar-rotated-writer null, into the same raw-scores table.
 Written once here, so that the two tables enumerate their pairs, draw their baselines, compute z
 and summarise alike. Maths and tables only, no I/O.
@@ -56,7 +56,7 @@ def later_pairs(n_layers: int, n_heads: int) -> tuple[np.ndarray, ...]:
 def placebo_pairs(n_layers: int, n_heads: int) -> tuple[np.ndarray, ...]:
     """(src_layer, src_head, dst_layer, dst_head) of every pair that cannot compose, sorted: a head
     of the same layer (not itself) or of an earlier one reads what the writer never gave it. They
-    share the model's residual stream with the later pairs, so the null of `pipeline.significance`
+    share the model's residual stream with the later pairs, so the null of `pipeline.circuits.significance`
     is estimated from them (placebo.csv)."""
     return _pairs(n_layers, n_heads, lambda i, h, j, g: (j < i) | ((j == i) & (g != h)))
 

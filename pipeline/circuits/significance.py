@@ -3,7 +3,7 @@ model itself supplies. The statistics are numpy and pandas on the score tables; 
 computes those tables (every measure, the pairs that can compose and those that cannot).
 
 Why not "z > 3". Every score's raw z is measured against a Haar rotation of the writer's
-residual basis (`pipeline.composition`, `pipeline.invariant`): a random writer spreads its
+residual basis (`pipeline.circuits.composition`, `pipeline.circuits.invariant`): a random writer spreads its
 output over all of d_model. A trained residual stream uses far fewer directions, and trained
 heads that do not compose are more orthogonal than random ones, so the raw z's centre and
 spread move with the model and with training, in both directions. On a model of the paper's
@@ -157,7 +157,7 @@ def measured(hw, cfg: CompositionConfig, seed: int, positions: str) -> tuple[pd.
     (scores.csv's five variants, then invariant.csv's as variant "invariant") for the later pairs
     and for the pairs that cannot compose, with the same seed (the same null draws), calibrated
     at `cfg.fdr`. What the composition stage writes, and the dynamics stage at every checkpoint."""
-    from pipeline import composition, invariant  # torch: imported where the scores are computed
+    from pipeline.circuits import composition, invariant  # torch: imported where the scores are computed
 
     tables = [
         join_measures(

@@ -18,7 +18,7 @@ space the identities allow:
                                   unchanged: fold the outer factors to their R factors
 
 The Frobenius norm and singular values are NOT invariant under rotation: the errata's
-bug. `pipeline.composition` reproduces it on purpose by taking the norm of the rotated
+bug. `pipeline.circuits.composition` reproduces it on purpose by taking the norm of the rotated
 factor orders; `rotate` serves the invariant quantities above (trace, eigenvalues).
 Use float64 for analysis; nothing here changes dtypes.
 """

@@ -4,7 +4,7 @@ and the function that computes them all for one seed. `pipeline.compare.stats` r
 of `CLAIMS` on every seed and turns their numbers into verdicts; the report reads the words. A
 new claim is one `@claim(...)` function here: its rows enter claims.csv and stats.csv, its
 verdict verdicts.json, summary.json and the report (a figure panel is chosen by hand, in
-`pipeline.figures.compare`).
+`pipeline.present.figures.compare`).
 
 The errata (docs/errata.md) says the library took the Frobenius norm of a cyclically
 rotated strand; it names the numerators only. Claims that depend on the scale of the
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from pipeline import phases
+from pipeline.behaviour import phases
 from pipeline.compare.read import SeedInputs
 from pipeline.tables import ABLATED_ROLES, ERRATA, HYPOTHESES, INVARIANT, KINDS, MEASURES, VARIANTS
 
@@ -240,7 +240,7 @@ def claim_b(seed: Seed) -> Iterator[Row]:
     "does not depend on the denominators)",
     threshold=0.0,
     auxiliary={
-        "discoveries": "pairs discovered at FDR analysis.composition.fdr (pipeline/significance.py)",
+        "discoveries": "pairs discovered at FDR analysis.composition.fdr (pipeline/circuits/significance.py)",
         "placebo_rate": "discoveries among the pairs that cannot compose, per pair: the false-positive rate",
         "raw_z_above_3": "pairs whose raw z against the Haar null exceeds 3 (the uncalibrated rule)",
     },
@@ -381,7 +381,7 @@ def claim_c_inv(seed: Seed) -> Iterator[Row]:
         yield Row("c_inv", value, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
 
 
-# through training (the dynamics stage; pipeline.phases): not the errata's claim, the
+# through training (the dynamics stage; pipeline.behaviour.phases): not the errata's claim, the
 # question it raises
 
 
@@ -402,7 +402,7 @@ def claim_c_inv(seed: Seed) -> Iterator[Row]:
 )
 def claim_t(seed: Seed) -> Iterator[Row]:
     """When each measure's K-composition of the top induction <- previous-token pair becomes a
-    discovery for good, against the induction phase change (pipeline.phases)."""
+    discovery for good, against the induction phase change (pipeline.behaviour.phases)."""
     steps, fdr = seed.inp.steps, seed.fdr
     clear = {m: phases.clear_step(steps, f"q_{m}", fdr) for m in MEASURES}
     growth = {m: phases.z_growth(steps, m) for m in MEASURES}

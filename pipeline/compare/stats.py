@@ -19,7 +19,7 @@ basis-invariant scores as variant `invariant` (`read.read_seed`). Claims (b), (m
 are also tested with the invariant measure in the corrected score's place (b_inv, m_inv,
 c_inv), and claim (t) reads the dynamics stage's steps.tsv: when each measure's K z of the
 top induction <- previous-token pair clears its null, against the induction phase change
-(`pipeline.phases`).
+(`pipeline.behaviour.phases`).
 
 A statistic is NaN for a seed that lacks the heads it needs (no recent-window head, say);
 such seeds are left out of it and counted. Across seeds: the mean and a t interval of it

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline import corpus, hub
+from pipeline import hub
 from pipeline.config import DataConfig
+from pipeline.data import corpus
 from pipeline.errors import UserError
 
 BYTES = 256  # the byte-level alphabet: the smallest vocabulary

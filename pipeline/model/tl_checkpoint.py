@@ -24,7 +24,7 @@ from pipeline import io
 from pipeline.checkpoint import TL_BUFFERS, load_state
 from pipeline.config import LN_EPS, ModelConfig
 from pipeline.errors import UserError, within
-from pipeline.model import AttnOnlyTransformer
+from pipeline.model.transformer import AttnOnlyTransformer
 
 # HookedTransformerConfig fields we write beside a checkpoint (and read back).
 TL_FIELDS = (

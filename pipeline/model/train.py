@@ -19,10 +19,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline import data, memory, origin, patterns, tl_checkpoint
+from pipeline import memory
 from pipeline.config import Config, ModelConfig, TrainConfig, require_fits_context
+from pipeline.data import datasets
 from pipeline.errors import UserError
-from pipeline.model import AttnOnlyTransformer, next_token_loss
+from pipeline.model import origin, patterns, tl_checkpoint
+from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss
 from pipeline.tables import CURVE_COLUMNS, INDUCTION_THRESHOLD
 
 # called with (step, tokens seen, state dict on the CPU) at each of train.checkpoint_steps()
@@ -150,10 +152,10 @@ def train(
     t = cfg.train
     device = _setup(t)
     require_memory(memory.training(cfg), device)
-    dataset = data.load(cfg.data, cfg.model, seed, n_eval=t.eval_batch_size, tokenized=tokenized)
+    dataset = datasets.load(cfg.data, cfg.model, seed, n_eval=t.eval_batch_size, tokenized=tokenized)
     assert dataset.train is not None  # need_train (the default): every source gives one, whatever the input
     eval_seqs = dataset.eval.to(device)
-    probe = data.repeated_probe(dataset, t.eval_batch_size, t.probe_length, cfg.model.d_vocab, seed).to(
+    probe = datasets.repeated_probe(dataset, t.eval_batch_size, t.probe_length, cfg.model.d_vocab, seed).to(
         device
     )
 
@@ -232,7 +234,7 @@ def _fits(shape: ModelConfig, cfg: Config, source: str, device: torch.device) ->
 
 def load(cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = None) -> TrainResult:
     """A checkpoint trained elsewhere and its config.json (beside it), evaluated like a trained
-    model; `chosen` is the origin stage's record of them (`pipeline.origin`).
+    model; `chosen` is the origin stage's record of them (`pipeline.model.origin`).
 
     `cfg.model` is not used: the shape comes from config.json. The curve has one row (step 0).
     """
@@ -246,8 +248,8 @@ def load(cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = No
         shape, state = tl_checkpoint.read_checkpoint(path, config)
         _fits(shape, cfg, f"the shapes in {path}", device)
         model = tl_checkpoint.build_model(shape, state).to(device)
-    dataset = data.load(cfg.data, model.cfg, seed, t.eval_batch_size, tokenized, need_train=False)
-    probe = data.repeated_probe(dataset, t.eval_batch_size, t.probe_length, model.cfg.d_vocab, seed).to(
+    dataset = datasets.load(cfg.data, model.cfg, seed, t.eval_batch_size, tokenized, need_train=False)
+    probe = datasets.repeated_probe(dataset, t.eval_batch_size, t.probe_length, model.cfg.d_vocab, seed).to(
         device
     )
     row = {"step": 0, "tokens": 0, "train_loss": float("nan")}

@@ -105,7 +105,7 @@ def _diagram_panel(
 def diagram_edges(scores: pd.DataFrame, criterion: str, edge_z: float, edge_threshold: float) -> pd.DataFrame:
     """The pairs the errata diagram draws, with `excess` and `strength` (what sets the width).
 
-    "fdr": the discoveries (`pipeline.significance`: calibrated against the model's own
+    "fdr": the discoveries (`pipeline.circuits.significance`: calibrated against the model's own
     placebo pairs, Benjamini-Hochberg per kind and measure; width: the calibrated z).
     "z": the raw z against the spectrum-preserving null above `edge_z` (uncalibrated: on a
     trained model most pairs can clear it); the same criterion in

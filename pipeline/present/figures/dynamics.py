@@ -3,8 +3,9 @@
 Top: the best induction and previous-token scores, and the held-out loss (right axis).
 Bottom: the K-composition significance of the top induction <- previous-token pair under
 every measure, -log10 of its BH q at each checkpoint, with the discovery line at the FDR
-(analysis.composition.fdr; `pipeline.significance`). A vertical line marks the induction phase change (the
-first checkpoint at which induction reaches 0.5: `pipeline.phases`) on both.
+(analysis.composition.fdr; `pipeline.circuits.significance`). A vertical line marks the
+induction phase change (the first checkpoint at which induction reaches 0.5:
+`pipeline.behaviour.phases`) on both.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from pipeline import io, phases
+from pipeline import io
+from pipeline.behaviour import phases
 from pipeline.errors import UserError
 from pipeline.tables import INDUCTION_THRESHOLD, MEASURES
 
