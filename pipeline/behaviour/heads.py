@@ -207,8 +207,8 @@ def analyse(
     scores: pd.DataFrame,
     sources: tuple[str, str] = ("model", "weights"),
 ) -> HeadsResult:
-    """Scores, roles and the path ablation of every head: `cfg.ablation_batches` probes drawn
-    from `seed`, `seed + 1`, ..., and as many disjoint batches of the held-out windows of
+    """Scores, roles and the path ablation of every head: `cfg.ablation_batches` probes (batches
+    0, 1, ... of run `seed`'s probe stream), and as many disjoint batches of the held-out windows of
     `dataset` (loaded with that many times `eval_sequences`); `scores` is the composition stage's
     scores.csv, `sources` name the model and the weights in errors."""
     require_lengths_fit(model.cfg.n_ctx, cfg)
@@ -218,7 +218,7 @@ def analyse(
         dataset.eval[b * n : (b + 1) * n] for b in range(cfg.ablation_batches) if len(dataset.eval) > b * n
     ]
     probes = [
-        datasets.repeated_probe(dataset, n, cfg.repeat_length, model.cfg.d_vocab, seed + b)
+        datasets.repeated_probe(dataset, n, cfg.repeat_length, model.cfg.d_vocab, seed, batch=b)
         for b in range(len(heldout))
     ]
     return analyse_batches(model, hw, probes, heldout, cfg, scores, sources)

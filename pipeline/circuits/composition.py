@@ -79,6 +79,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from pipeline import streams
 from pipeline.circuits.scoring import (
     PairStats,
     baseline,
@@ -380,8 +381,9 @@ def composition_scores(
     """
     hw = power_of_two_scaled(hw.to(torch.float64))  # exact; no overflow or underflow for any finite weights
     d_model, d_head = hw.d_model, hw.d_head
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(streams.seed_of(seed, "composition.baseline"))
     base = baseline(_chain_scores, (d_model,) * 4, d_head, cfg.baseline_samples, gen)
+    gen = torch.Generator().manual_seed(streams.seed_of(seed, "composition.null"))
     Z = haar_blocks(cfg.null_samples, d_model, min(d_model, 2 * d_head), gen)
     measures = {}
     for kind in KINDS:

@@ -106,6 +106,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from pipeline import streams
 from pipeline.circuits.scoring import (
     PairStats,
     baseline,
@@ -311,12 +312,12 @@ def invariant_scores(
     if len(grams) != L + 1:
         raise ValueError(f"grams: expected {L + 1} matrices (G_0 .. G_L), got {len(grams)}")
     fr = frames(grams)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(streams.seed_of(seed, "invariant.baseline"))
     S = cfg.baseline_samples
 
     # (writer layer, reader layer) of the pairs scored: later readers, or (placebo) the same and earlier
     layer_pairs = [(i, j) for j in range(L) for i in (range(j, L) if placebo else range(j))]
-    # baselines first, then the null's blocks, each in a fixed order: deterministic for a seed
+    # baselines, then the null's blocks (each from its stream), in a fixed order: deterministic for a seed
     baselines: dict[tuple[int, int, int], tuple[float, float]] = {}
     for i, j in sorted(layer_pairs):
         for kind in KINDS:
@@ -327,6 +328,7 @@ def invariant_scores(
                 dims = (r_in, r_mid, r_mid, r_out)
                 baselines[key] = baseline(_chain_scores, dims, d_head, S, gen)[INVARIANT]
     blocks: dict[int, Tensor] = {}
+    gen = torch.Generator().manual_seed(streams.seed_of(seed, "invariant.null"))
     for j in sorted({j for _, j in layer_pairs}):
         r = fr[j].rank
         if r not in blocks and r > 0:

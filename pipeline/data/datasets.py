@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline import io
+from pipeline import io, streams
 from pipeline.config import CopiesConfig, DataConfig, ModelConfig
 from pipeline.errors import UserError
 
@@ -144,8 +144,11 @@ def repeated_heldout_spans(
     return torch.cat([windows, windows[:, 1:]], dim=1)
 
 
-def repeated_probe(dataset: Dataset, n: int, length: int, d_vocab: int, seed: int) -> torch.Tensor:
-    """The induction probe `[first, span, span]`, [n, 1 + 2 * length], drawn from `seed`.
+def repeated_probe(
+    dataset: Dataset, n: int, length: int, d_vocab: int, seed: int, batch: int = 0
+) -> torch.Tensor:
+    """The induction probe `[first, span, span]`, [n, 1 + 2 * length]: evaluation batch `batch`
+    of run `seed`, drawn from its stream (`streams`: "probe", batch).
 
     In the second copy, position i's induction target is i - length + 1 (the token after
     the earlier copy of i's token). Text and token sources: spans of held-out data, so the
@@ -153,7 +156,7 @@ def repeated_probe(dataset: Dataset, n: int, length: int, d_vocab: int, seed: in
     vocabulary is often one it never saw); synthetic: uniformly random tokens. The train
     stage's curve and the heads stage both use this one function.
     """
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(streams.seed_of(seed, "probe", batch))
     if dataset.heldout is None:
         return repeated_random_tokens(n, length, d_vocab, gen)
     return repeated_heldout_spans(dataset.heldout, n, length, gen)
@@ -184,8 +187,8 @@ class Stream:
         starts = torch.randint(0, len(self.tokens) - self.n_ctx + 1, (size,), generator=generator).tolist()
         windows = np.stack([np.asarray(self.tokens[s : s + self.n_ctx]) for s in starts]).astype(np.int64)
         if self.copies is not None and self.copies.rate > 0:
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-            windows = with_copies(windows, self.copies, np.random.default_rng(seed))
+            drawn = int(torch.randint(0, 2**62, (1,), generator=generator))  # from the batches stream
+            windows = with_copies(windows, self.copies, np.random.default_rng(drawn))
         return torch.from_numpy(windows)  # [batch, n_ctx]
 
 
@@ -292,7 +295,9 @@ def load_tokens(data: DataConfig, model: ModelConfig, n_eval: int, need_train: b
 
 def load_synthetic(data: DataConfig, model: ModelConfig, n_eval: int, seed: int, need_train: bool) -> Dataset:
     """`data.n_train_sequences` seeded sequences; the first `eval_fraction` of them are held out."""
-    rows = synthetic_sequences(data.n_train_sequences, model, data, np.random.default_rng(seed))
+    rows = synthetic_sequences(
+        data.n_train_sequences, model, data, np.random.default_rng(streams.seed_of(seed, "data"))
+    )
     n_held = max(1, int(len(rows) * data.eval_fraction))
     if len(rows) - n_held < 1:
         problem = f"leaves no training sequences after holding out eval_fraction = {data.eval_fraction}"

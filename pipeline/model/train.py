@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline import memory
+from pipeline import memory, streams
 from pipeline.config import Config, ModelConfig, TrainConfig, require_fits_context
 from pipeline.data import datasets
 from pipeline.errors import UserError
@@ -159,7 +159,7 @@ def train(
         device
     )
 
-    torch.manual_seed(seed)
+    torch.manual_seed(streams.seed_of(seed, "init"))
     model = AttnOnlyTransformer(cfg.model).to(device)
     decay, rest = model.weight_matrices()  # weight decay on the matrices; not on biases, LN
     opt = torch.optim.AdamW(
@@ -167,7 +167,7 @@ def train(
         lr=t.lr,
         betas=(t.betas[0], t.betas[1]),
     )
-    batches = torch.Generator().manual_seed(seed + 1)
+    batches = torch.Generator().manual_seed(streams.seed_of(seed, "batches"))
     saved = set(t.checkpoint_steps()) if save is not None else set()
     rows: list[dict] = []
     eval_seconds: list[float] = []
