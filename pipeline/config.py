@@ -373,10 +373,15 @@ class HeadsConfig(Section):
     # the path ablation runs on this many disjoint held-out batches (and probes of their own):
     # an edge is causal when its effect exceeds their spread (pipeline/behaviour/agreement.py)
     ablation_batches: int = 3
+    # a role's heads serve held-out text when ablating them raises its loss by min_effect and
+    # more than any of this many random sets of as many non-circuit heads (heads.role_ablation)
+    placebo_sets: int = 19
     thresholds: RoleThresholds = field(default_factory=RoleThresholds)
 
     def check(self) -> None:
-        _positive(self, "eval_sequences", "repeat_length", "window_length", "ablation_batches")
+        _positive(
+            self, "eval_sequences", "repeat_length", "window_length", "ablation_batches", "placebo_sets"
+        )
         require(self.min_effect >= 0, "min_effect", "must be >= 0", self.min_effect)
 
 

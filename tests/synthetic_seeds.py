@@ -111,9 +111,14 @@ AGREEMENT = {
 
 ROLE_ABLATION = {
     "induction": {"heads": ["1.0"], "heldout_loss_effect": 0.05, "probe_loss_effect": 1.2,
-                  "batches": {"heldout_loss_effect": [0.05], "probe_loss_effect": [1.2]}},
+                  "batches": {"heldout_loss_effect": [0.05], "probe_loss_effect": [1.2]},
+                  "placebo_sets": [["0.1"], ["1.1"], ["0.1"]],
+                  "placebo_heldout_loss_effects": [0.01, 0.06, 0.01],
+                  "placebo_p": 0.5, "serves_heldout": False},
     "previous_token": {"heads": [], "heldout_loss_effect": None, "probe_loss_effect": None,
-                       "batches": {"heldout_loss_effect": [], "probe_loss_effect": []}},
+                       "batches": {"heldout_loss_effect": [], "probe_loss_effect": []},
+                       "placebo_sets": None, "placebo_heldout_loss_effects": None, "placebo_p": None,
+                       "serves_heldout": None},
 }  # fmt: skip
 
 

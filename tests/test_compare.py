@@ -253,6 +253,8 @@ def test_compare_across_seeds():
     assert summary["role_ablation"]["induction_heldout_loss_effect"] == pytest.approx(0.05)
     assert summary["role_ablation"]["induction_probe_loss_effect"] == pytest.approx(1.2)
     assert summary["role_ablation"]["previous_token_heldout_loss_effect"] is None  # no such head
+    assert summary["role_ablation"]["induction_placebo_p"] == pytest.approx(0.5)
+    assert summary["role_ablation"]["induction_serves_heldout"] == 0  # one placebo set lies above
     check = summary["causal_check"]  # claim (c)'s cell: K, the probe's induction score
     assert (check["kind"], check["effect"]) == ("K", "attn_effect")
     assert check["causal_edges"] == {"0": 2.0, "1": 2.0, "2": 2.0}

@@ -311,6 +311,72 @@ def test_summary_counts_roles(planted_result, planted_scores):
     json.dumps(summary, allow_nan=False)  # valid JSON: undefined values are null
 
 
+def test_role_ablation_reads_each_role_against_placebo_sets(planted_result):
+    """The planted model's four non-circuit heads are the placebo pool. On random tokens the
+    induction head lowers the loss by more than 1 nat, below every set of one other head: it does
+    not serve that text. On repeated text it raises the loss above every set: p = 1 / 20."""
+    model, table = planted.model(), planted_result.table
+    others = {"0.1", "0.2", "1.1", "1.2"}
+    ablated = planted_result.role_ablation["induction"]
+    assert len(ablated["placebo_sets"]) == CFG.placebo_sets == 19
+    assert all(len(s) == 1 and set(s) <= others for s in ablated["placebo_sets"])
+    assert ablated["placebo_p"] == 1.0 and ablated["serves_heldout"] is False
+    assert max(ablated["placebo_heldout_loss_effects"]) > ablated["heldout_loss_effect"]
+    repeated = planted.repeated(32, LENGTH, 0)
+    served = heads.role_ablation(model, table, [repeated], [repeated], CFG, seed=0)
+    assert served["induction"]["placebo_p"] == pytest.approx(1 / 20)
+    assert served["induction"]["serves_heldout"] is True
+    assert served["previous_token"]["serves_heldout"] is True  # the head the induction head reads
+    # the sets come from the seed's own stream: the same seed draws them again, another does not
+    again = heads.role_ablation(model, table, [repeated], [repeated], CFG, seed=0)
+    assert again == served
+    other_seed = heads.role_ablation(model, table, [repeated], [repeated], CFG, seed=1)
+    assert other_seed["induction"]["placebo_sets"] != served["induction"]["placebo_sets"]
+
+
+def test_role_ablation_has_no_placebo_without_enough_other_heads(planted_result):
+    """Every head in the circuit: nothing to compare with, so no verdict (null), not a pass."""
+    model, table = planted.model(), planted_result.table.copy()
+    table.loc[~table["role"].isin(["induction", "previous_token"]), "role"] = "previous_token"
+    ablated = heads.role_ablation(
+        model,
+        table,
+        [planted.repeated(8, LENGTH, 0)],
+        [planted.random_tokens(8, planted.N_CTX, 1)],
+        CFG,
+        seed=0,
+    )
+    assert ablated["induction"]["heldout_loss_effect"] is not None
+    assert ablated["induction"]["placebo_p"] is None and ablated["induction"]["serves_heldout"] is None
+
+
+def test_role_ablation_placebo_p_is_uniform_when_the_role_is_any_other_heads():
+    """Calibration on untrained weights: a random set of layer-1 heads named the role is no
+    different from the placebo sets, so p <= 0.1 about 10% of the time with 9 sets (the rank test is exact
+    under exchangeability), and the rule (which also needs min_effect) passes none."""
+    model = random_model("tiny", seed=3, n_heads=6, n_ctx=16, d_vocab=32)
+    rng = np.random.default_rng(0)
+    text = [torch.randint(0, 32, (16, 16), generator=torch.Generator().manual_seed(b)) for b in range(2)]
+    ps, passed = [], 0
+    for draw in range(60):
+        role = {(1, int(h)) for h in rng.choice(6, 2, replace=False)}
+        table = pd.DataFrame(
+            [
+                {"layer": l, "head": h, "role": "induction" if (l, h) in role else "other"}
+                for l in range(2)
+                for h in range(6)
+            ]
+        )
+        cfg = HeadsConfig(placebo_sets=9)
+        out = heads.role_ablation(model, table, text, text, cfg, seed=draw)["induction"]
+        ps.append(out["placebo_p"])
+        passed += out["serves_heldout"]
+    assert set(ps) <= {k / 10 for k in range(1, 11)}
+    assert 1 <= sum(p <= 0.1 for p in ps) <= 14  # 10% of 60 is 6; 14 lies beyond 3 binomial sd
+    assert 0.42 < np.mean(ps) < 0.68  # uniform on 0.1 .. 1: mean 0.55, sd of the mean 0.037
+    assert passed == 0
+
+
 # --- the stage -------------------------------------------------------------------------
 
 

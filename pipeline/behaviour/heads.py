@@ -42,7 +42,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import memory
+from pipeline import memory, streams
 from pipeline.behaviour import ablation, agreement
 from pipeline.circuits import strands
 from pipeline.circuits.weights import HeadWeights, power_of_two_scaled
@@ -221,7 +221,7 @@ def analyse(
         datasets.repeated_probe(dataset, n, cfg.repeat_length, model.cfg.d_vocab, seed, batch=b)
         for b in range(len(heldout))
     ]
-    return analyse_batches(model, hw, probes, heldout, cfg, scores, sources)
+    return analyse_batches(model, hw, probes, heldout, cfg, scores, sources, seed)
 
 
 @torch.no_grad()
@@ -233,10 +233,12 @@ def analyse_batches(
     cfg: HeadsConfig,
     scores: pd.DataFrame,
     sources: tuple[str, str] = ("model", "weights"),
+    seed: int = 0,
 ) -> HeadsResult:
     """`analyse` on given batches: `repeated` [batch, 1 + 2 repeat_length], `heldout` [batch, pos],
     or lists of them: the head scores read the first of each, the path ablation every pair of
-    them (probe b with held-out batch b), so that its noise can be measured."""
+    them (probe b with held-out batch b), so that its noise can be measured. `seed`: the run's,
+    whose "placebo_sets" stream draws the role ablation's placebo sets."""
     repeated = [repeated] if isinstance(repeated, Tensor) else list(repeated)
     heldout = [heldout] if isinstance(heldout, Tensor) else list(heldout)
     if len(repeated) != len(heldout):
@@ -271,16 +273,34 @@ def analyse_batches(
     if not all(np.isfinite(x).all() for x in must_be_finite):
         problem = "attention patterns or losses are not finite on the evaluation batches: weights too large"
         raise UserError(sources[0], problem)
-    return HeadsResult(table, effects, example, batches, role_ablation(model, table, repeated, heldout))
+    ablated = role_ablation(model, table, repeated, heldout, cfg, seed)
+    return HeadsResult(table, effects, example, batches, ablated)
 
 
 def role_ablation(
-    model: AttnOnlyTransformer, table: pd.DataFrame, repeated: Sequence[Tensor], heldout: Sequence[Tensor]
+    model: AttnOnlyTransformer,
+    table: pd.DataFrame,
+    repeated: Sequence[Tensor],
+    heldout: Sequence[Tensor],
+    cfg: HeadsConfig,
+    seed: int,
 ) -> dict:
     """Whether the circuit serves natural text: per role of `ABLATED_ROLES`, the loss change when
     all its heads are mean-ablated at once (`ablation.heads_loss_effect`), on each held-out batch
     and each probe, and the means. Positive on held-out text: the heads lower the model's loss on
-    text it never trained on. No heads of the role: the effects are null."""
+    text it never trained on. No heads of the role: the effects are null.
+
+    Ablating almost any set of trained heads raises the loss, so the sign says nothing by itself
+    (docs/training.md measures it). The role's held-out effect is read against `cfg.placebo_sets`
+    random sets of as many non-circuit heads (neither induction nor previous-token), ablated the
+    same way on the same batches: `placebo_p` = (1 + sets at or above the role) / (1 + sets), the
+    rank test's p-value, exact when the role's heads were no different from the others; and
+    `serves_heldout` when the effect reaches `cfg.min_effect` and exceeds every set (p =
+    1 / (1 + placebo_sets), 0.05 at the default 19). Null when there are fewer non-circuit heads
+    than the role has."""
+    other = table[~table["role"].isin(list(ABLATED_ROLES))]  # no head flagged with either (FIRST)
+    others = list(zip(other["layer"].tolist(), other["head"].tolist(), strict=True))
+    rng = np.random.default_rng(streams.seed_of(seed, "placebo_sets"))
     out = {}
     for role, first_layer in ABLATED_ROLES.items():
         rows = table[(table["role"] == role) & (table["layer"] >= first_layer)]
@@ -293,8 +313,41 @@ def role_ablation(
             "heads": [f"{l}.{h}" for l, h in heads],
             **{k: _finite(float(np.mean(v))) if v else None for k, v in effects.items()},
             "batches": effects,
+            **_placebo(model, heldout, heads, others, effects, cfg, rng),
         }
     return out
+
+
+def _placebo(
+    model: AttnOnlyTransformer,
+    heldout: Sequence[Tensor],
+    heads: list[tuple[int, int]],
+    others: list[tuple[int, int]],
+    effects: dict[str, list[float]],
+    cfg: HeadsConfig,
+    rng: np.random.Generator,
+) -> dict:
+    """The role's held-out effect against random sets of as many of `others` (`role_ablation`)."""
+    if not heads or len(others) < len(heads):
+        return {
+            "placebo_sets": None,
+            "placebo_heldout_loss_effects": None,
+            "placebo_p": None,
+            "serves_heldout": None,
+        }
+    sets = [
+        sorted(others[i] for i in rng.choice(len(others), len(heads), replace=False))
+        for _ in range(cfg.placebo_sets)
+    ]
+    placebo = [float(np.mean([ablation.heads_loss_effect(model, text, s) for text in heldout])) for s in sets]
+    mine = float(np.mean(effects["heldout_loss_effect"]))
+    p = (1 + sum(x >= mine for x in placebo)) / (1 + len(placebo))
+    return {
+        "placebo_sets": [[f"{l}.{h}" for l, h in s] for s in sets],
+        "placebo_heldout_loss_effects": placebo,
+        "placebo_p": p,
+        "serves_heldout": bool(mine >= cfg.min_effect and p == 1 / (1 + len(placebo))),
+    }
 
 
 # --- summary -----------------------------------------------------------------------

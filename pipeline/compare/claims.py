@@ -430,5 +430,16 @@ STATISTICS = {
         for role in ABLATED_ROLES
         for effect, where in (("heldout", "held-out text"), ("probe", "the repeated probe"))
     },
+    **{
+        f"{role}_placebo_p": f"rank-test p of the {role} heads' held-out loss change against "
+        "analysis.heads.placebo_sets random sets of as many non-circuit heads: (1 + sets at or above) "
+        "/ (1 + sets)"
+        for role in ABLATED_ROLES
+    },
+    **{
+        f"{role}_serves_heldout": f"1 when the {role} heads' held-out loss change reaches "
+        "analysis.heads.min_effect and exceeds every placebo set, else 0 (mean: the fraction of seeds)"
+        for role in ABLATED_ROLES
+    },
     **{statistic: words for c in CLAIMS.values() for statistic, words in c.auxiliary.items()},
 }

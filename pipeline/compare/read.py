@@ -15,7 +15,7 @@ from pipeline.tables import (
     ABLATED_ROLES,
     CURVE_COLUMNS,
     INVARIANT_COLUMNS,
-    ROLE_EFFECTS,
+    ROLE_STATISTICS,
     SCORES_COLUMNS,
     STEPS_COLUMNS,
     join_measures,
@@ -53,9 +53,11 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: 
     if not isinstance(role_ablation, dict) or not all(
         isinstance(role_ablation.get(role), dict) and effect in role_ablation[role]
         for role in ABLATED_ROLES
-        for effect in ROLE_EFFECTS
+        for effect in ROLE_STATISTICS
     ):
-        problem = f"missing: expected {{role: {{{', '.join(ROLE_EFFECTS)}}}}} for {', '.join(ABLATED_ROLES)}"
+        problem = (
+            f"missing: expected {{role: {{{', '.join(ROLE_STATISTICS)}}}}} for {', '.join(ABLATED_ROLES)}"
+        )
         raise UserError(f"{summary_path}: role_ablation", problem)
     metrics_path = train / sub / "metrics.json"
     metrics = io.read_json(metrics_path)

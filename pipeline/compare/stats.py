@@ -51,7 +51,7 @@ from pipeline.tables import (
     HYPOTHESES,
     KINDS,
     MEASURES,
-    ROLE_EFFECTS,
+    ROLE_STATISTICS,
     ROLES,
     excess,
 )
@@ -134,9 +134,11 @@ def seed_statistics(
         for role in (*ROLES, *sorted(set(counts.index) - set(ROLES)))
     ]
     for role in ABLATED_ROLES:  # does the circuit serve the text? (NaN: no head of the role)
-        for effect in ROLE_EFFECTS:
-            value = inp.role_ablation[role][effect]
-            rows.append(("role_ablation", Row(f"{role}_{effect}", math.nan if value is None else value)))
+        for statistic in ROLE_STATISTICS:
+            value = inp.role_ablation[role][statistic]  # serves_heldout: 1 or 0
+            rows.append(
+                ("role_ablation", Row(f"{role}_{statistic}", math.nan if value is None else float(value)))
+            )
     rows += _claim_rows(Seed(inp, scored, groups.set_index(GROUP_KEYS), edge_threshold, fdr))
     return pd.DataFrame(
         [{"seed": inp.seed, "claim": claim, "hypothesis": row.hypothesis, "kind": row.kind,
