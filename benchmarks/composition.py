@@ -3,6 +3,7 @@
     python benchmarks/composition.py            # both models (about 10-15 minutes on 2 cores)
     python benchmarks/composition.py --quick    # the small model only (seconds)
     python benchmarks/composition.py --quick --huge   # the small model and (c), 1,200 heads (minutes)
+    python benchmarks/composition.py --skip-tl --full-threads 2   # full on 1 and on 2 threads, side by side
 
 Models, random Gaussian weights, seeded:
   (a) the default model shape (pipeline.config.ModelConfig: 2 layers x 8 heads, d_model 64, d_head 8)
@@ -27,7 +28,8 @@ Methods, on the same weights in the same run:
             the random-matrix baselines and the rotated-writer null (z). Reported on its own line.
             On (c) it runs on the first `full_layers` layers (all their pairs, the same per-pair
             work) and its time is extrapolated by the number of pairs (marked ~); its peak
-            memory is that run's.
+            memory is that run's. With --full-threads N it runs again on N threads, in the
+            same run, and the speed-up over one thread is printed (`analysis.threads`).
 
 Wall seconds: the best of a few repeats (one repeat for the slow ones), computation only
 (loading weights is not timed), one torch thread in every child by default (`--threads`):
@@ -269,7 +271,7 @@ def _available_gb() -> float:
     return float("inf")
 
 
-def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
+def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool, full_threads: int | None = None) -> list[str]:
     import numpy as np
 
     weights = tmp / f"{shape.n_layers}x{shape.n_heads}.safetensors"
@@ -329,6 +331,16 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
         threads=threads,
         layers=full_layers,
     )
+    if full_threads:  # the same analysis on more threads, in the same run (analysis.threads)
+        runs["full_threads"] = _spawn(
+            "full",
+            shape,
+            weights,
+            tmp / "full.npy",
+            repeats=3 if small else 1,
+            threads=full_threads,
+            layers=full_layers,
+        )
     full_scale = 1.0
     if full_layers is not None:
         done_pairs = dataclasses.replace(shape, n_layers=full_layers).n_pairs
@@ -368,6 +380,14 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool) -> list[str]:
         f"  ours, full composition_scores (3 kinds x 5 variants, baseline 200, null 64): "
         f"{mark}{full['wall_s'] * full_scale:.2f} s, peak {full['peak_mb'] - idle:.0f} MB"
     )
+    if full_threads:
+        more = runs["full_threads"]
+        speedup = full["wall_s"] / more["wall_s"]
+        lines.append(
+            f"  the same on {full_threads} threads (analysis.threads): "
+            f"{mark}{more['wall_s'] * full_scale:.2f} s, peak {more['peak_mb'] - idle:.0f} MB, "
+            f"{speedup:.2f}x the speed on {threads}"
+        )
     lines += [f"  note: {n}" for n in notes]
     return lines
 
@@ -378,6 +398,11 @@ def main() -> None:
     ap.add_argument("--skip-tl", action="store_true", help="leave out TransformerLens")
     ap.add_argument("--huge", action="store_true", help="add (c), 1,200 heads (about 10 minutes more)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads in every child (default 1)")
+    ap.add_argument(
+        "--full-threads",
+        type=int,
+        help="also run the full analysis on this many threads, beside the one-thread run (analysis.threads)",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     ap.add_argument("--weights", help=argparse.SUPPRESS)
@@ -407,7 +432,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         shapes = [default_shape()] + ([] if args.quick else [LARGE]) + ([HUGE] if args.huge else [])
         for shape in shapes:
-            print("\n".join(bench(shape, Path(tmp), args.threads, args.skip_tl)) + "\n", flush=True)
+            print(
+                "\n".join(bench(shape, Path(tmp), args.threads, args.skip_tl, args.full_threads)) + "\n",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

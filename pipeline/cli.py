@@ -28,6 +28,15 @@ def stage_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def use_threads(threads: int | None) -> None:
+    """Run torch's CPU kernels on `threads` threads (`analysis.threads`, `train.threads`); None
+    leaves torch's default, one per physical core. Imported lazily: not every stage needs torch."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def run_cli(
     parser: argparse.ArgumentParser,
     body: Callable[[argparse.Namespace], int | None],

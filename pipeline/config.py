@@ -441,6 +441,13 @@ class AnalysisConfig(Section):
     figures: FiguresConfig = field(default_factory=FiguresConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    # torch CPU threads of the composition, heads and dynamics stages (pipeline.cli.use_threads);
+    # None: torch's default, one per physical core. Another count changes float rounding only.
+    threads: int | None = None
+
+    def check(self) -> None:
+        if self.threads is not None:
+            _positive(self, "threads")
 
 
 # --- root --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import sys
 
 from pipeline import io, params, tables
 from pipeline.circuits import scoring, significance, weights
-from pipeline.cli import run_cli, stage_parser
+from pipeline.cli import run_cli, stage_parser, use_threads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
+        use_threads(cfg.analysis.threads)
         c = cfg.analysis.composition
         hw, metadata = weights.load(args.weights)
         positions = weights.positions_of(metadata, source=args.weights)  # as the weights stage recorded

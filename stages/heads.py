@@ -16,7 +16,7 @@ import sys
 from pipeline import checkpoint, io, params, tables
 from pipeline.behaviour import heads
 from pipeline.circuits import weights
-from pipeline.cli import run_cli, stage_parser
+from pipeline.cli import run_cli, stage_parser, use_threads
 from pipeline.data import datasets
 
 
@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(args) -> None:
         cfg = params.load(args.params)
+        use_threads(cfg.analysis.threads)
         h = cfg.analysis.heads
         model = heads.load_model(args.model, args.config, h, cfg.data)  # its shape checked first
         hw, _ = weights.load(args.weights)

@@ -18,6 +18,7 @@ from pipeline.circuits import scoring, strands
 from pipeline.circuits.composition import COLUMNS, KINDS, VARIANTS, composition_scores, true_scores
 from pipeline.circuits.scoring import summarize
 from pipeline.circuits.weights import HeadWeights, from_state_dict
+from pipeline.cli import use_threads
 from pipeline.config import CompositionConfig
 
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)
@@ -75,6 +76,25 @@ def test_deterministic_for_a_seed() -> None:
     c = composition_scores(hw, FAST, seed=8)
     np.testing.assert_array_equal(a["score"].to_numpy(), c["score"].to_numpy())  # scores use no randomness
     assert not np.allclose(a["z"].to_numpy(), c["z"].to_numpy())  # the null does
+
+
+def test_thread_count_changes_rounding_only() -> None:
+    """analysis.threads (pipeline.cli.use_threads): one thread and two draw the same null and
+    agree to rounding."""
+    hw = random_heads(1, L=3, H=4, D=64, d=8)
+    before = torch.get_num_threads()
+    try:
+        use_threads(1)
+        assert torch.get_num_threads() == 1
+        one = composition_scores(hw, FAST, seed=3)
+        use_threads(2)
+        assert torch.get_num_threads() == 2
+        two = composition_scores(hw, FAST, seed=3)
+        use_threads(None)  # None: left as it is
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    pd.testing.assert_frame_equal(one, two, rtol=1e-9, atol=1e-12)
 
 
 # --- known answers -----------------------------------------------------------------
