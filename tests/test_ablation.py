@@ -130,3 +130,19 @@ def test_heads_loss_effect_of_the_last_layer_equals_a_dense_float64_reference():
         )
     got = ablation.heads_loss_effect(model, tokens, [(last, 0), (last, 2)])
     assert got == pytest.approx(float(expected), abs=1e-12)
+
+
+def test_heads_loss_effects_of_many_sets_equal_each_set_alone():
+    """The role ablation's placebo sets share one clean pass (`heads_loss_effects`): each set's
+    effect is the one it has alone, bit for bit, whichever layer it starts at and in any order."""
+    model = random_model("three_layers")
+    tokens = torch.randint(
+        0, model.cfg.d_vocab, (6, model.cfg.n_ctx), generator=torch.Generator().manual_seed(4)
+    )
+    sets = [[(2, 1)], [(0, 0), (2, 2)], [(1, 1)], [(0, 2)], [(1, 0), (1, 2), (2, 0)]]
+    together = ablation.heads_loss_effects(model, tokens, sets)
+    alone = [ablation.heads_loss_effect(model, tokens, s) for s in sets]
+    assert together == alone
+    assert len(set(together)) == len(sets)  # different sets, different effects
+    with pytest.raises(ValueError, match="no heads"):
+        ablation.heads_loss_effects(model, tokens, [[(0, 0)], []])

@@ -156,15 +156,33 @@ def heads_loss_effect(model: AttnOnlyTransformer, tokens: Tensor, heads: Sequenc
     batch, for every later reader at once (unlike `path_ablation`, which cuts one edge): whether
     the model's loss depends on that set of heads. Positive: the heads lower the loss on `tokens`.
     """
-    if not heads:
+    return heads_loss_effects(model, tokens, [heads])[0]
+
+
+@torch.no_grad()
+def heads_loss_effects(
+    model: AttnOnlyTransformer, tokens: Tensor, head_sets: Sequence[Sequence[tuple[int, int]]]
+) -> list[float]:
+    """`heads_loss_effect` of each set of `head_sets` on the same `tokens`, bit for bit, with the
+    clean pass run once for them all: a set's ablated pass starts from the clean block outputs
+    below its first ablated layer, which are what it would compute there."""
+    if not head_sets or not all(head_sets):
         raise ValueError("no heads to ablate")
-    resid, pos = model.embed_tokens(tokens)
-    clean = next_token_loss(model.logits_from(resid, 0, pos), tokens)
-    for layer, block in enumerate(model.blocks):
-        out = block(resid, pos, cache=True)
-        resid = out.resid
-        for h in sorted(h for l, h in heads if l == layer):
-            write = out.result[:, :, h]  # [batch, pos, d_model]
-            resid = resid - write + write.mean(0, keepdim=True)
-    ablated = next_token_loss(model.logits_from(resid, len(model.blocks), pos), tokens)
-    return float(ablated - clean)
+    embedded, pos = model.embed_tokens(tokens)
+    clean = next_token_loss(model.logits_from(embedded, 0, pos), tokens)
+    clean_blocks = [model.blocks[0](embedded, pos, cache=True)]  # clean blocks, as far as a set needs
+    effects = []
+    for heads in head_sets:
+        first = min(layer for layer, _ in heads)
+        while len(clean_blocks) <= first:
+            clean_blocks.append(model.blocks[len(clean_blocks)](clean_blocks[-1].resid, pos, cache=True))
+        resid = embedded  # not read: at layer `first` the clean block's output is the set's
+        for layer in range(first, len(model.blocks)):
+            out = clean_blocks[first] if layer == first else model.blocks[layer](resid, pos, cache=True)
+            resid = out.resid
+            for h in sorted(h for l, h in heads if l == layer):
+                write = out.result[:, :, h]  # [batch, pos, d_model]
+                resid = resid - write + write.mean(0, keepdim=True)
+        ablated = next_token_loss(model.logits_from(resid, len(model.blocks), pos), tokens)
+        effects.append(float(ablated - clean))
+    return effects

@@ -286,7 +286,7 @@ def role_ablation(
     seed: int,
 ) -> dict:
     """Whether the circuit serves natural text: per role of `ABLATED_ROLES`, the loss change when
-    all its heads are mean-ablated at once (`ablation.heads_loss_effect`), on each held-out batch
+    all its heads are mean-ablated at once (`ablation.heads_loss_effects`), on each held-out batch
     and each probe, and the means. Positive on held-out text: the heads lower the model's loss on
     text it never trained on. No heads of the role: the effects are null.
 
@@ -305,48 +305,56 @@ def role_ablation(
     for role, first_layer in ABLATED_ROLES.items():
         rows = table[(table["role"] == role) & (table["layer"] >= first_layer)]
         heads = list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
+        sets = _placebo_sets(heads, others, cfg.placebo_sets, rng)
         effects: dict[str, list[float]] = {effect: [] for effect in ROLE_EFFECTS}
+        placebo: list[list[float]] = []  # per held-out batch, each set's effect
         for probe, text in zip(repeated, heldout, strict=True) if heads else ():
-            effects["heldout_loss_effect"].append(ablation.heads_loss_effect(model, text, heads))
+            mine, *theirs = ablation.heads_loss_effects(model, text, [heads, *(sets or [])])
+            effects["heldout_loss_effect"].append(mine)
+            placebo.append(theirs)
             effects["probe_loss_effect"].append(ablation.heads_loss_effect(model, probe, heads))
         out[role] = {
             "heads": [f"{l}.{h}" for l, h in heads],
             **{k: _finite(float(np.mean(v))) if v else None for k, v in effects.items()},
             "batches": effects,
-            **_placebo(model, heldout, heads, others, effects, cfg, rng),
+            **_placebo(sets, placebo, effects, cfg),
         }
     return out
 
 
+def _placebo_sets(
+    heads: list[tuple[int, int]], others: list[tuple[int, int]], n: int, rng: np.random.Generator
+) -> list[list[tuple[int, int]]] | None:
+    """`n` random sets of as many of `others` as `heads` has (`role_ablation`); None when there are
+    no heads or too few others."""
+    if not heads or len(others) < len(heads):
+        return None
+    return [sorted(others[i] for i in rng.choice(len(others), len(heads), replace=False)) for _ in range(n)]
+
+
 def _placebo(
-    model: AttnOnlyTransformer,
-    heldout: Sequence[Tensor],
-    heads: list[tuple[int, int]],
-    others: list[tuple[int, int]],
+    sets: list[list[tuple[int, int]]] | None,
+    placebo: list[list[float]],
     effects: dict[str, list[float]],
     cfg: HeadsConfig,
-    rng: np.random.Generator,
 ) -> dict:
-    """The role's held-out effect against random sets of as many of `others` (`role_ablation`)."""
-    if not heads or len(others) < len(heads):
+    """The role's held-out effect against the sets' (`role_ablation`); `placebo`: per batch, each
+    set's effect."""
+    if sets is None:
         return {
             "placebo_sets": None,
             "placebo_heldout_loss_effects": None,
             "placebo_p": None,
             "serves_heldout": None,
         }
-    sets = [
-        sorted(others[i] for i in rng.choice(len(others), len(heads), replace=False))
-        for _ in range(cfg.placebo_sets)
-    ]
-    placebo = [float(np.mean([ablation.heads_loss_effect(model, text, s) for text in heldout])) for s in sets]
+    theirs = [float(np.mean([batch[i] for batch in placebo])) for i in range(len(sets))]
     mine = float(np.mean(effects["heldout_loss_effect"]))
-    p = (1 + sum(x >= mine for x in placebo)) / (1 + len(placebo))
+    p = (1 + sum(x >= mine for x in theirs)) / (1 + len(theirs))
     return {
         "placebo_sets": [[f"{l}.{h}" for l, h in s] for s in sets],
-        "placebo_heldout_loss_effects": placebo,
+        "placebo_heldout_loss_effects": theirs,
         "placebo_p": p,
-        "serves_heldout": bool(mine >= cfg.min_effect and p == 1 / (1 + len(placebo))),
+        "serves_heldout": bool(mine >= cfg.min_effect and p == 1 / (1 + len(theirs))),
     }
 
 
