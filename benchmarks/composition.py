@@ -322,25 +322,18 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool, full_threads: in
             f"dense: {done} of {shape.n_pairs} pairs per kind, seeded; time extrapolated x{scale:.0f} (~)"
         )
     full_layers = shape.full_layers
-    runs["full"] = _spawn(
-        "full",
-        shape,
-        weights,
-        tmp / "full.npy",
-        repeats=3 if small else 1,
-        threads=threads,
-        layers=full_layers,
-    )
-    if full_threads:  # the same analysis on more threads, in the same run (analysis.threads)
-        runs["full_threads"] = _spawn(
-            "full",
-            shape,
-            weights,
-            tmp / "full.npy",
-            repeats=3 if small else 1,
-            threads=full_threads,
-            layers=full_layers,
-        )
+    # with --full-threads, the same analysis again on more threads, in the same run (analysis.threads)
+    for key, n in (("full", threads), ("full_threads", full_threads)):
+        if n:
+            runs[key] = _spawn(
+                "full",
+                shape,
+                weights,
+                tmp / "full.npy",
+                repeats=3 if small else 1,
+                threads=n,
+                layers=full_layers,
+            )
     full_scale = 1.0
     if full_layers is not None:
         done_pairs = dataclasses.replace(shape, n_layers=full_layers).n_pairs
