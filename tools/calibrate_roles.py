@@ -1,0 +1,117 @@
+"""Calibrate the role ablation's placebo test (docs/training.md, "Does the circuit serve the
+text?") on a run's outputs: after `make repro`, from the repository root. Outside the suite: it
+needs trained models, and minutes per seed.
+
+    python tools/calibrate_roles.py --seeds 0            # seed 0's trained model
+    python tools/calibrate_roles.py --seeds 0 --step 0   # the same model untrained (step 0)
+
+Per seed, `--draws` times: a pseudo-role of `--size` heads drawn at random from the pool the heads
+stage draws its placebo sets from (heads that are neither induction nor previous-token heads,
+by the trained model's heads.csv), read against analysis.heads.placebo_sets random sets of as
+many of the pool's other heads, on the heads stage's held-out batches, as the stage reads a role
+(`pipeline.behaviour.heads.role_ablation`). No pseudo-role is a circuit, so its rank-test p
+should spread over (0, 1] with mean near 0.5, and `serves_heldout` (the effect reaches
+analysis.heads.min_effect and exceeds every set) is a false positive: at most 1 / (1 +
+placebo_sets) of draws. Prints every draw, then per seed and in all: the mean p, the draws at
+the smallest p, and the false positives.
+
+Each set is ablated once however often it is drawn (under a second per set and batch on 2 cores
+for the text shape): a seed costs at most C(pool, size) x analysis.heads.ablation_batches ablations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline import params  # noqa: E402
+from pipeline.behaviour import ablation, heads  # noqa: E402
+from pipeline.data import datasets  # noqa: E402
+from pipeline.tables import ABLATED_ROLES  # noqa: E402
+
+
+def held_out_batches(cfg, model, seed: int, tokenized: Path) -> list:
+    """The heads stage's held-out batches for `seed` (stages/heads.py, `heads.analyse`)."""
+    h = cfg.analysis.heads
+    n = h.eval_sequences
+    dataset = datasets.load(cfg.data, model.cfg, seed, n * h.ablation_batches, tokenized, need_train=False)
+    return [dataset.eval[b * n : (b + 1) * n] for b in range(h.ablation_batches) if len(dataset.eval) > b * n]
+
+
+def calibrate_seed(cfg, outputs: Path, seed: int, step: int | None, draws: int, size: int) -> pd.DataFrame:
+    h = cfg.analysis.heads
+    train = outputs / "train" / f"seed{seed}"
+    name = "model.safetensors" if step is None else f"checkpoints/step{step:07d}.safetensors"
+    model = heads.load_model(train / name, train / "config.json", h, cfg.data)
+    heldout = held_out_batches(cfg, model, seed, outputs / "tokenizer")
+    table = pd.read_csv(outputs / "heads" / f"seed{seed}" / "heads.csv")
+    pool = table[~table["role"].isin(list(ABLATED_ROLES))]
+    pool_heads = list(zip(pool["layer"].tolist(), pool["head"].tolist(), strict=True))
+    rng = np.random.default_rng([seed, 20261205])  # the tool's own draws, not a pipeline stream
+    effects: dict[tuple, float] = {}  # a set's mean held-out effect, ablated once however often drawn
+
+    def measure(sets: list[list[tuple[int, int]]]) -> list[float]:
+        missing = list(dict.fromkeys(tuple(sorted(s)) for s in sets if tuple(sorted(s)) not in effects))
+        if missing:  # one clean pass per batch for all of them (ablation.heads_loss_effects)
+            per_batch = [ablation.heads_loss_effects(model, t, missing) for t in heldout]
+            for i, key in enumerate(missing):
+                effects[key] = float(np.mean([batch[i] for batch in per_batch]))
+        return [effects[tuple(sorted(s))] for s in sets]
+
+    rows = []
+    for draw in range(draws):
+        chosen = [pool_heads[i] for i in rng.choice(len(pool_heads), size, replace=False)]
+        others = [x for x in pool_heads if x not in chosen]
+        sets = [
+            [others[i] for i in rng.choice(len(others), size, replace=False)] for _ in range(h.placebo_sets)
+        ]
+        mine, *placebo = measure([chosen, *sets])
+        p = (1 + sum(x >= mine for x in placebo)) / (1 + len(placebo))  # as heads.role_ablation reads a role
+        rows.append({
+            "seed": seed, "draw": draw, "heads": " ".join(f"{l}.{i}" for l, i in sorted(chosen)),
+            "heldout_loss_effect": mine, "placebo_min": min(placebo), "placebo_max": max(placebo),
+            "placebo_p": p, "serves_heldout": bool(mine >= h.min_effect and p == 1 / (1 + len(placebo))),
+        })  # fmt: skip
+        print(rows[-1], flush=True)
+    return pd.DataFrame(rows)
+
+
+def describe(frame: pd.DataFrame, smallest: float) -> str:
+    return (
+        f"{len(frame)} draws: mean p {frame['placebo_p'].mean():.2f}, "
+        f"{int((frame['placebo_p'] <= smallest + 1e-12).sum())} at the smallest p ({smallest:.2f}), "
+        f"false positives (serves_heldout) {int(frame['serves_heldout'].sum())} "
+        f"({frame['serves_heldout'].mean():.1%}); effects {frame['heldout_loss_effect'].min():+.4f}.."
+        f"{frame['heldout_loss_effect'].max():+.4f} nats"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--outputs", default="outputs", type=Path)
+    ap.add_argument("--step", type=int, help="a checkpoint step (0: untrained) instead of the final model")
+    ap.add_argument("--draws", type=int, default=20, help="pseudo-roles per seed")
+    ap.add_argument("--seeds", type=int, nargs="*", help="these seeds (default: params.yaml's)")
+    ap.add_argument("--size", type=int, default=3, help="heads per pseudo-role")
+    args = ap.parse_args()
+    cfg = params.load(args.params)
+    smallest = 1 / (1 + cfg.analysis.heads.placebo_sets)
+    frames = []
+    for seed in args.seeds or cfg.seeds:
+        frame = calibrate_seed(cfg, args.outputs, seed, args.step, args.draws, args.size)
+        print(frame.to_string(index=False, float_format=lambda x: f"{x:+.4f}"), flush=True)
+        print(f"seed {seed}: {describe(frame, smallest)}\n", flush=True)
+        frames.append(frame)
+    print(f"all seeds: {describe(pd.concat(frames), smallest)}")
+
+
+if __name__ == "__main__":
+    main()
