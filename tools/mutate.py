@@ -292,6 +292,22 @@ MUTATIONS = (
         "model.cfg.d_vocab, seed)",
         (G + "test_analyse_ablates_each_held_out_batch_with_its_own_probe",),
     ),
+    Mutation(
+        "placebo-reuses-clean-blocks",
+        "a set's ablated pass reuses the clean output of every layer computed so far, not only of its first",
+        "pipeline/behaviour/ablation.py",
+        "out = clean_blocks[first] if layer == first else",
+        "out = clean_blocks[layer] if layer < len(clean_blocks) else",
+        ("tests/test_ablation.py::test_heads_loss_effects_of_many_sets_equal_each_set_alone",),
+    ),
+    Mutation(
+        "placebo-p-counts-below",
+        "the role's rank-test p counts the placebo sets below the role, not at or above it",
+        "pipeline/behaviour/heads.py",
+        "p = (1 + sum(x >= mine for x in theirs))",
+        "p = (1 + sum(x < mine for x in theirs))",
+        (HEADS + "test_role_ablation_reads_each_role_against_placebo_sets",),
+    ),
     # --- agreement with the ablation ------------------------------------------------------------
     Mutation(
         "top-source-signed",
