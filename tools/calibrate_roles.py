@@ -55,14 +55,14 @@ def calibrate_seed(cfg, outputs: Path, seed: int, step: int | None, draws: int, 
     pool = table[~table["role"].isin(list(ABLATED_ROLES))]
     pool_heads = list(zip(pool["layer"].tolist(), pool["head"].tolist(), strict=True))
     rng = np.random.default_rng([seed, 20261205])  # the tool's own draws, not a pipeline stream
-    effects: dict[tuple, float] = {}  # a set's mean held-out effect, ablated once however often drawn
+    effects: dict[tuple, list[float]] = {}  # a set's effect per batch, ablated once however often drawn
 
-    def measure(sets: list[list[tuple[int, int]]]) -> list[float]:
+    def measure(sets: list[list[tuple[int, int]]]) -> list[list[float]]:
         missing = list(dict.fromkeys(tuple(sorted(s)) for s in sets if tuple(sorted(s)) not in effects))
         if missing:  # one clean pass per batch for all of them (ablation.heads_loss_effects)
             per_batch = [ablation.heads_loss_effects(model, t, missing) for t in heldout]
             for i, key in enumerate(missing):
-                effects[key] = float(np.mean([batch[i] for batch in per_batch]))
+                effects[key] = [batch[i] for batch in per_batch]
         return [effects[tuple(sorted(s))] for s in sets]
 
     rows = []
@@ -72,12 +72,17 @@ def calibrate_seed(cfg, outputs: Path, seed: int, step: int | None, draws: int, 
         sets = [
             [others[i] for i in rng.choice(len(others), size, replace=False)] for _ in range(h.placebo_sets)
         ]
-        mine, *placebo = measure([chosen, *sets])
-        p = (1 + sum(x >= mine for x in placebo)) / (1 + len(placebo))  # as heads.role_ablation reads a role
+        mine, *theirs = measure([chosen, *sets])
+        # read exactly as the heads stage reads a role: its p and serves_heldout
+        read = heads._placebo(
+            sets, [list(batch) for batch in zip(*theirs, strict=True)], {"heldout_loss_effect": mine}, h
+        )
         rows.append({
             "seed": seed, "draw": draw, "heads": " ".join(f"{l}.{i}" for l, i in sorted(chosen)),
-            "heldout_loss_effect": mine, "placebo_min": min(placebo), "placebo_max": max(placebo),
-            "placebo_p": p, "serves_heldout": bool(mine >= h.min_effect and p == 1 / (1 + len(placebo))),
+            "heldout_loss_effect": float(np.mean(mine)),
+            "placebo_min": min(read["placebo_heldout_loss_effects"]),
+            "placebo_max": max(read["placebo_heldout_loss_effects"]),
+            "placebo_p": read["placebo_p"], "serves_heldout": read["serves_heldout"],
         })  # fmt: skip
         print(rows[-1], flush=True)
     return pd.DataFrame(rows)

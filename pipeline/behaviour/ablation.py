@@ -33,7 +33,7 @@ from torch import Tensor
 
 from pipeline.memory import ABLATION_CHUNK
 from pipeline.model import patterns
-from pipeline.model.transformer import AttnOnlyTransformer, Cache, next_token_loss
+from pipeline.model.transformer import AttnOnlyTransformer, BlockOutput, Cache, next_token_loss
 from pipeline.tables import ABLATION_COLUMNS, KINDS
 
 COLUMNS = list(ABLATION_COLUMNS[:7])  # the heads stage adds heldout_loss_effect (held-out text)
@@ -176,13 +176,19 @@ def heads_loss_effects(
         first = min(layer for layer, _ in heads)
         while len(clean_blocks) <= first:
             clean_blocks.append(model.blocks[len(clean_blocks)](clean_blocks[-1].resid, pos, cache=True))
-        resid = embedded  # not read: at layer `first` the clean block's output is the set's
-        for layer in range(first, len(model.blocks)):
-            out = clean_blocks[first] if layer == first else model.blocks[layer](resid, pos, cache=True)
-            resid = out.resid
-            for h in sorted(h for l, h in heads if l == layer):
-                write = out.result[:, :, h]  # [batch, pos, d_model]
-                resid = resid - write + write.mean(0, keepdim=True)
+        resid = _mean_ablated_writes(clean_blocks[first], [h for l, h in heads if l == first])
+        for layer in range(first + 1, len(model.blocks)):
+            out = model.blocks[layer](resid, pos, cache=True)
+            resid = _mean_ablated_writes(out, [h for l, h in heads if l == layer])
         ablated = next_token_loss(model.logits_from(resid, len(model.blocks), pos), tokens)
         effects.append(float(ablated - clean))
     return effects
+
+
+def _mean_ablated_writes(out: BlockOutput, heads: Sequence[int]) -> Tensor:
+    """A block's output stream with each of `heads`' writes replaced by its mean over the batch."""
+    resid = out.resid
+    for h in sorted(heads):
+        write = out.result[:, :, h]  # [batch, pos, d_model]
+        resid = resid - write + write.mean(0, keepdim=True)
+    return resid
