@@ -374,7 +374,8 @@ class HeadsConfig(Section):
     # an edge is causal when its effect exceeds their spread (pipeline/behaviour/agreement.py)
     ablation_batches: int = 3
     # a role's heads serve held-out text when ablating them raises its loss by min_effect and
-    # more than any of this many random sets of as many non-circuit heads (heads.role_ablation)
+    # more than each of this many random sets of as many heads of the same layers, the role's own
+    # included (every other such set when there are fewer: heads.role_ablation)
     placebo_sets: int = 19
     thresholds: RoleThresholds = field(default_factory=RoleThresholds)
 

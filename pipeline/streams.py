@@ -27,7 +27,7 @@ STREAMS = {
     # A measure's baseline and its null are independent of each other and of the other
     # measure's. Placebo pairs are scored against the same draws as the real pairs, so the
     # two differ only in the pairs.
-    "placebo_sets": "the random sets of non-circuit heads a role's ablation is read against",
+    "placebo_sets": "the random sets of heads a role's ablation is ranked among",
     "composition.baseline": "random factors of the heads' shapes: the Frobenius measures' baselines",
     "composition.null": "Haar rotations of the writer: the Frobenius measures' null",
     "invariant.baseline": "Gaussian heads in the whitened frames: the invariant measure's baselines",

@@ -36,8 +36,9 @@ ROLES = (
 # Whether the circuit serves the text (heads summary.json "role_ablation", pipeline/behaviour/heads.py): the
 # heads of each role, ablated together, from its first layer (layer 0 reads no earlier head, so an
 # "induction" head there is not the circuit's); the loss change on held-out text and on the probe;
-# then the held-out effect against placebo sets of as many non-circuit heads: the rank test's p,
-# and whether the role serves the text (above every set). Each is a statistic of compare's.
+# then the held-out effect ranked among placebo sets of as many heads of the same layers (the role's
+# own included): the rank test's p, and whether the role serves the text (min_effect and p <=
+# 1 / (1 + placebo_sets)). Each is a statistic of compare's.
 ABLATED_ROLES = {"induction": 1, "previous_token": 0}
 ROLE_EFFECTS = ("heldout_loss_effect", "probe_loss_effect")
 ROLE_STATISTICS = (*ROLE_EFFECTS, "placebo_p", "serves_heldout")

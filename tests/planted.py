@@ -22,6 +22,8 @@ Token 0 is the first token of every sequence; spans use tokens 1..15.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from pipeline.config import ModelConfig
@@ -96,6 +98,19 @@ def state_dict() -> dict[str, torch.Tensor]:
 def model() -> AttnOnlyTransformer:
     m = AttnOnlyTransformer(CONFIG).to(torch.float64)
     m.load_state_dict(state_dict())
+    return m.eval()
+
+
+def wide_model(extra: int) -> AttnOnlyTransformer:
+    """The planted model with `extra` more heads in each layer (heads 3 .. 2 + extra) whose weights
+    are all zero: they write exactly nothing, so ablating one changes no loss."""
+    wide = {}
+    for name, tensor in state_dict().items():
+        if name.endswith(("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")):  # [head, ...]
+            tensor = torch.cat([tensor, torch.zeros(extra, *tensor.shape[1:], dtype=tensor.dtype)])
+        wide[name] = tensor
+    m = AttnOnlyTransformer(dataclasses.replace(CONFIG, n_heads=N_HEADS + extra)).to(torch.float64)
+    m.load_state_dict(wide)
     return m.eval()
 
 

@@ -311,33 +311,62 @@ def test_summary_counts_roles(planted_result, planted_scores):
     json.dumps(summary, allow_nan=False)  # valid JSON: undefined values are null
 
 
+def test_placebo_sets_known_answers():
+    """As many heads of each layer as the role has there, from all the layer's heads: every other
+    set while there are at most n (exact), else n uniform draws from the run's stream."""
+    rng = np.random.default_rng(0)
+    assert heads._placebo_sets([(1, 0)], 3, 19, rng) == [[(1, 1)], [(1, 2)]]
+    two_layers = heads._placebo_sets([(0, 0), (1, 0)], 2, 19, rng)
+    assert two_layers == [[(0, 0), (1, 1)], [(0, 1), (1, 0)], [(0, 1), (1, 1)]]
+    assert heads._placebo_sets([(1, 0), (1, 1), (1, 2)], 3, 19, rng) is None  # no other set
+    assert heads._placebo_sets([], 3, 19, rng) is None
+    drawn = heads._placebo_sets([(1, 0), (1, 3)], 8, 5, np.random.default_rng(1))  # 27 others > 5
+    assert len(drawn) == 5 and all(len(set(s)) == 2 and s == sorted(s) for s in drawn)
+    assert all(layer == 1 and 0 <= h < 8 for s in drawn for layer, h in s)
+    assert drawn == heads._placebo_sets([(1, 0), (1, 3)], 8, 5, np.random.default_rng(1))
+    assert drawn != heads._placebo_sets([(1, 0), (1, 3)], 8, 5, np.random.default_rng(2))
+    # the role's own set may be drawn: 100 x 2 draws of one head of 4 hold it about 50 times
+    singles = [s for r in range(100) for s in heads._placebo_sets([(0, 2)], 4, 2, np.random.default_rng(r))]
+    assert len(singles) == 200 and 25 < sum(s == [(0, 2)] for s in singles) < 75
+
+
 def test_role_ablation_reads_each_role_against_placebo_sets(planted_result):
-    """The planted model's four non-circuit heads are the placebo pool. On random tokens the
-    induction head lowers the loss by more than 1 nat, below every set of one other head: it does
-    not serve that text. On repeated text it raises the loss above every set: p = 1 / 20."""
+    """The planted model's induction head is ranked among the other heads of layer 1. On random
+    tokens it lowers the loss by more than 1 nat, below both: it does not serve that text. On
+    repeated text it raises the loss above both, p = 1/3: three heads cannot show more. With 17
+    silent heads more in each layer it beats all 19 other heads of its layer: p = 1/20, serves."""
     model, table = planted.model(), planted_result.table
-    others = {"0.1", "0.2", "1.1", "1.2"}
     ablated = planted_result.role_ablation["induction"]
-    assert len(ablated["placebo_sets"]) == CFG.placebo_sets == 19
-    assert all(len(s) == 1 and set(s) <= others for s in ablated["placebo_sets"])
+    assert ablated["placebo_sets"] == [["1.1"], ["1.2"]]
     assert ablated["placebo_p"] == 1.0 and ablated["serves_heldout"] is False
     assert max(ablated["placebo_heldout_loss_effects"]) > ablated["heldout_loss_effect"]
     repeated = planted.repeated(32, LENGTH, 0)
-    served = heads.role_ablation(model, table, [repeated], [repeated], CFG, seed=0)
-    assert served["induction"]["placebo_p"] == pytest.approx(1 / 20)
-    assert served["induction"]["serves_heldout"] is True
-    assert served["previous_token"]["serves_heldout"] is True  # the head the induction head reads
-    # the sets come from the seed's own stream: the same seed draws them again, another does not
-    again = heads.role_ablation(model, table, [repeated], [repeated], CFG, seed=0)
-    assert again == served
-    other_seed = heads.role_ablation(model, table, [repeated], [repeated], CFG, seed=1)
-    assert other_seed["induction"]["placebo_sets"] != served["induction"]["placebo_sets"]
+    small = heads.role_ablation(model, table, [repeated], [repeated], CFG, seed=0)
+    assert small["induction"]["placebo_p"] == pytest.approx(1 / 3)
+    assert small["induction"]["serves_heldout"] is False
+    wide = pd.concat(
+        [table[["layer", "head", "role"]]]
+        + [pd.DataFrame({"layer": layer, "head": range(3, 20), "role": "other"}) for layer in (0, 1)],
+        ignore_index=True,
+    )
+    served = heads.role_ablation(planted.wide_model(17), wide, [repeated], [repeated], CFG, seed=0)
+    for role, head in (("induction", "1.0"), ("previous_token", "0.0")):  # 0.0: the head 1.0 reads
+        assert served[role]["heads"] == [head]
+        assert sorted(s for (s,) in served[role]["placebo_sets"]) == sorted(
+            f"{head[0]}.{h}" for h in range(20) if h != 0
+        )
+        assert served[role]["placebo_p"] == pytest.approx(1 / 20)
+        assert served[role]["serves_heldout"] is True
+    # the silent heads change nothing: their sets' effects are exactly 0
+    assert served["induction"]["placebo_heldout_loss_effects"][2:] == [0.0] * 17
+    assert heads.role_ablation(planted.wide_model(17), wide, [repeated], [repeated], CFG, seed=0) == served
 
 
-def test_role_ablation_has_no_placebo_without_enough_other_heads(planted_result):
-    """Every head in the circuit: nothing to compare with, so no verdict (null), not a pass."""
+def test_role_ablation_has_no_placebo_when_the_role_holds_its_whole_layer(planted_result):
+    """Every head of layer 1 an induction head: nothing to compare with, so no verdict (null), not
+    a pass."""
     model, table = planted.model(), planted_result.table.copy()
-    table.loc[~table["role"].isin(["induction", "previous_token"]), "role"] = "previous_token"
+    table.loc[table["layer"] == 1, "role"] = "induction"
     ablated = heads.role_ablation(
         model,
         table,
@@ -346,14 +375,16 @@ def test_role_ablation_has_no_placebo_without_enough_other_heads(planted_result)
         CFG,
         seed=0,
     )
+    assert ablated["induction"]["heads"] == ["1.0", "1.1", "1.2"]
     assert ablated["induction"]["heldout_loss_effect"] is not None
     assert ablated["induction"]["placebo_p"] is None and ablated["induction"]["serves_heldout"] is None
 
 
 def test_role_ablation_placebo_p_is_uniform_when_the_role_is_any_other_heads():
-    """Calibration on untrained weights: a random set of layer-1 heads named the role is no
-    different from the placebo sets, so p <= 0.1 about 10% of the time with 9 sets (the rank test is exact
-    under exchangeability), and the rule (which also needs min_effect) passes none."""
+    """Calibration on untrained weights: a random set of layer-1 heads named the role is drawn as
+    the placebo sets are, so p <= 0.1 at most 10% of the time with 9 sets (the rank test is exact
+    under exchangeability; a set equal to the role's counts against it, 1 draw in 15), and the
+    rule (which also needs min_effect) passes none."""
     model = random_model("tiny", seed=3, n_heads=6, n_ctx=16, d_vocab=32)
     rng = np.random.default_rng(0)
     text = [torch.randint(0, 32, (16, 16), generator=torch.Generator().manual_seed(b)) for b in range(2)]

@@ -5,18 +5,20 @@ needs trained models, and minutes per seed.
     python tools/calibrate_roles.py --seeds 0            # seed 0's trained model
     python tools/calibrate_roles.py --seeds 0 --step 0   # the same model untrained (step 0)
 
-Per seed, `--draws` times: a pseudo-role of `--size` heads drawn at random from the pool the heads
-stage draws its placebo sets from (heads that are neither induction nor previous-token heads,
-by the trained model's heads.csv), read against analysis.heads.placebo_sets random sets of as
-many of the pool's other heads, on the heads stage's held-out batches, as the stage reads a role
-(`pipeline.behaviour.heads.role_ablation`). No pseudo-role is a circuit, so its rank-test p
-should spread over (0, 1] with mean near 0.5, and `serves_heldout` (the effect reaches
-analysis.heads.min_effect and exceeds every set) is a false positive: at most 1 / (1 +
-placebo_sets) of draws. Prints every draw, then per seed and in all: the mean p, the draws at
-the smallest p, and the false positives.
+Per seed, `--draws` times: a pseudo-role of `--size` heads of layer `--layer` (default 1, the
+induction role's) drawn at random from that layer's non-circuit heads (neither induction nor
+previous-token heads, by the trained model's heads.csv), read exactly as the heads stage reads
+a role (`pipeline.behaviour.heads.role_ablation`): ranked among analysis.heads.placebo_sets sets
+drawn by `heads._placebo_sets` from all of the layer's heads, the pseudo-role's own included, on
+the heads stage's held-out batches. No pseudo-role is a circuit, so `serves_heldout` (the
+effect reaches analysis.heads.min_effect and p <= 1 / (1 + placebo_sets)) is a false positive:
+the rank test is exact when the pseudo-role's heads are any heads of the layer, and these,
+chosen among the non-circuit ones, should pass at most that often. Prints every draw, then per
+seed and in all: the mean p, the draws at the smallest p, and the false positives.
 
 Each set is ablated once however often it is drawn (under a second per set and batch on 2 cores
-for the text shape): a seed costs at most C(pool, size) x analysis.heads.ablation_batches ablations.
+for the text shape): a seed costs at most C(heads per layer, size) x analysis.heads.ablation_batches
+ablations.
 """
 
 from __future__ import annotations
@@ -45,15 +47,19 @@ def held_out_batches(cfg, model, seed: int, tokenized: Path) -> list:
     return [dataset.eval[b * n : (b + 1) * n] for b in range(h.ablation_batches) if len(dataset.eval) > b * n]
 
 
-def calibrate_seed(cfg, outputs: Path, seed: int, step: int | None, draws: int, size: int) -> pd.DataFrame:
+def calibrate_seed(
+    cfg, outputs: Path, seed: int, step: int | None, draws: int, size: int, layer: int
+) -> pd.DataFrame:
     h = cfg.analysis.heads
     train = outputs / "train" / f"seed{seed}"
     name = "model.safetensors" if step is None else f"checkpoints/step{step:07d}.safetensors"
     model = heads.load_model(train / name, train / "config.json", h, cfg.data)
     heldout = held_out_batches(cfg, model, seed, outputs / "tokenizer")
     table = pd.read_csv(outputs / "heads" / f"seed{seed}" / "heads.csv")
-    pool = table[~table["role"].isin(list(ABLATED_ROLES))]
+    pool = table[~table["role"].isin(list(ABLATED_ROLES)) & (table["layer"] == layer)]
     pool_heads = list(zip(pool["layer"].tolist(), pool["head"].tolist(), strict=True))
+    if not 0 < size < min(len(pool_heads) + 1, model.cfg.n_heads):
+        sys.exit(f"calibrate_roles: --size {size}: layer {layer} has {len(pool_heads)} non-circuit heads")
     rng = np.random.default_rng([seed, 20261205])  # the tool's own draws, not a pipeline stream
     effects: dict[tuple, list[float]] = {}  # a set's effect per batch, ablated once however often drawn
 
@@ -67,11 +73,8 @@ def calibrate_seed(cfg, outputs: Path, seed: int, step: int | None, draws: int, 
 
     rows = []
     for draw in range(draws):
-        chosen = [pool_heads[i] for i in rng.choice(len(pool_heads), size, replace=False)]
-        others = [x for x in pool_heads if x not in chosen]
-        sets = [
-            [others[i] for i in rng.choice(len(others), size, replace=False)] for _ in range(h.placebo_sets)
-        ]
+        chosen = sorted(pool_heads[i] for i in rng.choice(len(pool_heads), size, replace=False))
+        sets = heads._placebo_sets(chosen, model.cfg.n_heads, h.placebo_sets, rng)
         mine, *theirs = measure([chosen, *sets])
         # read exactly as the heads stage reads a role: its p and serves_heldout
         read = heads._placebo(
@@ -106,12 +109,13 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=20, help="pseudo-roles per seed")
     ap.add_argument("--seeds", type=int, nargs="*", help="these seeds (default: params.yaml's)")
     ap.add_argument("--size", type=int, default=3, help="heads per pseudo-role")
+    ap.add_argument("--layer", type=int, default=1, help="the layer the pseudo-roles' heads lie in")
     args = ap.parse_args()
     cfg = params.load(args.params)
     smallest = 1 / (1 + cfg.analysis.heads.placebo_sets)
     frames = []
     for seed in args.seeds or cfg.seeds:
-        frame = calibrate_seed(cfg, args.outputs, seed, args.step, args.draws, args.size)
+        frame = calibrate_seed(cfg, args.outputs, seed, args.step, args.draws, args.size, args.layer)
         print(frame.to_string(index=False, float_format=lambda x: f"{x:+.4f}"), flush=True)
         print(f"seed {seed}: {describe(frame, smallest)}\n", flush=True)
         frames.append(frame)

@@ -33,6 +33,9 @@ highest score, else "other".
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,21 +294,20 @@ def role_ablation(
     text it never trained on. No heads of the role: the effects are null.
 
     Ablating almost any set of trained heads raises the loss, so the sign says nothing by itself
-    (docs/training.md measures it). The role's held-out effect is read against `cfg.placebo_sets`
-    random sets of as many non-circuit heads (neither induction nor previous-token), ablated the
-    same way on the same batches: `placebo_p` = (1 + sets at or above the role) / (1 + sets), the
-    rank test's p-value, exact when the role's heads were no different from the others; and
-    `serves_heldout` when the effect reaches `cfg.min_effect` and exceeds every set (p =
-    1 / (1 + placebo_sets), 0.05 at the default 19). Null when there are fewer non-circuit heads
-    than the role has."""
-    other = table[~table["role"].isin(list(ABLATED_ROLES))]  # no head flagged with either (FIRST)
-    others = list(zip(other["layer"].tolist(), other["head"].tolist(), strict=True))
+    (docs/training.md measures it). The role's held-out effect is ranked among those of placebo
+    sets (`_placebo_sets`): as many heads of each layer as the role has there, drawn from all of
+    that layer's heads, the role's own included, and ablated the same way on the same batches.
+    The null is that the role's heads are any heads of their layers; under it the role and the
+    sets are exchangeable, so `placebo_p` = (1 + sets at or above the role) / (1 + sets) is an
+    exact p-value. `serves_heldout`: the effect reaches `cfg.min_effect` and p <= 1 / (1 +
+    `cfg.placebo_sets`) (0.05 at the default 19), which a layer of few heads cannot reach: one
+    head of 8 has p >= 1/8. Null when the role holds every head of its layers."""
     rng = np.random.default_rng(streams.seed_of(seed, "placebo_sets"))
     out = {}
     for role, first_layer in ABLATED_ROLES.items():
         rows = table[(table["role"] == role) & (table["layer"] >= first_layer)]
         heads = list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
-        sets = _placebo_sets(heads, others, cfg.placebo_sets, rng)
+        sets = _placebo_sets(heads, model.cfg.n_heads, cfg.placebo_sets, rng)
         effects: dict[str, list[float]] = {effect: [] for effect in ROLE_EFFECTS}
         placebo: list[list[float]] = []  # per held-out batch, each set's effect
         for probe, text in zip(repeated, heldout, strict=True) if heads else ():
@@ -323,13 +325,28 @@ def role_ablation(
 
 
 def _placebo_sets(
-    heads: list[tuple[int, int]], others: list[tuple[int, int]], n: int, rng: np.random.Generator
+    heads: list[tuple[int, int]], n_heads: int, n: int, rng: np.random.Generator
 ) -> list[list[tuple[int, int]]] | None:
-    """`n` random sets of as many of `others` as `heads` has (`role_ablation`); None when there are
-    no heads or too few others."""
-    if not heads or len(others) < len(heads):
+    """The sets a role's effect is ranked among (`role_ablation`): as many heads of each layer as
+    `heads` has there, from all `n_heads` heads of that layer, `heads` included. Every such set but
+    the role's own when there are at most `n` of them (the exact permutation test: p = the role's
+    rank among all), else `n` independent uniform draws, which may repeat or equal the role's set
+    (a tie counts against the role), each sorted. None when there are no heads, or no other set."""
+    if not heads:
         return None
-    return [sorted(others[i] for i in rng.choice(len(others), len(heads), replace=False)) for _ in range(n)]
+    per_layer = sorted(Counter(layer for layer, _ in heads).items())  # [(layer, heads there)]
+    if math.prod(math.comb(n_heads, k) for _, k in per_layer) - 1 > n:
+        return [
+            sorted((layer, int(h)) for layer, k in per_layer for h in rng.choice(n_heads, k, replace=False))
+            for _ in range(n)
+        ]
+    choices = [  # per layer, every choice of its k heads
+        [[(layer, h) for h in hs] for hs in itertools.combinations(range(n_heads), k)]
+        for layer, k in per_layer
+    ]
+    every = [sorted(itertools.chain(*parts)) for parts in itertools.product(*choices)]
+    others = [s for s in every if s != sorted(heads)]
+    return others or None
 
 
 def _placebo(
@@ -349,12 +366,15 @@ def _placebo(
         }
     theirs = [float(np.mean([batch[i] for batch in placebo])) for i in range(len(sets))]
     mine = float(np.mean(effects["heldout_loss_effect"]))
-    p = (1 + sum(x >= mine for x in theirs)) / (1 + len(theirs))
+    at_or_above = sum(x >= mine for x in theirs)
+    p = (1 + at_or_above) / (1 + len(theirs))
+    # p <= 1 / (1 + placebo_sets), in integers: no set at or above the role, among that many
+    smallest = (1 + at_or_above) * (1 + cfg.placebo_sets) <= 1 + len(theirs)
     return {
         "placebo_sets": [[f"{l}.{h}" for l, h in s] for s in sets],
         "placebo_heldout_loss_effects": theirs,
         "placebo_p": p,
-        "serves_heldout": bool(mine >= cfg.min_effect and p == 1 / (1 + len(theirs))),
+        "serves_heldout": bool(mine >= cfg.min_effect and smallest),
     }
 
 

@@ -432,13 +432,14 @@ STATISTICS = {
     },
     **{
         f"{role}_placebo_p": f"rank-test p of the {role} heads' held-out loss change against "
-        "analysis.heads.placebo_sets random sets of as many non-circuit heads: (1 + sets at or above) "
-        "/ (1 + sets)"
+        "analysis.heads.placebo_sets random sets of as many heads of the same layers, its own "
+        "included (every other set when fewer): (1 + sets at or above) / (1 + sets)"
         for role in ABLATED_ROLES
     },
     **{
         f"{role}_serves_heldout": f"1 when the {role} heads' held-out loss change reaches "
-        "analysis.heads.min_effect and exceeds every placebo set, else 0 (mean: the fraction of seeds)"
+        "analysis.heads.min_effect and its p <= 1 / (1 + analysis.heads.placebo_sets), else 0 (mean: "
+        "the fraction of seeds)"
         for role in ABLATED_ROLES
     },
     **{statistic: words for c in CLAIMS.values() for statistic, words in c.auxiliary.items()},
