@@ -37,6 +37,19 @@ def use_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def resolve_device(name: str, key: str):
+    """The torch device `name` ("auto": CUDA when present; "cpu"; "cuda") of config key `key`
+    (`train.device`, `analysis.device`); a UserError naming the key when CUDA is asked for and
+    absent. Imported lazily, as in `use_threads`."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError(key, "CUDA is not available on this machine", name)
+    return torch.device(name)
+
+
 def run_cli(
     parser: argparse.ArgumentParser,
     body: Callable[[argparse.Namespace], int | None],

@@ -445,10 +445,15 @@ class AnalysisConfig(Section):
     # torch CPU threads of the composition, heads and dynamics stages (pipeline.cli.use_threads);
     # None: torch's default, one per physical core. Another count changes float rounding only.
     threads: int | None = None
+    # where the composition stage's null products and the heads stage's path and role ablations
+    # run (DEVICES; "auto": CUDA when present). Draws, frames and baselines stay on the CPU; on
+    # CUDA the results equal the CPU's to float64 rounding (docs/experiments.md), not bit for bit.
+    device: str = "cpu"
 
     def check(self) -> None:
         if self.threads is not None:
             _positive(self, "threads")
+        require(self.device in DEVICES, "device", f"must be one of {', '.join(DEVICES)}", self.device)
 
 
 # --- root --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import sys
 
 from pipeline import io, params, tables
 from pipeline.circuits import scoring, significance, weights
-from pipeline.cli import run_cli, stage_parser, use_threads
+from pipeline.cli import resolve_device, run_cli, stage_parser, use_threads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,10 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> None:
         cfg = params.load(args.params)
         use_threads(cfg.analysis.threads)
+        device = str(resolve_device(cfg.analysis.device, "analysis.device"))  # before any file is read
         c = cfg.analysis.composition
         hw, metadata = weights.load(args.weights)
         positions = weights.positions_of(metadata, source=args.weights)  # as the weights stage recorded
-        measured, placebo = significance.measured(hw, c, args.seed, positions)
+        measured, placebo = significance.measured(hw, c, args.seed, positions, device)
         scores, inv = tables.split_measures(measured)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)

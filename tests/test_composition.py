@@ -14,12 +14,13 @@ import torch
 
 from pipeline import streams
 from pipeline.circuits import composition as comp
-from pipeline.circuits import scoring, strands
+from pipeline.circuits import scoring, significance, strands
 from pipeline.circuits.composition import COLUMNS, KINDS, VARIANTS, composition_scores, true_scores
 from pipeline.circuits.scoring import summarize
 from pipeline.circuits.weights import HeadWeights, from_state_dict
-from pipeline.cli import use_threads
+from pipeline.cli import resolve_device, use_threads
 from pipeline.config import CompositionConfig
+from pipeline.errors import UserError
 
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)
 F64 = torch.float64
@@ -95,6 +96,39 @@ def test_thread_count_changes_rounding_only() -> None:
     finally:
         torch.set_num_threads(before)
     pd.testing.assert_frame_equal(one, two, rtol=1e-9, atol=1e-12)
+
+
+def devices() -> list[str]:
+    """The devices analysis.device can name on this machine: the CPU, and CUDA where present (no
+    test is skipped for want of a GPU: on the CPU the same code runs with the device given)."""
+    return ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
+
+def test_every_measure_on_analysis_device_equals_the_cpu_default() -> None:
+    """analysis.device: the products run there, the draws stay on the CPU, so every column of every
+    measure (scores, nulls, z, q, discoveries; placebo pairs too) equals the default's: bit for bit
+    on the CPU, to float64 rounding on CUDA."""
+    hw = random_heads(2, L=3, H=4, D=32, d=4)
+    cfg = CompositionConfig(baseline_samples=16, null_samples=16)
+    default = significance.measured(hw, cfg, 5, "shortformer")
+    for device in devices():
+        got = significance.measured(hw, cfg, 5, "shortformer", device=device)
+        for want, have in zip(default, got, strict=True):
+            if device == "cpu":
+                pd.testing.assert_frame_equal(want, have, check_exact=True)
+            else:
+                pd.testing.assert_frame_equal(want, have, rtol=1e-9, atol=1e-12)
+
+
+def test_an_unavailable_device_names_its_key() -> None:
+    if torch.cuda.is_available():
+        assert resolve_device("cuda", "analysis.device") == torch.device("cuda")
+    else:
+        with pytest.raises(UserError, match=r"analysis\.device = 'cuda': CUDA is not available"):
+            resolve_device("cuda", "analysis.device")
+    assert resolve_device("cpu", "analysis.device") == torch.device("cpu")
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto", "analysis.device").type == want
 
 
 # --- known answers -----------------------------------------------------------------

@@ -311,6 +311,30 @@ def test_summary_counts_roles(planted_result, planted_scores):
     json.dumps(summary, allow_nan=False)  # valid JSON: undefined values are null
 
 
+def test_analysis_on_analysis_device_equals_the_cpu_default(planted_result, planted_scores):
+    """analysis.device: the forward passes, the path ablation and the role ablation run there and
+    come back to the CPU: every table and effect equals the default's, bit for bit on the CPU and
+    to float64 rounding on CUDA (where present; the same code runs on the CPU otherwise)."""
+    hw = weights.from_state_dict(planted.state_dict())
+    repeated, heldout = planted.repeated(32, LENGTH, 0), planted.random_tokens(32, planted.N_CTX, 1)
+    for device in ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]:
+        got = heads.analyse_batches(
+            planted.model(), hw, repeated, heldout, CFG, planted_scores, device=device
+        )
+        exact = {"check_exact": True} if device == "cpu" else {"rtol": 1e-9, "atol": 1e-12}
+        pd.testing.assert_frame_equal(got.table, planted_result.table, **exact)
+        pd.testing.assert_frame_equal(got.batches, planted_result.batches, **exact)
+        assert got.example["pattern"].device.type == "cpu"
+        assert got.example["pattern"].allclose(planted_result.example["pattern"], rtol=0, atol=1e-12)
+        for role, want in planted_result.role_ablation.items():
+            assert got.role_ablation[role]["heads"] == want["heads"]
+            assert got.role_ablation[role]["placebo_sets"] == want["placebo_sets"]
+            assert got.role_ablation[role]["heldout_loss_effect"] == pytest.approx(
+                want["heldout_loss_effect"], abs=1e-12
+            )
+            assert got.role_ablation[role]["placebo_p"] == want["placebo_p"]
+
+
 def test_placebo_sets_known_answers():
     """As many heads of each layer as the role has there, from all the layer's heads: every other
     set while there are at most n (exact), else n uniform draws from the run's stream."""

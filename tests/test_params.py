@@ -82,6 +82,7 @@ def test_overrides_reach_the_schema():
         ("model.n_ctx=16", "analysis.heads.repeat_length"),  # evaluation longer than the context
         ("train.source=load", "train.checkpoint"),  # load needs a checkpoint
         ("analysis.threads=0", "analysis.threads"),
+        ("analysis.device=gpu", "analysis.device"),
     ],
 )
 def test_bad_overrides_name_the_key(override, key):

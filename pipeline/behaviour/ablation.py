@@ -63,7 +63,7 @@ def _heads_per_loss_chunk(batch: int, pos: int, d_vocab: int) -> int:
 def _induction(pattern: Tensor, length: int | None) -> Tensor:
     """Induction score per head [head], or NaN without a repeated batch (`length` None)."""
     if length is None:
-        return torch.full(pattern.shape[-3:-2], torch.nan, dtype=pattern.dtype)
+        return torch.full(pattern.shape[-3:-2], torch.nan, dtype=pattern.dtype, device=pattern.device)
     return patterns.induction(pattern, length)
 
 
@@ -105,7 +105,7 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
                         if kind == "V":  # values cannot move a pattern: 0, not rounding noise
                             attn_effect = torch.where(attn_effect.isnan(), attn_effect, 0.0)
                         # one copy of the batch per b: b's new write, the other heads' clean ones
-                        loss_effect = torch.empty(H, dtype=clean_loss.dtype)
+                        loss_effect = torch.empty(H, dtype=clean_loss.dtype, device=tokens.device)
                         for g in range(0, H, per_loss):
                             heads = slice(g, min(g + per_loss, H))
                             m = heads.stop - heads.start
@@ -115,8 +115,8 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
                             new_logits = model.logits_from(stream, j + 1, cache.pos)
                             loss = next_token_loss(new_logits, tokens.repeat(m, 1), reduce=False)
                             loss_effect[heads] = loss.view(m, -1).mean(-1) - clean_loss
-                        for b in range(H):
-                            rows.append((kind, i, a, j, b, float(attn_effect[b]), float(loss_effect[b])))
+                        attn, loss = attn_effect.tolist(), loss_effect.tolist()  # one copy off a GPU
+                        rows.extend((kind, i, a, j, b, attn[b], loss[b]) for b in range(H))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     order = {kind: n for n, kind in enumerate(KINDS)}
     frame = frame.sort_values(COLUMNS[:5], key=lambda c: c.map(order) if c.name == "kind" else c)

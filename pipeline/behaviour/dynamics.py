@@ -57,10 +57,13 @@ class DynamicsResult:
     pair: dict  # the top induction <- previous-token pair: {"src": [layer, head], "dst": [...]}
 
 
-def scores_at(hw: weights.HeadWeights, cfg: Config, seed: int, positions: str) -> pd.DataFrame:
+def scores_at(
+    hw: weights.HeadWeights, cfg: Config, seed: int, positions: str, device: str | None = None
+) -> pd.DataFrame:
     """Every composition score of one set of weights: scores.csv's rows, then invariant.csv's as
-    variant `invariant` (SCORES_COLUMNS), as the composition stage computes and calibrates them."""
-    return significance.measured(hw, cfg.analysis.composition, seed, positions)[0]
+    variant `invariant` (SCORES_COLUMNS), as the composition stage computes and calibrates them
+    (`device`: where the products run, `analysis.device` resolved)."""
+    return significance.measured(hw, cfg.analysis.composition, seed, positions, device)[0]
 
 
 @torch.no_grad()
@@ -123,6 +126,7 @@ def analyse(
     cfg: Config,
     seed: int,
     progress=None,
+    device: str | None = None,
 ) -> DynamicsResult:
     """The analysis at every checkpoint of `checkpoints` (read_index's entries, files under
     `directory`; config.json at `config_path`); `repeated` and `heldout` are the heads
@@ -134,7 +138,7 @@ def analyse(
         model_cfg, state = tl_checkpoint.read_checkpoint(path, config_path)  # names, shapes, finite
         hw, _ = weights.prepare(state, model_cfg, source=str(path))
         keys = {"step": entry["step"], "tokens": entry["tokens"]}
-        comp = scores_at(hw, cfg, seed, model_cfg.positional_embedding_type)
+        comp = scores_at(hw, cfg, seed, model_cfg.positional_embedding_type, device)
         comps.append(comp.assign(**keys, excess=excess(comp)))
         model = tl_checkpoint.build_model(model_cfg, state, dtype=torch.float64)
         table, loss = heads_at(model, repeated, heldout, cfg)
@@ -156,19 +160,20 @@ def run(
     seed: int,
     tokenized: str | Path | None = None,
     progress=None,
+    device: str | None = None,
 ) -> DynamicsResult:
     """`analyse` on train's checkpoints/ (`directory`, its index.json) and config.json at
     `config_path`, with the heads stage's batches drawn from `seed` (`tokenized`: the tokenizer
     stage's output, data.source = text). The shape is checked first, as the heads stage checks it
     (`heads.require_shape_fits`: the lengths, and memory for one checkpoint's analysis), before
-    any checkpoint or data is read whole."""
+    any checkpoint or data is read whole. `device`: where the composition products run."""
     h = cfg.analysis.heads
     entries = checkpoint.read_index(directory)
     shape = tl_checkpoint.read_tl_config(config_path)
     heads.require_shape_fits(shape, h, cfg.data, str(config_path))
     dataset = datasets.load(cfg.data, shape, seed, h.eval_sequences, tokenized, need_train=False)
     repeated = datasets.repeated_probe(dataset, h.eval_sequences, h.repeat_length, shape.d_vocab, seed)
-    return analyse(entries, directory, config_path, repeated, dataset.eval, cfg, seed, progress)
+    return analyse(entries, directory, config_path, repeated, dataset.eval, cfg, seed, progress, device)
 
 
 def summarize(result: DynamicsResult, fdr: float) -> dict:

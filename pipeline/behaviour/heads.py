@@ -151,10 +151,10 @@ def pattern_scores(
         scores["duplicate_token"].append(patterns.duplicate_token(p_held, heldout))
         scores["induction"].append(patterns.induction(p_rep, length))
     example = {
-        "tokens": repeated[0].clone(),
-        "pattern": torch.stack([p[0] for p in rep.pattern]).contiguous(),
+        "tokens": repeated[0].cpu().clone(),
+        "pattern": torch.stack([p[0] for p in rep.pattern]).cpu().contiguous(),
     }
-    return {name: torch.stack(v) for name, v in scores.items()}, example
+    return {name: torch.stack(v).cpu() for name, v in scores.items()}, example
 
 
 def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
@@ -209,6 +209,7 @@ def analyse(
     seed: int,
     scores: pd.DataFrame,
     sources: tuple[str, str] = ("model", "weights"),
+    device: str | None = None,
 ) -> HeadsResult:
     """Scores, roles and the path ablation of every head: `cfg.ablation_batches` probes (batches
     0, 1, ... of run `seed`'s probe stream), and as many disjoint batches of the held-out windows of
@@ -224,7 +225,7 @@ def analyse(
         datasets.repeated_probe(dataset, n, cfg.repeat_length, model.cfg.d_vocab, seed, batch=b)
         for b in range(len(heldout))
     ]
-    return analyse_batches(model, hw, probes, heldout, cfg, scores, sources, seed)
+    return analyse_batches(model, hw, probes, heldout, cfg, scores, sources, seed, device)
 
 
 @torch.no_grad()
@@ -237,13 +238,17 @@ def analyse_batches(
     scores: pd.DataFrame,
     sources: tuple[str, str] = ("model", "weights"),
     seed: int = 0,
+    device: str | None = None,
 ) -> HeadsResult:
     """`analyse` on given batches: `repeated` [batch, 1 + 2 repeat_length], `heldout` [batch, pos],
     or lists of them: the head scores read the first of each, the path ablation every pair of
     them (probe b with held-out batch b), so that its noise can be measured. `seed`: the run's,
-    whose "placebo_sets" stream draws the role ablation's placebo sets."""
-    repeated = [repeated] if isinstance(repeated, Tensor) else list(repeated)
-    heldout = [heldout] if isinstance(heldout, Tensor) else list(heldout)
+    whose "placebo_sets" stream draws the role ablation's placebo sets. `device`
+    (`analysis.device`): where the forward passes run (the model is moved there); the results
+    come back to the CPU."""
+    repeated = [x.to(device) for x in ([repeated] if isinstance(repeated, Tensor) else repeated)]
+    heldout = [x.to(device) for x in ([heldout] if isinstance(heldout, Tensor) else heldout)]
+    model = model.to(device)  # in place; a no-op on the CPU
     if len(repeated) != len(heldout):
         raise ValueError(f"{len(repeated)} probe batches but {len(heldout)} held-out ones")
     L, H = model.cfg.n_layers, model.cfg.n_heads

@@ -365,12 +365,12 @@ def _kind_tensors(
                 for target, values in zip(out[v], block[v], strict=True):
                     # written in place: keeping small per-block results alive between the
                     # large temporaries fragments the heap (glibc) and inflates memory
-                    target[i].view(H, L * H)[:, columns] = values
+                    target[i].view(H, L * H)[:, columns] = values.cpu()  # a no-op on the CPU
     return out
 
 
 def composition_scores(
-    hw: HeadWeights, cfg: CompositionConfig, seed: int, placebo: bool = False
+    hw: HeadWeights, cfg: CompositionConfig, seed: int, placebo: bool = False, device: str | None = None
 ) -> pd.DataFrame:
     """One row per (kind, variant, earlier head, later head), in that order (KINDS, VARIANTS).
 
@@ -378,6 +378,8 @@ def composition_scores(
     baseline_mean, baseline_std (random factors of the same shapes), z (against the
     rotated-writer null). Deterministic for a seed. Computed in float64. placebo: the same
     columns for the pairs that cannot compose (`scoring.placebo_pairs`) instead of the later ones.
+    `device` (`analysis.device`): where the scores and the null's products run; the draws and
+    the baselines stay on the CPU, so only rounding differs between devices.
     """
     hw = power_of_two_scaled(hw.to(torch.float64))  # exact; no overflow or underflow for any finite weights
     d_model, d_head = hw.d_model, hw.d_head
@@ -385,6 +387,7 @@ def composition_scores(
     base = baseline(_chain_scores, (d_model,) * 4, d_head, cfg.baseline_samples, gen)
     gen = torch.Generator().manual_seed(streams.seed_of(seed, "composition.null"))
     Z = haar_blocks(cfg.null_samples, d_model, min(d_model, 2 * d_head), gen)
+    hw, Z = hw.to(device), Z.to(device)  # no copies on the CPU
     measures = {}
     for kind in KINDS:
         tensors = _kind_tensors(hw, kind, Z, placebo)

@@ -291,6 +291,7 @@ def invariant_scores(
     positions: str = "shortformer",
     grams: Sequence[Tensor] | None = None,
     placebo: bool = False,
+    device: str | None = None,
 ) -> pd.DataFrame:
     """One row per (kind, earlier head, later head), in that order (KINDS; pairs sorted).
 
@@ -299,7 +300,9 @@ def invariant_scores(
     frame). Unchanged by the residual stream's GL(d_model) symmetry, baseline and z too.
     `grams`: G_0 .. G_L to whiten by instead of `residual_grams(hw, positions)`.
     Deterministic for a seed. placebo: the pairs that cannot compose instead
-    (`scoring.placebo_pairs`), the writer's output read in the reader's frame.
+    (`scoring.placebo_pairs`), the writer's output read in the reader's frame. `device`
+    (`analysis.device`): where the pair scores and the null's products run; the frames, draws and
+    baselines stay on the CPU.
     """
     if positions not in POSITIONS:
         raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, not {positions!r}")
@@ -332,7 +335,7 @@ def invariant_scores(
     for j in sorted({j for _, j in layer_pairs}):
         r = fr[j].rank
         if r not in blocks and r > 0:
-            blocks[r] = haar_blocks(cfg.null_samples, r, min(d_head, r), gen).square()  # [S, k, k]
+            blocks[r] = haar_blocks(cfg.null_samples, r, min(d_head, r), gen).square().to(device)  # [S, k, k]
 
     nan = lambda: torch.full((L, H, L, H), torch.nan, dtype=torch.float64)  # noqa: E731
     out = {kind: {f.name: nan() for f in fields(PairStats)} for kind in KINDS}
@@ -344,14 +347,15 @@ def invariant_scores(
             r_out = fr[j + 1 if kind == "V" else j].rank
             if r_out == 0:
                 continue
-            readers = _readers(*_reader_factors(hw, fr, j, kind), k)
+            readers = _readers(*(x.to(device) for x in _reader_factors(hw, fr, j, kind)), k)
             for i in (i for i, jj in layer_pairs if jj == j):
                 if fr[i].rank == 0:
                     continue
-                writers = _writers(fr[i].R @ hw.W_V[i], hw.W_O[i] @ fr[j].R_pinv, k)
+                writers = _writers((fr[i].R @ hw.W_V[i]).to(device), (hw.W_O[i] @ fr[j].R_pinv).to(device), k)
                 t = out[kind]
-                t["score"][i, :, j] = _pair_scores(writers, readers)
-                t["null_mean"][i, :, j], t["null_std"][i, :, j] = _null(writers, readers, blocks[fr[j].rank])
+                t["score"][i, :, j] = _pair_scores(writers, readers).cpu()  # .cpu(): a no-op on the CPU
+                null_mean, null_std = _null(writers, readers, blocks[fr[j].rank])
+                t["null_mean"][i, :, j], t["null_std"][i, :, j] = null_mean.cpu(), null_std.cpu()
                 base = baselines[(fr[i].rank, fr[j].rank, r_out)]
                 t["baseline_mean"][i, :, j], t["baseline_std"][i, :, j] = base
 

@@ -152,17 +152,20 @@ def discovery_table(frame: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def measured(hw, cfg: CompositionConfig, seed: int, positions: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def measured(
+    hw, cfg: CompositionConfig, seed: int, positions: str, device: str | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scores, placebo) of one set of weights (`weights.HeadWeights`): every measure's rows
     (scores.csv's five variants, then invariant.csv's as variant "invariant") for the later pairs
     and for the pairs that cannot compose, with the same seed (the same null draws), calibrated
-    at `cfg.fdr`. What the composition stage writes, and the dynamics stage at every checkpoint."""
+    at `cfg.fdr`. What the composition stage writes, and the dynamics stage at every checkpoint;
+    `device`: where the products run (`composition.composition_scores`)."""
     from pipeline.circuits import composition, invariant  # torch: imported where the scores are computed
 
     tables = [
         join_measures(
-            composition.composition_scores(hw, cfg, seed, placebo=placebo),
-            invariant.invariant_scores(hw, cfg, seed, positions, placebo=placebo),
+            composition.composition_scores(hw, cfg, seed, placebo=placebo, device=device),
+            invariant.invariant_scores(hw, cfg, seed, positions, placebo=placebo, device=device),
         )
         for placebo in (False, True)
     ]

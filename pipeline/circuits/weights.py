@@ -61,8 +61,9 @@ class HeadWeights:
     def d_head(self) -> int:
         return self.W_Q.shape[3]
 
-    def to(self, dtype: torch.dtype) -> HeadWeights:
-        return HeadWeights(**{f.name: getattr(self, f.name).to(dtype) for f in fields(self)})
+    def to(self, *args, **kwargs) -> HeadWeights:
+        """Every matrix `.to(*args, **kwargs)`: a dtype, a device, or both."""
+        return HeadWeights(**{f.name: getattr(self, f.name).to(*args, **kwargs) for f in fields(self)})
 
     def state_dict(self) -> dict[str, Tensor]:
         """TransformerLens names, one entry per layer for the head matrices."""

@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline import memory, streams
+from pipeline.cli import resolve_device
 from pipeline.config import Config, ModelConfig, TrainConfig, require_fits_context
 from pipeline.data import datasets
 from pipeline.errors import UserError
@@ -39,14 +40,6 @@ class TrainResult:
     manifest: dict = field(default_factory=dict)  # data inputs (sha256) or generator, checkpoint read
     seconds: float = 0.0  # wall time of the training loop (not written: it is not reproducible)
     eval_seconds: list[float] = field(default_factory=list)  # wall time at each curve row, likewise
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("train.device", "CUDA is not available on this machine", name)
-    return torch.device(name)
 
 
 def lr_at(step: int, t: TrainConfig) -> float:
@@ -112,7 +105,7 @@ def _setup(t: TrainConfig) -> torch.device:
     tf32 and bf16 trade precision for speed on CUDA only; the weights stay float32."""
     if t.threads is not None:
         torch.set_num_threads(t.threads)
-    device = resolve_device(t.device)
+    device = resolve_device(t.device, "train.device")
     if t.precision != "float32" and device.type != "cuda":
         problem = f"runs on CUDA only (this run's device is {device.type}): use float32 on the CPU"
         raise UserError("train.precision", problem, t.precision)
