@@ -4,6 +4,7 @@
     python benchmarks/composition.py --quick    # the small model only (seconds)
     python benchmarks/composition.py --quick --huge   # the small model and (c), 1,200 heads (minutes)
     python benchmarks/composition.py --skip-tl --full-threads 2   # full on 1 and on 2 threads, side by side
+    python benchmarks/composition.py --quick --skip-tl --cuda   # and on CUDA (the default where a GPU is)
 
 Models, random Gaussian weights, seeded:
   (a) the default model shape (pipeline.config.ModelConfig: 2 layers x 8 heads, d_model 64, d_head 8)
@@ -29,7 +30,9 @@ Methods, on the same weights in the same run:
             On (c) it runs on the first `full_layers` layers (all their pairs, the same per-pair
             work) and its time is extrapolated by the number of pairs (marked ~); its peak
             memory is that run's. With --full-threads N it runs again on N threads, in the
-            same run, and the speed-up over one thread is printed (`analysis.threads`).
+            same run, and the speed-up over one thread is printed (`analysis.threads`). Where
+            a GPU is present (or with --cuda) it runs once more on CUDA (`analysis.device`), with
+            the largest difference of its scores and z from the CPU run's.
 
 Wall seconds: the best of a few repeats (one repeat for the slow ones), computation only
 (loading weights is not timed), one torch thread in every child by default (`--threads`):
@@ -165,11 +168,21 @@ def child(
 
         result["wall_s"] = _best_of(run, repeats)
 
-    elif method == "full":
+    elif method in ("full", "full_cuda"):
         hw = from_state_dict(state)
-        result["wall_s"] = _best_of(
-            lambda: composition.composition_scores(hw, CompositionConfig(), seed=0), repeats
-        )
+        device = "cuda" if method == "full_cuda" else None  # analysis.device
+        frames = []
+
+        def run() -> None:
+            frames[:] = [composition.composition_scores(hw, CompositionConfig(), seed=0, device=device)]
+            if device:
+                torch.cuda.synchronize()
+
+        result["wall_s"] = _best_of(run, repeats)
+        scores = frames[0][["score", "z"]].to_numpy()  # compared across devices by the parent
+        if device:
+            result["gpu"] = torch.cuda.get_device_name()
+            result["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
 
     elif method == "tl":
         from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -271,7 +284,9 @@ def _available_gb() -> float:
     return float("inf")
 
 
-def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool, full_threads: int | None = None) -> list[str]:
+def bench(
+    shape: Shape, tmp: Path, threads: int, skip_tl: bool, full_threads: int | None = None, cuda: bool = False
+) -> list[str]:
     import numpy as np
 
     weights = tmp / f"{shape.n_layers}x{shape.n_heads}.safetensors"
@@ -329,11 +344,15 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool, full_threads: in
                 "full",
                 shape,
                 weights,
-                tmp / "full.npy",
+                tmp / f"{key}.npy",
                 repeats=3 if small else 1,
                 threads=n,
                 layers=full_layers,
             )
+    if cuda:  # the same analysis on the GPU (analysis.device=cuda), in the same run
+        runs["full_cuda"] = _spawn(
+            "full_cuda", shape, weights, tmp / "full_cuda.npy", repeats=3, threads=threads, layers=full_layers
+        )
     full_scale = 1.0
     if full_layers is not None:
         done_pairs = dataclasses.replace(shape, n_layers=full_layers).n_pairs
@@ -381,6 +400,15 @@ def bench(shape: Shape, tmp: Path, threads: int, skip_tl: bool, full_threads: in
             f"{mark}{more['wall_s'] * full_scale:.2f} s, peak {more['peak_mb'] - idle:.0f} MB, "
             f"{speedup:.2f}x the speed on {threads}"
         )
+    if cuda:
+        gpu = runs["full_cuda"]
+        diff = np.abs(np.load(tmp / "full_cuda.npy") - np.load(tmp / "full.npy"))
+        lines.append(
+            f"  the same on CUDA ({gpu['gpu']}, analysis.device=cuda, float64): "
+            f"{mark}{gpu['wall_s'] * full_scale:.2f} s, GPU peak {gpu['gpu_peak_mb']:.0f} MB, "
+            f"{full['wall_s'] / gpu['wall_s']:.1f}x the speed on {threads} CPU thread(s); max |diff| to "
+            f"the CPU's: score {np.nanmax(diff[:, 0]):.1e}, z {np.nanmax(diff[:, 1]):.1e}"
+        )
     lines += [f"  note: {n}" for n in notes]
     return lines
 
@@ -395,6 +423,11 @@ def main() -> None:
         "--full-threads",
         type=int,
         help="also run the full analysis on this many threads, beside the one-thread run (analysis.threads)",
+    )
+    ap.add_argument(
+        "--cuda",
+        action="store_true",
+        help="also run the full analysis on CUDA (analysis.device=cuda); the default when a GPU is present",
     )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
@@ -422,11 +455,13 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, {args.threads} thread(s) per method, {os.cpu_count()} CPUs; "
           "peak MB = peak RSS minus an idle child's (see the module docstring)", flush=True)  # fmt: skip
+    cuda = args.cuda or torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as tmp:
         shapes = [default_shape()] + ([] if args.quick else [LARGE]) + ([HUGE] if args.huge else [])
         for shape in shapes:
             print(
-                "\n".join(bench(shape, Path(tmp), args.threads, args.skip_tl, args.full_threads)) + "\n",
+                "\n".join(bench(shape, Path(tmp), args.threads, args.skip_tl, args.full_threads, cuda))
+                + "\n",
                 flush=True,
             )
 

@@ -10,10 +10,17 @@
    wall seconds at which the best layer-1 head's induction score first reaches 0.5
    (curve.tsv's probe, as the heads stage measures it), and the final scores.
    Target: within 60 s of wall time per seed on 2 cores.
+3. CUDA (where a GPU is present, or --cuda): tokens per second of our training step on the GPU
+   under each train.precision (float32, tf32, bf16 autocast), at the config's shape and batch
+   (`--override setup=paper` for the paper's), and the model FLOP utilisation: 6 x the matmul
+   parameters + 12 x layers x n_ctx x (heads x d_head) per token (forward and backward; the
+   embedding is a lookup), over the GPU's dense peak for that precision (`--peak-tflops`, or
+   the H100/H200 datasheet's 67 / 495 / 989 TFLOP/s). Target: >= 2M tokens/s at the paper's shape.
 
     python benchmarks/training.py                      # seeds of params.yaml
     python benchmarks/training.py --seeds 0 1 2 3 4 --threads 1
     python benchmarks/training.py --override setup=kjv --also d2dfd71 --skip-induction
+    python benchmarks/training.py --override setup=paper --skip-induction --rounds 3   # on a GPU: CUDA rows
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss  # n
 
 TARGET_RATIO = 1.5
 TARGET_SECONDS = 60.0
+TARGET_CUDA_TOKENS = 2e6
+# dense TFLOP/s of an H100 / H200 SXM by train.precision (datasheet; bf16 and tf32 without sparsity)
+PEAK_TFLOPS = {"float32": 67.0, "tf32": 494.5, "bf16": 989.5}
 
 
 def hooked_transformer(cfg):
@@ -111,6 +121,58 @@ def throughput(cfg, rounds: int, steps: int, also: list[str] = ()) -> list[tuple
     return [(name, tokens / statistics.median(ts)) for name, ts in times.items()]
 
 
+def flops_per_token(m) -> float:
+    """Training FLOPs per token: 6 x the matmul parameters (W_Q, W_K, W_V, W_O per layer, W_U)
+    plus the attention scores and mixing, 12 x layers x n_ctx x heads x d_head (forward and
+    backward; Kaplan et al. 2020's count, the causal mask's halving not taken)."""
+    attn = m.n_heads * m.d_head
+    params = m.n_layers * 4 * m.d_model * attn + m.d_model * m.d_vocab
+    return 6 * params + 12 * m.n_layers * m.n_ctx * attn
+
+
+def cuda_throughput(cfg, rounds: int, steps: int) -> list[tuple[str, float]]:
+    """Tokens/s of our training step on CUDA under each train.precision (as train._setup sets it),
+    the median of `rounds`, the precisions alternating."""
+    from pipeline.config import PRECISIONS
+
+    t, m = cfg.train, cfg.model
+    device = torch.device("cuda")
+    gen = torch.Generator().manual_seed(0)
+    batches = [
+        torch.randint(0, m.d_vocab, (t.batch_size, m.n_ctx), generator=gen).to(device) for _ in range(steps)
+    ]
+    torch.manual_seed(0)
+    model = AttnOnlyTransformer(m).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=t.lr)
+
+    def seconds(precision: str) -> float:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
+        def step(batch):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = next_token_loss(model(batch), batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            opt.step()
+
+        for batch in batches[:3]:  # warm-up: kernels chosen, memory pooled
+            step(batch)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for batch in batches:
+            step(batch)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / len(batches)
+
+    times: dict[str, list[float]] = {p: [] for p in PRECISIONS}
+    for _ in range(rounds):
+        for precision in PRECISIONS:
+            times[precision].append(seconds(precision))
+    tokens = t.batch_size * m.n_ctx
+    return [(precision, tokens / statistics.median(ts)) for precision, ts in times.items()]
+
+
 def tokenized(cfg, directory: Path) -> Path | None:
     """The tokenizer stage's output for a text config, written into `directory` (else None)."""
     result, manifest = tokenizer.from_config(cfg.data, cfg.model.n_ctx)
@@ -162,6 +224,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="throughput: alternating rounds per model")
     parser.add_argument("--steps", type=int, default=20, help="throughput: timed steps per round")
     parser.add_argument("--skip-induction", action="store_true")
+    parser.add_argument("--cuda", action="store_true", help="the CUDA rows (default: when a GPU is present)")
+    parser.add_argument("--skip-cpu", action="store_true", help="only the CUDA rows")
+    parser.add_argument(
+        "--peak-tflops", type=float, nargs=3, metavar=("FP32", "TF32", "BF16"), help="the GPU's dense peaks"
+    )
     args = parser.parse_args()
 
     if args.override is not None:
@@ -182,17 +249,39 @@ def main() -> int:
     )
 
     torch.utils.deterministic.fill_uninitialized_memory = False  # as pipeline.model.train runs
-    speeds = throughput(cfg, args.rounds, args.steps, args.also)
-    ours = speeds[0][1]
-    print("\n| model | tokens/s | ours / model |\n|---|---:|---:|")
-    for name, speed in speeds:
-        print(f"| {name} | {speed:,.0f} | {ours / speed:.2f}x |")
-    tl = [speed for name, speed in speeds if name.startswith("TransformerLens")]
-    if tl:
-        ratio = ours / tl[0]
+    if not args.skip_cpu:
+        speeds = throughput(cfg, args.rounds, args.steps, args.also)
+        ours = speeds[0][1]
+        print("\n| model | tokens/s | ours / model |\n|---|---:|---:|")
+        for name, speed in speeds:
+            print(f"| {name} | {speed:,.0f} | {ours / speed:.2f}x |")
+        tl = [speed for name, speed in speeds if name.startswith("TransformerLens")]
+        if tl:
+            ratio = ours / tl[0]
+            print(
+                f"\nthroughput vs TransformerLens: {ratio:.2f}x (target >= {TARGET_RATIO}x): "
+                f"{'met' if ratio >= TARGET_RATIO else 'NOT met'}"
+            )
+    if args.cuda or torch.cuda.is_available():
+        import os
+
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # as train._setup, before CUDA starts
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        peaks = dict(zip(PEAK_TFLOPS, args.peak_tflops, strict=True)) if args.peak_tflops else PEAK_TFLOPS
+        flops = flops_per_token(m)
+        name = torch.cuda.get_device_name()
         print(
-            f"\nthroughput vs TransformerLens: {ratio:.2f}x (target >= {TARGET_RATIO}x): "
-            f"{'met' if ratio >= TARGET_RATIO else 'NOT met'}"
+            f"\nCUDA ({name}), batch {t.batch_size} x n_ctx {m.n_ctx}, {flops / 1e6:.0f} MFLOP per token\n"
+            "| train.precision | tokens/s | TFLOP/s | MFU (of the dense peak) |\n|---|---:|---:|---:|"
+        )
+        speeds = cuda_throughput(cfg, args.rounds, args.steps)
+        for precision, speed in speeds:
+            tflops = speed * flops / 1e12
+            print(f"| {precision} | {speed:,.0f} | {tflops:.1f} | {tflops / peaks[precision]:.1%} |")
+        best = max(speed for _, speed in speeds)
+        print(
+            f"\nbest CUDA throughput {best:,.0f} tokens/s (target >= {TARGET_CUDA_TOKENS:,.0f}): "
+            f"{'met' if best >= TARGET_CUDA_TOKENS else 'NOT met'}"
         )
 
     if not args.skip_induction:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from pipeline import params
@@ -148,3 +149,23 @@ def test_cli_error_is_one_line_and_writes_nothing(tmp_path):
     assert "model.n_head" in done.stderr and "Traceback" not in done.stderr
     assert out.read_text() == "untouched\n"
     assert list(tmp_path.iterdir()) == [out]  # no temporary file left behind
+
+
+def test_the_paper_setup_is_the_papers_shape_on_natural_code_for_one_gpu():
+    """setup=paper: 2 x 12 heads x 64, d_model 768, n_ctx 256, torch's Python sources with no
+    copies, bf16 on CUDA with a batch of 128, 151M tokens; the analysis on the GPU where present.
+    On a machine without CUDA the train stage's setup stops naming train.device."""
+    from pipeline import memory
+    from pipeline.model import train
+
+    cfg = params.from_dict(params.compose(["setup=paper"], conf_dir=ROOT / "conf"))
+    m, t = cfg.model, cfg.train
+    assert (m.n_layers, m.n_heads, m.d_head, m.d_model, m.n_ctx) == (2, 12, 64, 768, 256)
+    assert cfg.data.text.corpus == "torch-py" and cfg.data.copies.rate == 0
+    assert (t.device, t.precision, t.batch_size) == ("cuda", "bf16", 128)
+    assert t.steps * t.batch_size * m.n_ctx == 150_732_800
+    assert cfg.analysis.device == "auto"
+    assert memory.training(cfg).bytes < 20 * 2**30  # fits a 24 GB GPU, let alone an H200
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match=r"^train\.device = 'cuda': CUDA is not available"):
+            train._setup(t)
