@@ -16,7 +16,7 @@ import sys
 from pipeline import checkpoint, io, params, tables
 from pipeline.behaviour import heads
 from pipeline.circuits import weights
-from pipeline.cli import resolve_device, run_cli, stage_parser, use_threads
+from pipeline.cli import keep_freed_memory, resolve_device, run_cli, stage_parser, use_threads
 from pipeline.data import datasets
 
 
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> None:
         cfg = params.load(args.params)
         use_threads(cfg.analysis.threads)
+        keep_freed_memory()  # the ablation's large temporaries, reused
         device = str(resolve_device(cfg.analysis.device, "analysis.device"))  # before any file is read
         h = cfg.analysis.heads
         model = heads.load_model(args.model, args.config, h, cfg.data)  # its shape checked first
