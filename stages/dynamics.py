@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from pipeline import io, params
 from pipeline.behaviour import dynamics
-from pipeline.cli import resolve_device, run_cli, stage_parser, use_threads
+from pipeline.cli import keep_freed_memory, resolve_device, run_cli, stage_parser, use_threads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> None:
         cfg = params.load(args.params)
         use_threads(cfg.analysis.threads)
+        keep_freed_memory()  # each checkpoint's large temporaries, reused
         device = str(resolve_device(cfg.analysis.device, "analysis.device"))  # before any file is read
         show = not args.no_progress and sys.stderr.isatty()
         bar = (lambda xs: tqdm(xs, desc=f"dynamics seed {args.seed}", unit="checkpoint")) if show else None

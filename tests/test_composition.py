@@ -421,3 +421,14 @@ def test_true_scores_equal_transformer_lens() -> None:
         table = rows(df, kind, "true")
         index = tuple(table[c].to_numpy() for c in ("src_layer", "src_head", "dst_layer", "dst_head"))
         np.testing.assert_allclose(table["score"].to_numpy(), theirs.numpy()[index], rtol=0, atol=1e-5)
+
+
+def test_keep_freed_memory_takes_on_glibc() -> None:
+    """The heads and dynamics stages' allocator settings (pipeline.cli.keep_freed_memory): glibc
+    takes them (this project's machines are Linux); anywhere else the call is a no-op."""
+    import platform
+
+    from pipeline.cli import keep_freed_memory
+
+    took = keep_freed_memory()
+    assert took is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
