@@ -6,15 +6,16 @@ needs trained models, and minutes per seed.
     python tools/calibrate_roles.py --seeds 0 --step 0   # the same model untrained (step 0)
 
 Per seed, `--draws` times: a pseudo-role of `--size` heads of layer `--layer` (default 1, the
-induction role's) drawn at random from that layer's non-circuit heads (neither induction nor
-previous-token heads, by the trained model's heads.csv), read exactly as the heads stage reads
-a role (`pipeline.behaviour.heads.role_ablation`): ranked among analysis.heads.placebo_sets sets
-drawn by `heads._placebo_sets` from all of the layer's heads, the pseudo-role's own included, on
-the heads stage's held-out batches. No pseudo-role is a circuit, so `serves_heldout` (the
-effect reaches analysis.heads.min_effect and p <= 1 / (1 + placebo_sets)) is a false positive:
-the rank test is exact when the pseudo-role's heads are any heads of the layer, and these,
-chosen among the non-circuit ones, should pass at most that often. Prints every draw, then per
-seed and in all: the mean p, the draws at the smallest p, and the false positives.
+induction role's), read exactly as the heads stage reads a role
+(`pipeline.behaviour.heads.role_ablation`): ranked among analysis.heads.placebo_sets sets drawn
+by `heads._placebo_sets` from all of the layer's heads, the pseudo-role's own included, on the
+heads stage's held-out batches. `--pool all` (default) draws the pseudo-role from all of the
+layer's heads: the test's null, under which `serves_heldout` (the effect reaches
+analysis.heads.min_effect and p <= 1 / (1 + placebo_sets)) is a false positive at most that
+often. `--pool non-circuit` draws it from the heads of neither role (by the trained model's
+heads.csv): not the null, but a question, whether heads outside the circuit serve the text more
+than random sets of their layer. Prints every draw, then per seed and in all: the mean p, the
+draws at the smallest p, and how often `serves_heldout` held.
 
 Each set is ablated once however often it is drawn (under a second per set and batch on 2 cores
 for the text shape): a seed costs at most C(heads per layer, size) x analysis.heads.ablation_batches
@@ -48,7 +49,7 @@ def held_out_batches(cfg, model, seed: int, tokenized: Path) -> list:
 
 
 def calibrate_seed(
-    cfg, outputs: Path, seed: int, step: int | None, draws: int, size: int, layer: int
+    cfg, outputs: Path, seed: int, step: int | None, draws: int, size: int, layer: int, non_circuit: bool
 ) -> pd.DataFrame:
     h = cfg.analysis.heads
     train = outputs / "train" / f"seed{seed}"
@@ -56,10 +57,12 @@ def calibrate_seed(
     model = heads.load_model(train / name, train / "config.json", h, cfg.data)
     heldout = held_out_batches(cfg, model, seed, outputs / "tokenizer")
     table = pd.read_csv(outputs / "heads" / f"seed{seed}" / "heads.csv")
-    pool = table[~table["role"].isin(list(ABLATED_ROLES)) & (table["layer"] == layer)]
+    pool = table[table["layer"] == layer]
+    if non_circuit:
+        pool = pool[~pool["role"].isin(list(ABLATED_ROLES))]
     pool_heads = list(zip(pool["layer"].tolist(), pool["head"].tolist(), strict=True))
     if not 0 < size < min(len(pool_heads) + 1, model.cfg.n_heads):
-        sys.exit(f"calibrate_roles: --size {size}: layer {layer} has {len(pool_heads)} non-circuit heads")
+        sys.exit(f"calibrate_roles: --size {size}: layer {layer}'s pool has {len(pool_heads)} heads")
     rng = np.random.default_rng([seed, 20261205])  # the tool's own draws, not a pipeline stream
     effects: dict[tuple, list[float]] = {}  # a set's effect per batch, ablated once however often drawn
 
@@ -95,7 +98,7 @@ def describe(frame: pd.DataFrame, smallest: float) -> str:
     return (
         f"{len(frame)} draws: mean p {frame['placebo_p'].mean():.2f}, "
         f"{int((frame['placebo_p'] <= smallest + 1e-12).sum())} at the smallest p ({smallest:.2f}), "
-        f"false positives (serves_heldout) {int(frame['serves_heldout'].sum())} "
+        f"serves_heldout {int(frame['serves_heldout'].sum())} "
         f"({frame['serves_heldout'].mean():.1%}); effects {frame['heldout_loss_effect'].min():+.4f}.."
         f"{frame['heldout_loss_effect'].max():+.4f} nats"
     )
@@ -110,12 +113,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="*", help="these seeds (default: params.yaml's)")
     ap.add_argument("--size", type=int, default=3, help="heads per pseudo-role")
     ap.add_argument("--layer", type=int, default=1, help="the layer the pseudo-roles' heads lie in")
+    ap.add_argument(
+        "--pool", choices=("all", "non-circuit"), default="all", help="the heads pseudo-roles come from"
+    )
     args = ap.parse_args()
     cfg = params.load(args.params)
     smallest = 1 / (1 + cfg.analysis.heads.placebo_sets)
     frames = []
     for seed in args.seeds or cfg.seeds:
-        frame = calibrate_seed(cfg, args.outputs, seed, args.step, args.draws, args.size, args.layer)
+        frame = calibrate_seed(
+            cfg, args.outputs, seed, args.step, args.draws, args.size, args.layer, args.pool == "non-circuit"
+        )
         print(frame.to_string(index=False, float_format=lambda x: f"{x:+.4f}"), flush=True)
         print(f"seed {seed}: {describe(frame, smallest)}\n", flush=True)
         frames.append(frame)
