@@ -169,6 +169,9 @@ def child(
         result["wall_s"] = _best_of(run, repeats)
 
     elif method in ("full", "full_cuda"):
+        from pipeline.cli import keep_freed_memory
+
+        keep_freed_memory()  # as the composition stage runs
         hw = from_state_dict(state)
         device = "cuda" if method == "full_cuda" else None  # analysis.device
         frames = []

@@ -42,7 +42,8 @@ def keep_freed_memory() -> bool:
     large temporaries (the path ablation's logits: 134 MB a chunk at d_vocab 2,048). glibc gives
     every allocation over 32 MB a fresh mmap and unmaps it on free, so each chunk page-faults its
     memory in again: most of the heads stage's time went to the kernel (207 s wall, 220 s of
-    system time; 73 s with this, outputs byte-identical; the dynamics stage 34 s -> 23 s; training
+    system time; 73 s with this, outputs byte-identical; the dynamics stage 34 s -> 23 s; the full
+    composition analysis of 12 x 12 heads on 2 threads 124 s -> 99 s, peak memory +2.5%; training
     gains nothing). Changes no value. True where libc is glibc and took the settings; elsewhere a
     no-op."""
     import ctypes

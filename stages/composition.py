@@ -16,7 +16,7 @@ import sys
 
 from pipeline import io, params, tables
 from pipeline.circuits import scoring, significance, weights
-from pipeline.cli import resolve_device, run_cli, stage_parser, use_threads
+from pipeline.cli import keep_freed_memory, resolve_device, run_cli, stage_parser, use_threads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> None:
         cfg = params.load(args.params)
         use_threads(cfg.analysis.threads)
+        keep_freed_memory()  # the null's large temporaries, reused
         device = str(resolve_device(cfg.analysis.device, "analysis.device"))  # before any file is read
         c = cfg.analysis.composition
         hw, metadata = weights.load(args.weights)
