@@ -67,22 +67,31 @@ def hooked_transformer(cfg):
         return HookedTransformer(HookedTransformerConfig(**config, seed=0))
 
 
-def step_seconds(model, batches: list[torch.Tensor], lr: float) -> float:
-    """Seconds per training step over `batches` (after two warm-up steps)."""
+def step_seconds(model, batches: list[torch.Tensor], lr: float, precision: str = "float32") -> float:
+    """Seconds per training step over `batches` (after two warm-up steps), as `train.train` steps:
+    bf16 autocast when `precision` says so (the caller sets tf32), the GPU synchronised on CUDA."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    device = batches[0].device
 
     def step(batch):
-        loss = next_token_loss(model(batch), batch)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = next_token_loss(model(batch), batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
     for batch in batches[:2]:
         step(batch)
+    sync()
     start = time.perf_counter()
     for batch in batches:
         step(batch)
+    sync()
     return (time.perf_counter() - start) / len(batches)
 
 
@@ -143,27 +152,10 @@ def cuda_throughput(cfg, rounds: int, steps: int) -> list[tuple[str, float]]:
     ]
     torch.manual_seed(0)
     model = AttnOnlyTransformer(m).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=t.lr)
 
     def seconds(precision: str) -> float:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
-
-        def step(batch):
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                loss = next_token_loss(model(batch), batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-            opt.step()
-
-        for batch in batches[:3]:  # warm-up: kernels chosen, memory pooled
-            step(batch)
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for batch in batches:
-            step(batch)
-        torch.cuda.synchronize()
-        return (time.perf_counter() - start) / len(batches)
+        return step_seconds(model, batches, t.lr, precision)
 
     times: dict[str, list[float]] = {p: [] for p in PRECISIONS}
     for _ in range(rounds):
