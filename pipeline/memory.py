@@ -318,7 +318,10 @@ def _ablation(s: _Shape, b: _Batch) -> list[Term]:
     and patterns stay bound while the next call computes its own (scores, masked scores,
     patterns, the einsum's result and its copy, the streams and q, k, v), or while the later
     heads' loss passes run (streams, logits with their copy and log-softmax, the fused
-    attention's patterns; at most ABLATION_CHUNK elements of logits, at least one head)."""
+    attention's patterns; at most ABLATION_CHUNK elements of logits, at least one head). The
+    pattern effect's one buffer of pattern differences [sources x n, n_heads, pos, pos] lives
+    between a block call and the loss passes, beside that call's outputs only, so below the
+    call's own peak (its scores, masked scores and patterns): no term of its own."""
     m, n, T = s.m, b.n.value, b.pos
     n_, pos_ = b.dims
     H, D, V = m.n_heads, m.d_model, m.d_vocab

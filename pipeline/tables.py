@@ -93,6 +93,9 @@ ABLATION_COLUMNS = (
     "attn_effect",  # the later head's induction score, clean minus ablated (repeated probe)
     "loss_effect",  # loss ablated minus clean, repeated probe
     "heldout_loss_effect",  # loss ablated minus clean, held-out text
+    # held-out text, role-free: Q, K: b's attention pattern, total variation clean vs ablated, mean over
+    # query positions; V: b's output, ||ablated - clean|| / ||clean||, mean over positions (ablation.py)
+    "pattern_effect",
 )
 # the compare stage's tables: composition between role groups, and the long table of
 # per-seed statistics (claims.csv) with its summary across seeds (stats.csv)

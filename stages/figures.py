@@ -21,7 +21,12 @@ from pipeline.present.figures import composition as composition_figures
 from pipeline.present.figures import dynamics as dynamics_figures
 from pipeline.present.figures import heads as heads_figures
 
-FIGURE_EFFECTS = {"heldout_loss_effect": "heldout_loss", "loss_effect": "loss", "attn_effect": "attn"}
+FIGURE_EFFECTS = {
+    "heldout_loss_effect": "heldout_loss",
+    "loss_effect": "loss",
+    "attn_effect": "attn",
+    "pattern_effect": "pattern",
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,66 @@ def test_every_other_edge_has_exactly_no_effect(planted_effects):
     others = planted_effects[~planted_edge]
     assert len(others) == 3 * 3 * 3 - 1
     assert others["attn_effect"].abs().max() < 1e-12 and others["loss_effect"].abs().max() < 1e-12
+    assert (others["pattern_effect"] == 0).all()  # b's pattern and output, bit for bit
+
+
+# --- the role-free effect: what the cut does to head b itself -------------------------------
+
+
+@pytest.mark.parametrize("text", [False, True], ids=["probe", "held-out"])
+def test_cutting_the_keys_only_source_moves_the_induction_heads_pattern(text):
+    """Head 1.0's keys read only 0.0's write (PREV): with it mean-ablated, 1.0 attends elsewhere on
+    the probe and on random text alike (a role-free effect needs no repeat). The effect is the
+    total variation between 1.0's clean and ablated rows, averaged over the batch and every query
+    position, written out here on the one stream that changes."""
+    model = planted.model()
+    tokens = planted.random_tokens(32, planted.N_CTX, seed=1) if text else planted.repeated(32, LENGTH, 0)
+    effects = ablation.path_ablation(model, tokens, None if text else LENGTH)
+    row = effects.set_index(["kind", "src_layer", "src_head", "dst_layer", "dst_head"]).loc[("K", 0, 0, 1, 0)]
+    assert row["pattern_effect"] > 0.3
+    assert effects["pattern_effect"].between(0, 1).all()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+        write = cache.result[0][:, :, 0]  # [batch, pos, d_model], in PREV only
+        ablated = cache.resid_pre[1] - write + write.mean(0, keepdim=True)
+        out = model.blocks[1](cache.resid_pre[1], cache.pos, replace={"K": ablated}, cache=True)
+    tv = 0.5 * (out.pattern[:, 0] - cache.pattern[1][:, 0]).abs().sum(-1)  # [batch, query]
+    assert row["pattern_effect"] == pytest.approx(float(tv.mean()), abs=1e-12)
+
+
+def test_an_edge_the_reader_cannot_see_has_exactly_no_pattern_effect():
+    """The planted model with a fourth head per layer whose weights are all zero: 0.3 writes nothing
+    (W_O = 0), so cutting it changes no reader; and 1.3 reads nothing and writes nothing (its pattern
+    is uniform whatever it reads, its output 0: 0 / 0 counts 0). Exactly 0 at every kind."""
+    model = planted.wide_model(1)
+    for tokens, length in (
+        (planted.repeated(16, LENGTH, 2), LENGTH),
+        (planted.random_tokens(16, 16, 3), None),
+    ):
+        effects = ablation.path_ablation(model, tokens, length)
+        invisible = effects[(effects["src_head"] == 3) | (effects["dst_head"] == 3)]
+        assert len(invisible) == 3 * (4 + 3)
+        assert (invisible["pattern_effect"] == 0).all()
+        for row in invisible.itertuples():
+            got = ablation.ablate_path(model, tokens, (0, row.src_head), (1, row.dst_head), row.kind, length)
+            assert got[2] == 0.0
+
+
+def test_the_values_effect_is_the_relative_change_of_the_readers_output():
+    """V: ||result_b ablated - result_b clean|| / ||result_b clean|| per position, averaged, on a
+    random model (its pattern unchanged): the fast path against a dense float64 reference."""
+    model = random_model("tiny")
+    tokens = torch.randint(0, model.cfg.d_vocab, (5, 12), generator=torch.Generator().manual_seed(5))
+    effects = ablation.path_ablation(model, tokens, None).set_index(["kind", "src_head", "dst_head"])
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+        write = cache.result[0][:, :, 1]  # head 0.1's write [batch, pos, d_model]
+        ablated = cache.resid_pre[1] - write + write.mean(0, keepdim=True)
+        out = model.blocks[1](cache.resid_pre[1], cache.pos, replace={"V": ablated}, cache=True)
+    clean, moved = cache.result[1][:, :, 2], out.result[:, :, 2]  # head 1.2
+    want = ((moved - clean).norm(dim=-1) / clean.norm(dim=-1)).mean()
+    assert effects.loc[("V", 1, 2), "pattern_effect"] == pytest.approx(float(want), rel=1e-12)
+    assert float(want) > 1e-3
 
 
 def test_table_layout(planted_effects):
@@ -67,13 +127,35 @@ def test_fast_path_equals_single_edge_ablation(overrides, chunk, monkeypatch):
     fast = ablation.path_ablation(model, tokens, 5)
     assert len(fast) == 3 * (3 * 3 * 2 + 3 * 3)  # kinds x (pairs 0->1, 0->2, 1->2)
     for row in fast.itertuples():
-        attn, loss = ablation.ablate_path(
+        attn, loss, pattern = ablation.ablate_path(
             model, tokens, (row.src_layer, row.src_head), (row.dst_layer, row.dst_head), row.kind, 5
         )
         assert row.attn_effect == pytest.approx(attn, abs=1e-12)
         assert row.loss_effect == pytest.approx(loss, abs=1e-12)
+        assert row.pattern_effect == pytest.approx(pattern, abs=1e-12)
     assert (fast.loc[fast["kind"] == "V", "attn_effect"] == 0).all()  # values never move a pattern
     assert fast["loss_effect"].abs().max() > 1e-4  # the model is not trivially insensitive
+    for kind in ablation.KINDS:  # every kind's pattern effect is measured, not trivially 0
+        assert fast.loc[fast["kind"] == kind, "pattern_effect"].min() > 1e-4, kind
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"positional_embedding_type": "standard", "normalization_type": "LN"}],
+    ids=["shortformer", "standard+LN"],
+)
+def test_fast_path_equals_single_edge_ablation_on_held_out_text(overrides):
+    """Held-out text (no repeat): the loss and pattern effects of every edge, fast and direct."""
+    model = random_model("three_layers", **overrides)
+    tokens = torch.randint(0, model.cfg.d_vocab, (6, 11), generator=torch.Generator().manual_seed(2))
+    fast = ablation.path_ablation(model, tokens, None)
+    assert fast["attn_effect"].isna().all()
+    for row in fast.itertuples():
+        _, loss, pattern = ablation.ablate_path(
+            model, tokens, (row.src_layer, row.src_head), (row.dst_layer, row.dst_head), row.kind, None
+        )
+        assert row.loss_effect == pytest.approx(loss, abs=1e-12)
+        assert row.pattern_effect == pytest.approx(pattern, abs=1e-12)
 
 
 def test_mean_of_a_constant_output_is_the_output_itself():
@@ -82,6 +164,7 @@ def test_mean_of_a_constant_output_is_the_output_itself():
     tokens = torch.tensor([[0, 3, 5, 7, 1, 3, 5, 7, 1]]).repeat(4, 1)
     effects = ablation.path_ablation(model, tokens, 4)
     assert effects["attn_effect"].abs().max() < 1e-12 and effects["loss_effect"].abs().max() < 1e-12
+    assert effects["pattern_effect"].abs().max() < 1e-12
 
 
 def test_a_source_after_the_destination_is_refused():

@@ -82,6 +82,8 @@ def test_each_ablation_effect_comes_from_its_own_batch(reordered):
     np.testing.assert_array_equal(got["loss_effect"], on_probe["loss_effect"])
     np.testing.assert_array_equal(got["attn_effect"], on_probe["attn_effect"])
     np.testing.assert_array_equal(got["heldout_loss_effect"], on_text["loss_effect"])
+    np.testing.assert_array_equal(got["pattern_effect"], on_text["pattern_effect"])  # role-free: held-out
+    assert not np.array_equal(on_probe["pattern_effect"], on_text["pattern_effect"])
     # the planted edge: cutting 0.2 -> 1.0 through keys costs far more on the probe than on random text
     edge = (got["kind"] == "K") & (got["src_head"] == 2) & (got["dst_layer"] == 1) & (got["dst_head"] == 0)
     assert got.loc[edge, "loss_effect"].item() > got.loc[edge, "heldout_loss_effect"].item() + 1.0

@@ -568,5 +568,6 @@ def test_figures_stage_draws_the_head_figures(tmp_path):
         "ablation_heldout_loss",
         "ablation_loss",
         "ablation_attn",
+        "ablation_pattern",
     ):
         assert {f"{base}.png", f"{base}.svg"} <= names

@@ -10,9 +10,20 @@ only the one edge a -> b(kind) is cut. On repeated random tokens `[first, span, 
     attn_effect = induction(b) clean - induction(b) ablated    (how much b's prefix matching drops)
     loss_effect = loss ablated - loss clean                    (next-token loss, all positions)
 
+and, on any tokens, what the cut does to head b itself, whatever b's role (`pattern_effect`):
+
+    Q, K: mean over the batch and every query position q of the total variation distance
+          0.5 sum_k |pattern_b clean[q, k] - pattern_b ablated[q, k]|      in [0, 1]
+    V:    mean over the batch and every position of ||result_b ablated - result_b clean||
+          / ||result_b clean||  (b's write into the residual stream, before b_O; 0 / 0 = 0)
+
+The induction score counts only the composition that serves induction; the pattern effect
+counts any change of what b attends to (or, through its values, writes). An edge whose writer's
+output b cannot read (an orthogonal write, a zero W_O) has pattern effect 0.
+
 V-ablation cannot change b's pattern, so its attn_effect is 0 (written as exactly 0).
 
-On held-out text (`length` None) only the loss effect is measured: attn_effect is NaN.
+On held-out text (`length` None) the loss and pattern effects are measured: attn_effect is NaN.
 
 Both run through the model's one layer path, `Block.forward`, with its `replace`
 argument. Fast path (`path_ablation`): head b's pattern and output depend only on b's
@@ -36,7 +47,8 @@ from pipeline.model import patterns
 from pipeline.model.transformer import AttnOnlyTransformer, BlockOutput, Cache, next_token_loss
 from pipeline.tables import ABLATION_COLUMNS, KINDS
 
-COLUMNS = list(ABLATION_COLUMNS[:7])  # the heads stage adds heldout_loss_effect (held-out text)
+# the heads stage adds heldout_loss_effect and takes pattern_effect from the held-out text's run
+COLUMNS = [c for c in ABLATION_COLUMNS if c != "heldout_loss_effect"]
 # elements of one stacked attention result, or of one batch of logits (128 MB in float64): the
 # memory estimate's (pipeline/memory.py), bound here so that a test can make the chunks smaller
 _CHUNK = ABLATION_CHUNK
@@ -60,6 +72,21 @@ def _heads_per_loss_chunk(batch: int, pos: int, d_vocab: int) -> int:
     return max(1, _CHUNK // (batch * pos * d_vocab))
 
 
+def _pattern_effect(
+    kind: str, pattern: Tensor, clean_pattern: Tensor, delta: Tensor, clean_result: Tensor
+) -> Tensor:
+    """`pattern_effect` [n, head] (module doc) of n stacked ablations of layer j: `pattern`
+    [n, batch, head, query_pos, key_pos] against `clean_pattern` [batch, head, query_pos, key_pos]
+    (Q, K); `delta`, the ablated result minus the clean one [n, batch, pos, head, d_model],
+    against `clean_result` [batch, pos, head, d_model] (V)."""
+    if kind == "V":
+        change = delta.norm(dim=-1)  # [n, batch, pos, head]
+        size = clean_result.norm(dim=-1)  # [batch, pos, head]
+        return torch.where(change == 0, 0.0, change / size).mean(dim=(1, 2))
+    diff = pattern - clean_pattern  # [n, batch, head, query_pos, key_pos]: one buffer, made absolute in place
+    return 0.5 * diff.abs_().sum(-1).mean(dim=(1, 3))
+
+
 def _induction(pattern: Tensor, length: int | None) -> Tensor:
     """Induction score per head [head], or NaN without a repeated batch (`length` None)."""
     if length is None:
@@ -69,8 +96,9 @@ def _induction(pattern: Tensor, length: int | None) -> Tensor:
 
 @torch.no_grad()
 def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None) -> pd.DataFrame:
-    """One row per (kind, a, b), b in a later layer than a: COLUMNS. `tokens` [batch, pos]:
-    repeated `[first, span, span]` with `length`-token spans, or held-out text (`length` None)."""
+    """One row per (kind, a, b), b in a later layer than a: COLUMNS (attn_effect, loss_effect,
+    pattern_effect). `tokens` [batch, pos]: repeated `[first, span, span]` with `length`-token
+    spans, or held-out text (`length` None)."""
     logits, cache = model.run_with_cache(tokens)
     clean_loss = next_token_loss(logits, tokens)
     B, T = tokens.shape
@@ -99,6 +127,8 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
                     out = block(clean, cache.pos, replace={kind: ablated}, cache=True)
                     pattern = out.pattern.view(n, B, H, T, T)
                     delta = out.result.view(n, B, T, H, -1) - clean_result  # [n, batch, pos, head, d_model]
+                    # [n, head]: b's pattern (Q, K) or output (V) against the clean pass
+                    changed = _pattern_effect(kind, pattern, cache.pattern[j], delta, clean_result)
                     delta = delta.permute(0, 3, 1, 2, 4)  # [n, head, batch, pos, d_model]
                     for s, a in enumerate(sources):
                         attn_effect = clean_induction - _induction(pattern[s], length)  # [head]
@@ -115,8 +145,9 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
                             new_logits = model.logits_from(stream, j + 1, cache.pos)
                             loss = next_token_loss(new_logits, tokens.repeat(m, 1), reduce=False)
                             loss_effect[heads] = loss.view(m, -1).mean(-1) - clean_loss
-                        attn, loss = attn_effect.tolist(), loss_effect.tolist()  # one copy off a GPU
-                        rows.extend((kind, i, a, j, b, attn[b], loss[b]) for b in range(H))
+                        # one copy each off a GPU
+                        attn, loss, moved = attn_effect.tolist(), loss_effect.tolist(), changed[s].tolist()
+                        rows.extend((kind, i, a, j, b, attn[b], loss[b], moved[b]) for b in range(H))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     order = {kind: n for n, kind in enumerate(KINDS)}
     frame = frame.sort_values(COLUMNS[:5], key=lambda c: c.map(order) if c.name == "kind" else c)
@@ -131,9 +162,10 @@ def ablate_path(
     dst: tuple[int, int],
     kind: str,
     length: int | None,
-) -> tuple[float, float]:
-    """(attn_effect, loss_effect) of cutting one edge a -> b(kind), the direct way: per-head
-    inputs to layer j in which only head b's `kind` input reads the ablated stream."""
+) -> tuple[float, float, float]:
+    """(attn_effect, loss_effect, pattern_effect) of cutting one edge a -> b(kind), the direct way:
+    per-head inputs to layer j in which only head b's `kind` input reads the ablated stream; the
+    pattern effect written out for head b alone (module doc)."""
     (i, a), (j, b) = src, dst
     if not 0 <= i < j < model.cfg.n_layers:
         raise ValueError(f"the source layer {i} must come before the destination layer {j}")
@@ -145,7 +177,14 @@ def ablate_path(
     out = model.blocks[j](cache.resid_pre[j], cache.pos, replace={kind: per_head}, cache=True)
     loss = next_token_loss(model.logits_from(out.resid, j + 1, cache.pos), tokens)
     attn_effect = _induction(cache.pattern[j], length)[b] - _induction(out.pattern, length)[b]
-    return float(attn_effect), float(loss - next_token_loss(logits, tokens))
+    if kind == "V":  # b's write, [batch, pos, d_model], and how far it moved at each position
+        clean, ablated = cache.result[j][:, :, b], out.result[:, :, b]
+        change, size = (ablated - clean).norm(dim=-1), clean.norm(dim=-1)  # [batch, pos]
+        pattern_effect = torch.where(change == 0, 0.0, change / size).mean()
+    else:  # b's attention rows [batch, query_pos, key_pos]: total variation per row, then the mean
+        clean, ablated = cache.pattern[j][:, b], out.pattern[:, b]
+        pattern_effect = 0.5 * (ablated - clean).abs().sum(-1).mean()
+    return float(attn_effect), float(loss - next_token_loss(logits, tokens)), float(pattern_effect)
 
 
 @torch.no_grad()

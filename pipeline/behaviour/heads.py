@@ -8,7 +8,7 @@ Two seeded evaluation batches of `analysis.heads.eval_sequences` sequences each:
 - held-out data (the evaluation split the train stage never trained on): where heads
   attend on the model's own distribution, `prev_token`, `current_token`, `first_token`,
   `recent_mass` and `duplicate_token` (definitions in `pipeline.model.patterns`), and the path
-  ablation's loss effect on natural text.
+  ablation's loss effect and role-free pattern effect on natural text.
 
 Two scores read from the analysis-ready weights (`pipeline.circuits.weights.HeadWeights`):
 
@@ -269,14 +269,20 @@ def analyse_batches(
     for b, (probe, text) in enumerate(zip(repeated, heldout, strict=True)):
         on_probe = ablation.path_ablation(model, probe, cfg.repeat_length)
         on_text = ablation.path_ablation(model, text, None)  # same rows, same order
-        per_batch.append(on_probe.assign(heldout_loss_effect=on_text["loss_effect"].to_numpy(), batch=b))
+        per_batch.append(
+            on_probe.assign(
+                heldout_loss_effect=on_text["loss_effect"].to_numpy(),
+                pattern_effect=on_text["pattern_effect"].to_numpy(),  # the role-free effect: held-out text
+                batch=b,
+            )
+        )
     batches = pd.concat(per_batch, ignore_index=True)[["batch", *ABLATION_COLUMNS]]
     pair = list(ABLATION_COLUMNS[:5])
     effects = batches.groupby(pair, sort=False)[list(ABLATION_COLUMNS[5:])].mean().reset_index()
     # finite weights can still overflow a forward pass; a NaN here would silently take no role
     must_be_finite = [
         table[["prev_token", "current_token", "first_token", "recent_mass", "induction"]].to_numpy(),
-        effects[["attn_effect", "loss_effect", "heldout_loss_effect"]].to_numpy(),
+        effects[["attn_effect", "loss_effect", "heldout_loss_effect", "pattern_effect"]].to_numpy(),
     ]
     if not all(np.isfinite(x).all() for x in must_be_finite):
         problem = "attention patterns or losses are not finite on the evaluation batches: weights too large"

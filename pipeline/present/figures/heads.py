@@ -31,6 +31,7 @@ EFFECT_LABELS = {
     "heldout_loss_effect": "|loss change|, held-out text",
     "loss_effect": "|loss change|, repeated probe",
     "attn_effect": "|induction score change|",
+    "pattern_effect": "pattern change (TV), held-out text;\nV: relative output change",
 }
 PAIR_KEYS = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
 
