@@ -97,6 +97,10 @@ ABLATION_COLUMNS = (
     # query positions; V: b's output, ||ablated - clean|| / ||clean||, mean over positions (ablation.py)
     "pattern_effect",
 )
+# the pattern effect's causal edges at each of these thresholds besides analysis.heads.min_effect
+# (heads summary.json "by_threshold"; claim (c)'s rows "pr_auc_at_0.05", ...): how the verdict
+# depends on where an edge starts to count
+CAUSAL_THRESHOLDS = (0.01, 0.02, 0.05, 0.1)
 # the compare stage's tables: composition between role groups, and the long table of
 # per-seed statistics (claims.csv) with its summary across seeds (stats.csv)
 GROUP_KEYS = ("kind", "variant", "dst_role", "src_role")
@@ -108,6 +112,12 @@ STATS_COLUMNS = (*DIMENSIONS, "n", "mean", "sd", "lo", "hi")
 # score reaches this (metrics.json of train; the dynamics stage and compare)
 INDUCTION_THRESHOLD = 0.5
 CURVE_COLUMNS = ("step", "tokens", "train_loss", "eval_loss", "induction", "prev_token", "icl")
+
+
+def threshold_key(threshold: float) -> str:
+    """One of CAUSAL_THRESHOLDS as the heads summary.json's key and claim (c)'s statistic names
+    spell it: 0.05 -> "0.05"."""
+    return f"{threshold:g}"
 
 
 def excess(scores: pd.DataFrame) -> pd.Series:

@@ -188,23 +188,30 @@ def test_an_edge_at_min_effect_and_beyond_its_one_sided_noise_is_causal():
 
 
 def test_each_effects_ranking_is_built_from_that_effect():
-    # three sources into 1.0; each effect makes a different one causal; the score ranks 0 > 1 > 2
+    # four sources into 1.0; each effect makes a different one causal; the score ranks 0 > 1 > 2 > 3
     rows = []
-    for a, (held, loss, attn) in enumerate([(0.5, 0.0, 0.0), (0.0, 0.5, 0.0), (0.0, 0.0, 0.5)]):
+    for a, effect in enumerate(agreement.EFFECTS):
         for b in range(3):
+            sizes = {e: 0.5 if e == effect else 0.0 for e in agreement.EFFECTS}
             rows.append({"batch": b, "kind": "K", "src_layer": 0, "src_head": a, "dst_layer": 1,
-                         "dst_head": 0, "heldout_loss_effect": held, "loss_effect": loss,
-                         "attn_effect": attn})  # fmt: skip
+                         "dst_head": 0, **sizes})  # fmt: skip
     batches = pd.DataFrame(rows)
     effects = batches.groupby(agreement.PAIR, sort=False)[list(agreement.EFFECTS)].mean().reset_index()
-    scores = pair_rows("K", {(0, 0): 3.0, (1, 0): 2.0, (2, 0): 1.0}, "score").assign(variant="true")
+    scores = pair_rows("K", {(0, 0): 4.0, (1, 0): 3.0, (2, 0): 2.0, (3, 0): 1.0}, "score").assign(
+        variant="true"
+    )
     summary = agreement.summarize(effects, scores, 0.01, batches)
-    # the causal edge at rank 1, 2, 3: average precision 1, 1/2, 1/3; ROC-AUC 1, 1/2, 0
-    want = {"heldout_loss_effect": (1.0, 1.0), "loss_effect": (0.5, 0.5), "attn_effect": (1 / 3, 0.0)}
+    # the causal edge at rank 1, 2, 3, 4: average precision 1, 1/2, 1/3, 1/4; ROC-AUC 1, 2/3, 1/3, 0
+    want = {"heldout_loss_effect": (1.0, 1.0), "loss_effect": (0.5, 2 / 3), "attn_effect": (1 / 3, 1 / 3),
+            "pattern_effect": (1 / 4, 0.0)}  # fmt: skip
+    assert list(want) == list(agreement.EFFECTS)
     for effect, (pr, roc) in want.items():
         ranked = summary[effect]["ranking"]["K"]["true"]
-        assert (ranked["causal"], ranked["pairs"]) == (1, 3), effect
+        assert (ranked["causal"], ranked["pairs"]) == (1, 4), effect
         assert ranked["pr_auc"] == pytest.approx(pr) and ranked["roc_auc"] == pytest.approx(roc), effect
+    # the pattern effect cut at each threshold: its edge (0.5) is causal up to 0.1
+    for cut in summary["pattern_effect"]["by_threshold"].values():
+        assert cut["ranking"]["K"]["true"]["causal"] == 1 and cut["ranking"]["K"]["true"]["pr_auc"] == 0.25
 
 
 # --- claims whose rotations differ; verdicts; reading a seed ---------------------------------

@@ -285,6 +285,49 @@ def test_ranking_reads_the_causal_edges_per_kind_and_measure():
     assert ranked["K"]["errata_bcda"]["roc_auc"] == pytest.approx(3 / 4)
 
 
+def role_table() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Three earlier heads into two later ones, every kind, with hand-set causal labels: the
+    circuit pair 0.0 -> 1.0 (previous_token -> induction) and 0.2 -> 1.1 (other -> other) causal."""
+    roles = pd.DataFrame(
+        [
+            (0, 0, "previous_token"),
+            (0, 1, "duplicate_token"),
+            (0, 2, "other"),
+            (1, 0, "induction"),
+            (1, 1, "other"),
+        ],
+        columns=["layer", "head", "role"],
+    )
+    pairs = [(kind, 0, a, 1, b) for kind in "QKV" for b in range(2) for a in range(3)]
+    causal = pd.DataFrame(pairs, columns=agreement.PAIR)
+    causal["causal"] = [(a, b) in ((0, 0), (2, 1)) for _, _, a, _, b in pairs]
+    return causal, roles
+
+
+def test_role_only_ranker_known_answers():
+    """Scores 2 for previous_token or recent_window -> induction under Q and K, 1 for two named
+    roles, else 0; V names no circuit pair. K's order: 2 (causal), 1, then four 0s (one causal):
+    AP = 1/2 x 1 + 1/2 x 2/6 = 2/3, ROC-AUC = (4 + 3/2) / 8. V: the causal circuit pair ties with
+    0.1 -> 1.0 at 1: AP = 1/2 x 1/2 + 1/2 x 2/6 = 5/12."""
+    causal, roles = role_table()
+    k = causal[causal["kind"] == "K"]
+    assert agreement.role_scores(k, roles).tolist() == [2, 1, 0, 0, 0, 0]
+    v = causal[causal["kind"] == "V"]
+    assert agreement.role_scores(v, roles).tolist() == [1, 1, 0, 0, 0, 0]
+    ranked = agreement.role_ranking(causal, roles)
+    for kind in "QK":
+        assert ranked[kind]["pr_auc"] == pytest.approx(2 / 3) and ranked[kind]["roc_auc"] == pytest.approx(
+            5.5 / 8
+        )
+        assert (ranked[kind]["causal"], ranked[kind]["pairs"]) == (2, 6)
+    assert ranked["V"]["pr_auc"] == pytest.approx(5 / 12)
+    # a recent-window source is a circuit source too; a head without a role is refused
+    recent = roles.assign(role=roles["role"].replace({"previous_token": "recent_window"}))
+    assert agreement.role_scores(k, recent).tolist() == [2, 1, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match=r"no role for head \(1, 1\)"):
+        agreement.role_scores(k, roles.iloc[:4])
+
+
 def test_summary_counts_roles(planted_result, planted_scores):
     summary = heads.summarize(planted_result, planted_scores, min_effect=0.01)
     assert summary["roles"] == {role: (0 if role == "other" else 1) for role in heads.ROLES}
@@ -308,6 +351,17 @@ def test_summary_counts_roles(planted_result, planted_scores):
     assert ablated["induction"]["batches"]["probe_loss_effect"] == [ablated["induction"]["probe_loss_effect"]]
     # the planted edge 0.0 -> 1.0 (K) is the one the ablation and every score agree on
     assert summary["agreement"]["attn_effect"]["top_source"]["K"]["true"]["match"] >= 1
+    # the role-free effect: on random held-out tokens only cutting 0.0 from 1.0's keys moves a head
+    # (1.0's pattern by ~0.39 > 0.1), so it is the one causal K edge at every threshold; the true
+    # score and the role-only ranker (a previous-token head into an induction head) both rank it first
+    pattern = summary["agreement"]["pattern_effect"]
+    assert list(pattern["by_threshold"]) == ["0.01", "0.02", "0.05", "0.1"]
+    for cut in (pattern, *pattern["by_threshold"].values()):
+        assert cut["ranking"]["K"]["true"] == {"pr_auc": 1.0, "roc_auc": 1.0, "causal": 1, "pairs": 9}
+        assert cut["role_baseline"]["K"] == {"pr_auc": 1.0, "roc_auc": 1.0, "causal": 1, "pairs": 9}
+        assert cut["role_baseline"]["V"]["causal"] == 0 and cut["role_baseline"]["V"]["pr_auc"] is None
+    assert "by_threshold" not in summary["agreement"]["attn_effect"]  # only the role-free effect is cut
+    assert set(summary["agreement"]["attn_effect"]["role_baseline"]) == {"Q", "K", "V"}
     json.dumps(summary, allow_nan=False)  # valid JSON: undefined values are null
 
 

@@ -19,9 +19,19 @@ given). Torch-free: the heads stage writes them to its summary.json, the compare
   effect reaches `min_effect`, is the earlier head with the largest |effect| on b also
   the earlier head with the largest score into b? Counted over those heads b.
 
-The effects (`EFFECTS`) are the loss change on the repeated probe, on held-out text, and
-the change in b's induction score on the probe (not defined for V: values cannot move a
-pattern).
+- `role_baseline`: the same PR-AUC and ROC-AUC for a ranker that knows only the heads' roles
+  (heads.csv), the baseline a score must beat: per kind, a pair scores 2 when (earlier role,
+  later role) is a circuit pair the paper names (`CIRCUIT_PAIRS`), 1 when both heads have a
+  named role (not "other"), else 0.
+- `by_threshold` (the effects of `THRESHOLDED`): `ranking` and `role_baseline` again with the
+  causal edges cut at each of tables.CAUSAL_THRESHOLDS instead of min_effect.
+
+The effects (`EFFECTS`) are the loss change on the repeated probe, on held-out text, the change
+in b's induction score on the probe (not defined for V: values cannot move a pattern), and the
+role-free change in b itself on held-out text (`pattern_effect`: its attention pattern for Q
+and K, its output for V; pipeline/behaviour/ablation.py). Only the last counts composition
+whatever it serves: the induction score counts only what serves induction, which the original
+(rotated) score picks out by construction.
 """
 
 from __future__ import annotations
@@ -31,9 +41,22 @@ import math
 import numpy as np
 import pandas as pd
 
-from pipeline.tables import INVARIANT, KINDS, VARIANTS
+from pipeline.tables import CAUSAL_THRESHOLDS, INVARIANT, KINDS, VARIANTS, threshold_key
 
-EFFECTS = ("heldout_loss_effect", "loss_effect", "attn_effect")
+EFFECTS = ("heldout_loss_effect", "loss_effect", "attn_effect", "pattern_effect")
+THRESHOLDED = ("pattern_effect",)  # ranked again at each of CAUSAL_THRESHOLDS (its scale: [0, 1] for Q, K)
+# The role-only ranker's circuit pairs, per kind: (earlier roles, later roles). K: the paper's
+# induction circuit (an induction head's keys read a previous-token head), with the errata's
+# recent-window heads (claim b). Q: the same pairs: a ranker that knows only roles cannot tell
+# which side of b's QK circuit reads the earlier head, and the baseline should be the most
+# generous reading of the roles. V: the paper's two-layer section names no V circuit, so only
+# the named-role level counts there.
+CIRCUIT_PAIRS = {
+    "Q": (("previous_token", "recent_window"), ("induction",)),
+    "K": (("previous_token", "recent_window"), ("induction",)),
+    "V": ((), ()),
+}
+UNNAMED = "other"  # the role of a head that takes none
 CAUSAL_ALPHA = 0.05
 PAIR = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
 DST = ["dst_layer", "dst_head"]
@@ -167,17 +190,64 @@ def ranking(
     return out
 
 
+def role_scores(pairs: pd.DataFrame, roles: pd.DataFrame) -> np.ndarray:
+    """The role-only ranker's score of each row of `pairs` (PAIR), from `roles` (heads.csv: layer,
+    head, role): 2 for a circuit pair of its kind (`CIRCUIT_PAIRS`), 1 when both heads have a
+    named role, else 0."""
+    role = dict(zip(zip(roles["layer"], roles["head"], strict=True), roles["role"], strict=True))
+    out = []
+    for kind, i, a, j, b in pairs[PAIR].itertuples(index=False):
+        if (i, a) not in role or (j, b) not in role:
+            raise ValueError(f"no role for head {(i, a) if (i, a) not in role else (j, b)}")
+        src, dst = role[i, a], role[j, b]
+        sources, readers = CIRCUIT_PAIRS[kind]
+        out.append(2 if src in sources and dst in readers else int(UNNAMED not in (src, dst)))
+    return np.asarray(out, dtype=float)
+
+
+def role_ranking(causal: pd.DataFrame, roles: pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
+    """{kind: {"pr_auc", "roc_auc", "causal", "pairs"}}: the role-only ranker (`role_scores`) as a
+    ranking of the causal edges (`causal_edges`), over every pair of the kind."""
+    out: dict = {}
+    for kind in KINDS:
+        rows = causal[causal["kind"] == kind]
+        labels, score = rows["causal"].to_numpy(bool), role_scores(rows, roles)
+        out[kind] = {
+            "pr_auc": _finite(average_precision(labels, score)),
+            "roc_auc": _finite(roc_auc(labels, score)),
+            "causal": int(labels.sum()),
+            "pairs": int(len(rows)),
+        }
+    return out
+
+
 def summarize(
-    effects: pd.DataFrame, scores: pd.DataFrame, min_effect: float, batches: pd.DataFrame | None = None
+    effects: pd.DataFrame,
+    scores: pd.DataFrame,
+    min_effect: float,
+    batches: pd.DataFrame | None = None,
+    roles: pd.DataFrame | None = None,
 ) -> dict:
-    """{effect: {"spearman", "top_source", and with `batches` (ablation_batches.csv) "ranking"}}
-    for every effect in EFFECTS."""
+    """{effect: {"spearman", "top_source", and with `batches` (ablation_batches.csv) "ranking",
+    with `roles` (heads.csv) too "role_baseline", and for the effects of THRESHOLDED
+    "by_threshold": {"0.05": {"ranking", "role_baseline"}, ...}}} for every effect in EFFECTS."""
     out = {}
     for effect in EFFECTS:
         out[effect] = {
             "spearman": spearman(effects, scores, effect),
             "top_source": top_source(effects, scores, effect, min_effect),
         }
-        if batches is not None:
-            out[effect]["ranking"] = ranking(causal_edges(batches, effect, min_effect), scores)
+        if batches is None:
+            continue
+        out[effect]["ranking"] = ranking(causal_edges(batches, effect, min_effect), scores)
+        if roles is not None:
+            out[effect]["role_baseline"] = role_ranking(causal_edges(batches, effect, min_effect), roles)
+        if effect in THRESHOLDED:
+            out[effect]["by_threshold"] = {}
+            for threshold in CAUSAL_THRESHOLDS:
+                causal = causal_edges(batches, effect, threshold)
+                cut = {"ranking": ranking(causal, scores)}
+                if roles is not None:
+                    cut["role_baseline"] = role_ranking(causal, roles)
+                out[effect]["by_threshold"][threshold_key(threshold)] = cut
     return out

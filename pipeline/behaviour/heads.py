@@ -399,7 +399,9 @@ def _finite(x: float) -> float | None:
 def summarize(result: HeadsResult, scores: pd.DataFrame, min_effect: float) -> dict:
     """Role counts, the heads of each role, the best scores, and how well each composition
     variant predicts the ablation (`pipeline.behaviour.agreement`; `scores`: the composition stage's
-    scores.csv): per effect, the Spearman correlation and the top-source matches."""
+    scores.csv): per effect, the Spearman correlation, the top-source matches, each score's PR-AUC
+    and ROC-AUC on the causal edges and the role-only ranker's beside them (the pattern effect's
+    at several thresholds too)."""
     table = result.table
     label = [f"{l}.{h}" for l, h in zip(table["layer"], table["head"], strict=True)]
     return {
@@ -411,5 +413,5 @@ def summarize(result: HeadsResult, scores: pd.DataFrame, min_effect: float) -> d
         "max": {name: _finite(table[name].max()) for name in SCORES},
         "min_effect": min_effect,
         "role_ablation": result.role_ablation,
-        "agreement": agreement.summarize(result.ablation, scores, min_effect, result.batches),
+        "agreement": agreement.summarize(result.ablation, scores, min_effect, result.batches, table),
     }
