@@ -23,6 +23,10 @@ Agreement with the ablation (heads summary.json): Spearman 0.6 (true), 0.2 and 0
 rotations), 0.5 (invariant); top source, every effect and kind: 2 of 2 later heads (true,
 invariant), 1 of 2 (errata); PR-AUC of the causal edges (2 of 9) 0.8 (true), 0.5 and 0.6 (the
 rotations), 0.7 (invariant), ROC-AUC 0.1 above each: (c) = 0.8 - 0.6, (c_inv) = 0.7 - 0.6.
+The role-only ranker's PR-AUC on the same edges: 0.4, every effect and kind. The pattern effect
+cut at each threshold (by_threshold): at 0.01 and 0.02 as above; at 0.05 one causal edge, PR-AUC
+1.0 (true), 0.25 (errata), 0.5 (invariant), the role-only ranker 0.5; at 0.1 no causal edge
+(every PR-AUC null).
 
 Dynamics (steps.tsv, every seed alike), checkpoints at steps 0, 100, .., 500: induction
 reaches 0.5 at step 300 (the phase step). The pair's K z clears 3 (there its q is 0.01, else 0.5:
@@ -99,13 +103,32 @@ Z_THROUGH_TRAINING = {
     "invariant": [0, 0, 1, 4, 5, 5],
 }
 RANKING = {v: {"pr_auc": a, "roc_auc": a + 0.1, "causal": 2, "pairs": 9} for v, a in PR_AUC.items()}
+ROLE_BASELINE = {"pr_auc": 0.4, "roc_auc": 0.6, "causal": 2, "pairs": 9}
+
+
+def _cut(pr_auc: dict[str, float | None], role: float | None, causal: int) -> dict:
+    """One threshold's agreement: each measure's ranking and the role-only ranker's, every kind."""
+    ranked = {v: {"pr_auc": a, "roc_auc": a, "causal": causal, "pairs": 9} for v, a in pr_auc.items()}
+    role_ranked = {"pr_auc": role, "roc_auc": role, "causal": causal, "pairs": 9}
+    return {"ranking": {k: ranked for k in KINDS}, "role_baseline": {k: role_ranked for k in KINDS}}
+
+
+ONE_EDGE = {v: 1.0 if v == "true" else 0.5 if v == INVARIANT else 0.25 for v in PR_AUC}
+BY_THRESHOLD = {
+    "0.01": _cut(PR_AUC, 0.4, 2),
+    "0.02": _cut(PR_AUC, 0.4, 2),
+    "0.05": _cut(ONE_EDGE, 0.5, 1),
+    "0.1": _cut(dict.fromkeys(PR_AUC), None, 0),
+}
 AGREEMENT = {
     effect: {
         "spearman": {k: dict(RHO) for k in KINDS},
         "top_source": {k: dict(TOP) for k in KINDS},
         "ranking": {k: dict(RANKING) for k in KINDS},
+        "role_baseline": {k: dict(ROLE_BASELINE) for k in KINDS},
+        **({"by_threshold": BY_THRESHOLD} if effect == "pattern_effect" else {}),
     }
-    for effect in ("heldout_loss_effect", "loss_effect", "attn_effect")
+    for effect in ("heldout_loss_effect", "loss_effect", "attn_effect", "pattern_effect")
 }
 
 

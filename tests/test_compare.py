@@ -143,6 +143,29 @@ def test_seed_statistics_claims_known_values():
         assert value(t, claim="c", statistic="c", hypothesis=h) == pytest.approx(0.8 - 0.6)
 
 
+def test_claim_c_reports_the_role_only_baseline_and_every_threshold():
+    """synthetic_seeds' agreement (its docstring): beside each score's PR-AUC, the role-only
+    ranker's (0.4), and for the pattern effect every variant's PR-AUC, the role-only ranker's and
+    the causal edges at each threshold; at 0.1 no edge is causal, so every PR-AUC is undefined."""
+    t = long_table(syn.seed_inputs(1))
+    p = "pattern_effect"
+    for e in ("heldout_loss_effect", "loss_effect", "attn_effect", p):
+        assert value(t, claim="c", statistic="role_pr_auc", kind="K", effect=e) == pytest.approx(0.4)
+    assert value(t, claim="c", statistic="causal_edges_at_0.05", kind="K", effect=p) == 1
+    assert value(t, claim="c", statistic="causal_edges_at_0.01", kind="Q", effect=p) == 2
+    assert value(t, claim="c", statistic="pr_auc_at_0.05", kind="K", variant="true", effect=p) == 1.0
+    assert value(t, claim="c", statistic="pr_auc_at_0.05", kind="K", variant="errata_dabc", effect=p) == 0.25
+    assert value(t, claim="c", statistic="pr_auc_at_0.05", kind="K", variant="invariant", effect=p) == 0.5
+    assert value(t, claim="c", statistic="pr_auc_at_0.02", kind="K", variant="true", effect=p) == 0.8
+    assert value(t, claim="c", statistic="role_pr_auc_at_0.05", kind="K", effect=p) == 0.5
+    assert math.isnan(value(t, claim="c", statistic="role_pr_auc_at_0.1", kind="K", effect=p))
+    assert math.isnan(value(t, claim="c", statistic="pr_auc_at_0.1", kind="K", variant="true", effect=p))
+    # only the thresholded effect has rows per threshold; (c) itself reads min_effect's cut
+    assert not ((t["statistic"] == "pr_auc_at_0.05") & (t["effect"] != p)).any()
+    c = t[(t["claim"] == "c") & (t["statistic"] == "c")]
+    assert set(c["effect"]) == {p} and c["value"].to_numpy() == pytest.approx([0.8 - 0.6] * 2)
+
+
 def test_each_claim_is_one_unit_and_the_long_table_keeps_its_order():
     """A claim's rows are its own number under each of its hypotheses and the auxiliary statistics
     it describes (so the report can say what each is); a restatement with the invariant measure
@@ -255,9 +278,11 @@ def test_compare_across_seeds():
     assert summary["role_ablation"]["previous_token_heldout_loss_effect"] is None  # no such head
     assert summary["role_ablation"]["induction_placebo_p"] == pytest.approx(0.5)
     assert summary["role_ablation"]["induction_serves_heldout"] == 0  # one placebo set lies above
-    check = summary["causal_check"]  # claim (c)'s cell: K, the probe's induction score
-    assert (check["kind"], check["effect"]) == ("K", "attn_effect")
+    check = summary["causal_check"]  # claim (c)'s cell: K, the later head's pattern on held-out text
+    assert (check["kind"], check["effect"]) == ("K", "pattern_effect")
     assert check["causal_edges"] == {"0": 2.0, "1": 2.0, "2": 2.0}
+    assert check["role_pr_auc"]["mean"] == pytest.approx(0.4) and check["role_pr_auc"]["lo"] == 0.4
+    assert check["role_pr_auc"]["per_seed"] == {s: pytest.approx(0.4) for s in ("0", "1", "2")}
     assert check["pr_auc"]["true"]["mean"] == pytest.approx(0.8) and check["pr_auc"]["true"]["lo"] == 0.8
     assert check["roc_auc"]["errata_dabc"]["per_seed"] == {s: pytest.approx(0.7) for s in ("0", "1", "2")}
     assert list(a) == [
@@ -428,7 +453,7 @@ def test_figures_show_every_seed():
 
     inputs = [syn.seed_inputs(s) for s in (0, 1, 2)]
     inputs[2].agreement = json.loads(json.dumps(syn.AGREEMENT))
-    inputs[2].agreement["attn_effect"]["ranking"]["K"]["true"]["pr_auc"] = 0.9
+    inputs[2].agreement["pattern_effect"]["ranking"]["K"]["true"]["pr_auc"] = 0.9
     result = compare.compare(inputs, CFG, EDGE, FDR)
     fig = compare_figures.claims_figure(result.claims, result.stats, 0.95)
     c_axis = fig.axes[4]

@@ -365,3 +365,25 @@ def test_numbers_are_rounded_to_what_their_interval_supports():
     assert report.interval(0.13570886, 0.08168197, 0.18973576) == "0.14 [0.08, 0.19]"
     assert report.interval(1.0, 1.0, 1.0) == "1 [1, 1]"  # no width: three significant digits
     assert report.interval(0.5, None, None) == "0.5"
+
+
+def test_claim_c_tables_show_the_role_only_baseline_and_each_threshold():
+    """synthetic_seeds' agreement (its docstring): after each effect's measures, the role-only
+    ranker's PR-AUC (0.4); then the pattern effect at each threshold: at 0.05 one causal edge,
+    the role-only ranker 0.5 and the corrected score 1; at 0.1 none, so nothing to rank."""
+    from pipeline.compare import stats as compare
+    from pipeline.config import CompareConfig
+
+    result = compare.compare([syn.seed_inputs(s) for s in SEEDS], CompareConfig(), 0.1, 0.05)
+
+    def rows(text: str) -> list[list[str]]:
+        return [re.findall(r"<td>(.*?)</td>", r) for r in text.split("<tbody>")[1].split("</tr>")[:-1]]
+
+    baseline = [r for r in rows(report.ranking_table(result.stats)) if r[1] == "role-only baseline"]
+    assert [r[0] for r in baseline] == ["heldout_loss_effect", "loss_effect", "attn_effect", "pattern_effect"]
+    assert {r[4] for r in baseline} == {"0.4 [0.4, 0.4]"} and {r[5] for r in baseline} == {"–"}
+    by_threshold = {r[1]: r for r in rows(report.threshold_table(result.stats))}
+    assert list(by_threshold) == ["0.01", "0.02", "0.05", "0.1"]
+    assert {r[0] for r in by_threshold.values()} == {"pattern_effect"}
+    assert by_threshold["0.05"][2:5] == ["1 [1, 1]", "0.5 [0.5, 0.5]", "1 [1, 1]"]  # edges, roles, true
+    assert by_threshold["0.1"][2] == "0 [0, 0]" and set(by_threshold["0.1"][3:]) == {"–"}

@@ -23,13 +23,27 @@ import pandas as pd
 
 from pipeline.behaviour import phases
 from pipeline.compare.read import SeedInputs
-from pipeline.tables import ABLATED_ROLES, ERRATA, HYPOTHESES, INVARIANT, KINDS, MEASURES, VARIANTS
+from pipeline.tables import (
+    ABLATED_ROLES,
+    CAUSAL_THRESHOLDS,
+    ERRATA,
+    HYPOTHESES,
+    INVARIANT,
+    KINDS,
+    MEASURES,
+    VARIANTS,
+    threshold_key,
+)
 
 CLAIM_KIND = "K"  # the errata is about induction heads' K-composition
-# claim (c): what K-composition predicts is the later head's attention, so the ablation's effect on it
-# (b's induction score on the probe); the loss effects, on the probe and on held-out text, are
-# reported beside it (on the default models no K edge's ablation raises held-out loss beyond its noise)
-PRIMARY_EFFECT = "attn_effect"
+# claim (c): what K-composition predicts is the later head's attention, so the ablation's effect on
+# it, whatever the head's role: the change of b's attention pattern on held-out text (total
+# variation; pipeline/behaviour/ablation.py). The change of b's induction score on the probe
+# counted only the composition that serves induction, which the original (rotated) score filters
+# for by construction. The other effects (that one, the loss on the probe and on held-out text)
+# are reported beside it, with the role-only ranker's PR-AUC and the pattern effect's PR-AUC at
+# each of CAUSAL_THRESHOLDS
+PRIMARY_EFFECT = "pattern_effect"
 NONE = "-"  # a dimension that does not apply to a row: a claim that does not depend on the denominators
 
 
@@ -176,9 +190,31 @@ def _cell_discoveries(scored: pd.DataFrame, variant: str, dst: str, src: str) ->
     return float(cell["discovery"].sum()) if len(cell) else math.nan
 
 
-def _ranking(inp: SeedInputs, effect: str, kind: str, variant: str, key: str) -> float:
-    value = inp.agreement.get(effect, {}).get("ranking", {}).get(kind, {}).get(variant, {}).get(key)
+def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _cut(inp: SeedInputs, effect: str, threshold: float | None) -> dict:
+    """The heads summary's agreement of `effect` with its causal edges cut at min_effect (None) or
+    at one of CAUSAL_THRESHOLDS ("by_threshold"): {"ranking", "role_baseline", ...}; {} if absent."""
+    agreed = inp.agreement.get(effect, {})
+    return agreed if threshold is None else agreed.get("by_threshold", {}).get(threshold_key(threshold), {})
+
+
+def _ranking(
+    inp: SeedInputs, effect: str, kind: str, variant: str, key: str, threshold: float | None = None
+) -> float:
+    return _number(_cut(inp, effect, threshold).get("ranking", {}).get(kind, {}).get(variant, {}).get(key))
+
+
+def _role_pr_auc(inp: SeedInputs, effect: str, kind: str, threshold: float | None = None) -> float:
+    """The role-only ranker's PR-AUC on `effect`'s causal edges (pipeline/behaviour/agreement.py)."""
+    return _number(_cut(inp, effect, threshold).get("role_baseline", {}).get(kind, {}).get("pr_auc"))
+
+
+def _at(statistic: str, threshold: float) -> str:
+    """A statistic of claim (c) at one of CAUSAL_THRESHOLDS: "pr_auc_at_0.05"."""
+    return f"{statistic}_at_{threshold_key(threshold)}"
 
 
 def _pr_auc(inp: SeedInputs, variant: str) -> float:
@@ -297,9 +333,11 @@ def claim_d(seed: Seed) -> Iterator[Row]:
 @claim(
     "c",
     "The corrected score agrees better with the causal ablation than the original.",
-    "K, the later head's induction score on the probe: PR-AUC of the score as a ranking of the "
-    "causal edges (the ablation's effect beyond its batch-to-batch spread), corrected minus the "
-    "better rotation",
+    "K: PR-AUC of the score as a ranking of the causal edges, corrected minus the better rotation. "
+    "An edge a -> b is causal when mean-ablating a's output in b's keys alone, on held-out text, "
+    "moves b's attention pattern (total variation, mean over query positions) by at least "
+    "analysis.heads.min_effect on average over the disjoint batches, beyond their batch-to-batch "
+    "spread: whatever b's role, so neither score is favoured by construction",
     threshold=0.0,
     by_hypothesis=True,
     auxiliary={
@@ -311,11 +349,26 @@ def claim_d(seed: Seed) -> Iterator[Row]:
         "causal_fraction": "causal edges over all pairs of the kind: PR-AUC's chance level",
         "top_source": "fraction of later heads whose top ablation source is their top-scoring source",
         "spearman": "Spearman rho between |ablation effect| and the score, over every pair",
+        "role_pr_auc": (
+            "PR-AUC of the role-only ranker on the same causal edges, the baseline a score must beat: "
+            "it knows only heads.csv's roles and scores a pair 2 for a circuit pair (Q and K: "
+            "previous_token or recent_window -> induction), 1 when both heads have a named role, else 0"
+        ),
+        **{
+            _at(statistic, t): f"{words}, a causal edge's effect reaching {t:g} instead of min_effect"
+            for t in CAUSAL_THRESHOLDS
+            for statistic, words in (
+                ("causal_edges", "causal edges"),
+                ("pr_auc", "PR-AUC of the score"),
+                ("role_pr_auc", "PR-AUC of the role-only ranker"),
+            )
+        },
     },
 )
 def claim_c(seed: Seed) -> Iterator[Row]:
-    """Each score's PR-AUC (and ROC-AUC) as a ranking of the causal edges, every effect and kind;
-    the old top-source and Spearman agreement beside them."""
+    """Each score's PR-AUC (and ROC-AUC) as a ranking of the causal edges, every effect and kind,
+    with the role-only ranker's PR-AUC (and, where the heads stage cut the effect at several
+    thresholds, all of them again at each); the old top-source and Spearman agreement beside them."""
     inp = seed.inp
     for effect in inp.agreement:
         for kind in KINDS:
@@ -323,6 +376,7 @@ def claim_c(seed: Seed) -> Iterator[Row]:
             pairs = _ranking(inp, effect, kind, "true", "pairs")
             yield Row("causal_edges", causal, kind=kind, effect=effect)
             yield Row("causal_fraction", causal / pairs if pairs else math.nan, kind=kind, effect=effect)
+            yield Row("role_pr_auc", _role_pr_auc(inp, effect, kind), kind=kind, effect=effect)
             for v in MEASURES:
                 for key in ("pr_auc", "roc_auc"):
                     yield Row(key, _ranking(inp, effect, kind, v, key), kind=kind, variant=v, effect=effect)
@@ -332,6 +386,15 @@ def claim_c(seed: Seed) -> Iterator[Row]:
                 r = inp.agreement[effect].get("spearman", {}).get(kind, {}).get(v)
                 yield Row("spearman", float(r) if isinstance(r, (int, float)) else math.nan,
                           kind=kind, variant=v, effect=effect)  # fmt: skip
+            if "by_threshold" not in inp.agreement[effect]:
+                continue
+            for t in CAUSAL_THRESHOLDS:
+                causal = _ranking(inp, effect, kind, "true", "causal", t)
+                yield Row(_at("causal_edges", t), causal, kind=kind, effect=effect)
+                yield Row(_at("role_pr_auc", t), _role_pr_auc(inp, effect, kind, t), kind=kind, effect=effect)
+                for v in MEASURES:
+                    value = _ranking(inp, effect, kind, v, "pr_auc", t)
+                    yield Row(_at("pr_auc", t), value, kind=kind, variant=v, effect=effect)
     for h, pair in HYPOTHESES.items():
         value = _pr_auc(inp, "true") - _original_pr_auc(inp, pair)
         yield Row("c", value, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
@@ -370,7 +433,8 @@ def claim_m_inv(seed: Seed) -> Iterator[Row]:
     "c_inv",
     "(c) with the basis-invariant measure as the corrected score: it agrees better with the "
     "causal ablation than the original.",
-    "K, the later head's induction score: PR-AUC of the causal edges, invariant minus the better rotation",
+    "K, the later head's attention pattern on held-out text (as in c): PR-AUC of the causal edges, "
+    "invariant minus the better rotation",
     threshold=0.0,
     by_hypothesis=True,
     restates="c",

@@ -285,8 +285,9 @@ def headline(summary: dict) -> dict:
 
 
 def _causal_check(claims: pd.DataFrame, stats: pd.DataFrame) -> dict:
-    """Claim (c)'s cell (K, PRIMARY_EFFECT): the causal edges per seed, and each measure's PR-AUC
-    and ROC-AUC per seed with their mean and t interval."""
+    """Claim (c)'s cell (K, PRIMARY_EFFECT): the causal edges per seed, each measure's PR-AUC
+    and ROC-AUC per seed with their mean and t interval, and the role-only ranker's PR-AUC (the
+    baseline a score must beat) likewise."""
     mine = (claims["claim"] == "c") & (claims["kind"] == CLAIM_KIND) & (claims["effect"] == PRIMARY_EFFECT)
     cell = (stats["claim"] == "c") & (stats["kind"] == CLAIM_KIND) & (stats["effect"] == PRIMARY_EFFECT)
     edges = claims[mine & (claims["statistic"] == "causal_edges")]
@@ -295,17 +296,20 @@ def _causal_check(claims: pd.DataFrame, stats: pd.DataFrame) -> dict:
         "effect": PRIMARY_EFFECT,
         "causal_edges": {str(s): v for s, v in zip(edges["seed"], edges["value"], strict=True)},
     }
+
+    def across(statistic: str, variant: str = NONE) -> dict:
+        per_seed = claims[mine & (claims["statistic"] == statistic) & (claims["variant"] == variant)]
+        s = stats[cell & (stats["statistic"] == statistic) & (stats["variant"] == variant)]
+        return {
+            "mean": float(s["mean"].iloc[0]) if len(s) else None,
+            "lo": s["lo"].iloc[0] if len(s) else None,
+            "hi": s["hi"].iloc[0] if len(s) else None,
+            "per_seed": {str(x): v for x, v in zip(per_seed["seed"], per_seed["value"], strict=True)},
+        }
+
     for key in ("pr_auc", "roc_auc"):
-        out[key] = {}
-        for m in MEASURES:
-            per_seed = claims[mine & (claims["statistic"] == key) & (claims["variant"] == m)]
-            s = stats[cell & (stats["statistic"] == key) & (stats["variant"] == m)]
-            out[key][m] = {
-                "mean": float(s["mean"].iloc[0]) if len(s) else None,
-                "lo": s["lo"].iloc[0] if len(s) else None,
-                "hi": s["hi"].iloc[0] if len(s) else None,
-                "per_seed": {str(x): v for x, v in zip(per_seed["seed"], per_seed["value"], strict=True)},
-            }
+        out[key] = {m: across(key, m) for m in MEASURES}
+    out["role_pr_auc"] = across("role_pr_auc")
     return out
 
 

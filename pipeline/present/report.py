@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.compare.claims import CLAIMS, HYPOTHESIS_LABELS, STATISTICS
+from pipeline.compare.claims import CLAIMS, HYPOTHESIS_LABELS, PRIMARY_EFFECT, STATISTICS
 from pipeline.errors import UserError
-from pipeline.tables import DIMENSIONS, KINDS, MEASURES
+from pipeline.tables import CAUSAL_THRESHOLDS, DIMENSIONS, KINDS, MEASURES, threshold_key
 
 MIME = {
     ".png": "image/png",
@@ -198,29 +198,56 @@ def claims_table(summary: Mapping, ci: float) -> str:
     return f'<div class="scroll"><table>{head}{"".join(rows)}</table></div>'
 
 
+def _claim_c_cell(c: pd.DataFrame, statistic: str, effect: str, variant: str = "-") -> str:
+    """One statistic of claim (c)'s K rows across seeds: mean [t interval], or "–"."""
+    row = c[(c["statistic"] == statistic) & (c["effect"] == effect) & (c["variant"] == variant)]
+    if row.empty or pd.isna(row["mean"].iloc[0]):
+        return "–"
+    r = row.iloc[0]
+    return interval(r["mean"], r["lo"], r["hi"])
+
+
 def ranking_table(stats: pd.DataFrame) -> str:
     """Claim (c): per effect and measure, the mean PR-AUC and ROC-AUC of the K scores as rankings of
-    the causal edges, with the number of causal edges and PR-AUC's chance level."""
+    the causal edges, with the number of causal edges and PR-AUC's chance level, and the role-only
+    ranker's PR-AUC after each effect's measures (the baseline a score must beat)."""
     c = stats[(stats["claim"] == "c") & (stats["kind"] == "K")]
     if c.empty:
         return "<p>No ablation.</p>"
 
-    def cell(statistic: str, effect: str, variant: str = "-") -> str:
-        row = c[(c["statistic"] == statistic) & (c["effect"] == effect) & (c["variant"] == variant)]
-        if row.empty or pd.isna(row["mean"].iloc[0]):
-            return "–"
-        r = row.iloc[0]
-        return interval(r["mean"], r["lo"], r["hi"])
-
     rows = []
     for effect in dict.fromkeys(c["effect"]):
+        edges = {
+            "causal edges": _claim_c_cell(c, "causal_edges", effect),
+            "chance (causal fraction)": _claim_c_cell(c, "causal_fraction", effect),
+        }
         for v in MEASURES:
             rows.append({
-                "effect": effect, "measure": v, "causal edges": cell("causal_edges", effect),
-                "chance (causal fraction)": cell("causal_fraction", effect),
-                "PR-AUC": cell("pr_auc", effect, v), "ROC-AUC": cell("roc_auc", effect, v),
+                "effect": effect, "measure": v, **edges, "PR-AUC": _claim_c_cell(c, "pr_auc", effect, v),
+                "ROC-AUC": _claim_c_cell(c, "roc_auc", effect, v),
             })  # fmt: skip
+        rows.append({"effect": effect, "measure": "role-only baseline", **edges,
+                     "PR-AUC": _claim_c_cell(c, "role_pr_auc", effect), "ROC-AUC": "–"})  # fmt: skip
     return table(pd.DataFrame(rows))
+
+
+def threshold_table(stats: pd.DataFrame) -> str:
+    """Claim (c) at each of CAUSAL_THRESHOLDS (the effects cut there): per threshold, the causal K
+    edges, the role-only ranker's PR-AUC and each measure's; empty when no effect was cut."""
+    c = stats[(stats["claim"] == "c") & (stats["kind"] == "K")]
+    rows = []
+    for effect in dict.fromkeys(c["effect"]):
+        for t in CAUSAL_THRESHOLDS:
+            key = threshold_key(t)
+            if not ((c["statistic"] == f"causal_edges_at_{key}") & (c["effect"] == effect)).any():
+                continue
+            rows.append({
+                "effect": effect, "causal when the effect reaches": key,
+                "causal edges": _claim_c_cell(c, f"causal_edges_at_{key}", effect),
+                "role-only baseline": _claim_c_cell(c, f"role_pr_auc_at_{key}", effect),
+                **{v: _claim_c_cell(c, f"pr_auc_at_{key}", effect, v) for v in MEASURES},
+            })  # fmt: skip
+    return table(pd.DataFrame(rows)) if rows else ""
 
 
 def describe(claim: str, statistic: str) -> str:
@@ -322,10 +349,22 @@ def render(
         '<h3 id="causal">(c) Which score ranks the causal edges</h3>',
         "<p>The path ablation runs on disjoint held-out batches; an edge is causal when its mean effect "
         "reaches analysis.heads.min_effect and exceeds its batch-to-batch spread (one-sided t test, 5%). "
-        "Each score ranks every K pair; PR-AUC's chance level is the fraction of causal edges. Mean over "
+        f"Claim (c) reads <em>{PRIMARY_EFFECT}</em>: how far cutting the edge moves the later head's "
+        "attention pattern on held-out text (total variation, mean over query positions), whatever the "
+        "head's role; the probe's induction score (attn_effect) counts only composition that serves "
+        "induction. Each score ranks every K pair; PR-AUC's chance level is the fraction of causal "
+        "edges; the role-only baseline ranks the pairs by the heads' roles alone (previous-token or "
+        "recent-window into induction first, then pairs of named roles). Mean over "
         f"seeds [{ci:.0%} t interval].</p>",
         ranking_table(stats),
     ]
+    thresholds = threshold_table(stats)
+    if thresholds:
+        parts += [
+            "<p>The same, an edge causal from each threshold of its effect on (and beyond its noise): "
+            "the causal edges, the role-only baseline's PR-AUC and each measure's.</p>",
+            thresholds,
+        ]
     parts += [figure(img) for img in compare_images]
     parts += [
         '<h2 id="across-seeds">Across seeds</h2>',
