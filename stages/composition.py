@@ -2,7 +2,8 @@
 variants), invariant.csv (in the whitened residual frame: unchanged by a change of residual
 basis; pipeline/circuits/invariant.py), placebo.csv (every measure for the pairs that cannot compose),
 each with its raw z, calibrated z, p, q and discovery (pipeline/circuits/significance.py), and
-summary.json (discoveries per kind and measure, and the placebo pairs' false ones).
+summary.json (discoveries per kind and measure, the placebo pairs' false ones, per pair and per
+block's families, and the detection limit: the raw z a lone composing pair needs).
 
 Works on any weights file in TransformerLens's state-dict names, e.g.
 
@@ -42,7 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         io.write_csv(out / "scores.csv", scores)
         io.write_csv(out / "invariant.csv", inv)
         io.write_csv(out / "placebo.csv", placebo)
-        summary = {"fdr": c.fdr, **scoring.summarize(measured, placebo)}
+        summary = {
+            "fdr": c.fdr,
+            **scoring.summarize(measured, placebo),
+            # the raw z a lone composing pair needs, per kind and measure (from the placebo pairs alone)
+            "detection_limits": significance.detection_limits(measured, placebo, c.fdr),
+            "placebo_families": significance.family_summary(placebo),
+        }
         io.write_json(out / "summary.json", summary)
 
     return run_cli(parser, body, argv)

@@ -126,3 +126,18 @@ def random_tokens(n: int, length: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     rest = torch.randint(1, V, (n, length - 1), generator=gen)
     return torch.cat([torch.zeros(n, 1, dtype=torch.long), rest], dim=1)
+
+
+def plant_key_reading(hw, src_head: int, dst_head: int, strength: float):
+    """`hw` (`weights.HeadWeights` of a two-layer model) with a rank-2 term added to the keys of
+    layer-1 head `dst_head` that reads the two strongest output directions of layer-0 head
+    `src_head` into the two strongest directions of its own queries: K-composition planted at
+    `strength` times the head's ||W_K|| (the term's norm), every other weight as it was."""
+    from dataclasses import replace
+
+    _, _, out = torch.linalg.svd(hw.W_O[0, src_head], full_matrices=False)  # [d_head, d_model]
+    _, _, query = torch.linalg.svd(hw.W_Q[1, dst_head], full_matrices=False)  # [d_head, d_head]
+    term = out[:2].T @ query[:2]  # [d_model, d_head], rank 2, Frobenius norm sqrt(2)
+    W_K = hw.W_K.clone()
+    W_K[1, dst_head] += term * (strength * hw.W_K[1, dst_head].norm() / 2**0.5)
+    return replace(hw, W_K=W_K)

@@ -307,17 +307,19 @@ def test_the_top_pairs_source_is_in_an_earlier_layer():
 
 
 def test_a_pair_whose_q_equals_the_fdr_is_a_discovery():
-    # four later pairs into one reader; one stands beyond all 79 placebo pairs: p = 1/80, and as
-    # the first of its family's four, q = 4/80 = 0.05 exactly (scaling by 4 is exact in binary).
-    # Another measure's four pairs are another family (pooled, q would be 8/80)
+    # four later pairs into one reader; one stands beyond all 79 placebo pairs (40 of K true, 39 of
+    # K invariant: each family's null from its own, one pool): p = 1/80, and as the first of its
+    # family's four, q = 4/80 = 0.05 exactly (scaling by 4 is exact in binary). Another measure's
+    # four pairs are another family (pooled, q would be 8/80)
     real = pd.concat([
         pd.DataFrame({"kind": "K", "variant": variant, "src_layer": 0, "src_head": range(4),
                       "dst_layer": 1, "dst_head": 0, "z": z})
-        for variant, z in (("true", [0.0, 1.0, 2.0, 100.0]), ("invariant", [0.0, 1.0, 2.0, 0.5]))
+        for variant, z in (("true", [0.0, 1.0, 0.5, 100.0]), ("invariant", [0.0, 1.0, 0.5, 0.2]))
     ], ignore_index=True)  # fmt: skip
     rng = np.random.default_rng(0)
-    placebo = pd.DataFrame({"kind": "K", "variant": "true", "src_layer": 1, "src_head": range(79),
-                            "dst_layer": 1, "dst_head": 0, "z": rng.normal(size=79)})  # fmt: skip
+    placebo = pd.DataFrame({"kind": "K", "variant": ["true"] * 40 + ["invariant"] * 39,
+                            "src_layer": 1, "src_head": range(79), "dst_layer": 1, "dst_head": 0,
+                            "z": rng.normal(size=79)})  # fmt: skip
     scores, _ = significance.calibrate(real, placebo, FDR)
     assert scores.loc[3, "p"] == 1 / 80 and scores.loc[3, "q"] == FDR
     assert scores["discovery"].tolist() == [False, False, False, True] + [False] * 4
@@ -359,7 +361,10 @@ def test_timing_figure_places_every_seeds_lag_and_mean():
             for dx, lag in zip((-0.15, 0.15), lags[m], strict=True)
         ]
         np.testing.assert_allclose(dots(left), sorted(want), atol=1e-12)
-        np.testing.assert_allclose(dots(right), [(-0.15, 100.0), (0.15, 0.0)], atol=1e-12)
+        # (t) against each rotation: B C D A (seed 0 +100, seed 1 0), D A B C (+200, +100)
+        np.testing.assert_allclose(
+            dots(right), [(-0.15, 100.0), (0.15, 0.0), (0.85, 200.0), (1.15, 100.0)], atol=1e-12
+        )
         # the mean of each column: a horizontal bar at its height (the intervals are vertical)
         bars = [
             seg for c in left.collections if not isinstance(c, PathCollection) for seg in c.get_segments()
@@ -369,7 +374,7 @@ def test_timing_figure_places_every_seeds_lag_and_mean():
     finally:
         plt.close(fig)
     # claim (t): seed 0 at +100 holds; seed 1 at exactly the threshold (0) neither holds nor fails
-    t = result.summary["claims"]["t"]["-"]
+    t = result.summary["claims"]["t"]["errata_bcda"]
     assert (t["seeds_holding"], t["seeds_failing"], t["seeds_tested"]) == (1, 0, 2)
     assert t["per_seed"] == {"0": 100.0, "1": 0.0}
 

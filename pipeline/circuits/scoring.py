@@ -185,3 +185,27 @@ def summarize(scores: pd.DataFrame, placebo: pd.DataFrame | None = None) -> dict
                 entry["placebo_pairs"] = int(mine["z"].notna().sum())
                 entry["placebo_discoveries"] = int(mine["discovery"].sum())
     return out
+
+
+# --- surrogates: the alignment between layers broken -----------------------------------------
+
+
+def surrogate(hw, gen: torch.Generator):
+    """`hw` (`weights.HeadWeights`) with every layer after the first re-expressed in its own
+    Haar-random orthonormal basis of the residual stream: layer l reads x R_l and writes back
+    through R_l^T (W_Q, W_K, W_V -> R_l W, W_O -> W_O R_l^T, b_O -> b_O R_l^T), so each layer
+    keeps its own QK and OV circuits up to that rotation (R_l QK R_l^T: spectra, norms, how its
+    heads sit relative to each other) and only how it sits relative to the layers before it,
+    and to the embeddings, is random. What no composition looks like in this model's own heads:
+    the calibration's surrogate null (tests/test_significance.py, tools/calibrate_composition.py)."""
+    from dataclasses import replace
+
+    L, D = hw.n_layers, hw.d_model
+    R = haar_blocks(max(L - 1, 0), D, D, gen).to(hw.W_Q.dtype)  # [L - 1, d_model, d_model]
+    R = torch.cat([torch.eye(D, dtype=hw.W_Q.dtype)[None], R])  # layer 0 as it is
+    rotated_in = {
+        name: torch.einsum("lde,lhef->lhdf", R, getattr(hw, name)) for name in ("W_Q", "W_K", "W_V")
+    }
+    W_O = torch.einsum("lhfe,lde->lhfd", hw.W_O, R)  # W_O R^T: [l, head, d_head, d_model]
+    b_O = torch.einsum("le,lde->ld", hw.b_O, R)
+    return replace(hw, W_O=W_O, b_O=b_O, **rotated_in)

@@ -1,48 +1,59 @@
 """Which pairs compose: discoveries at a controlled false-discovery rate, against a null the
-model itself supplies. The statistics are numpy and pandas on the score tables; `measured`
-computes those tables (every measure, the pairs that can compose and those that cannot).
+model itself supplies, estimated only from what cannot compose. The statistics are numpy and
+pandas on the score tables; `measured` computes those tables (every measure, the pairs that can
+compose and those that cannot).
 
 Why not "z > 3". Every score's raw z is measured against a Haar rotation of the writer's
 residual basis (`pipeline.circuits.composition`, `pipeline.circuits.invariant`): a random writer spreads its
-output over all of d_model. A trained residual stream uses far fewer directions, and trained
-heads that do not compose are more orthogonal than random ones, so the raw z's centre and
-spread move with the model and with training, in both directions. On a model of the paper's
-shape the raw z of one kind spreads with a MAD of 3-5, and most pairs clear 3, pairs that
-cannot compose among them (docs/significance.md).
+output over all of d_model. A trained residual stream uses far fewer directions, so heads that
+share the stream without composing (a layer-0 head and another layer-0 head that cannot read
+it) stand at raw z of several units, in both directions, and their spread moves with the model
+and with training (docs/maths.md, "Significance").
+
+Why not each block's own spread (the procedure before issue 31). Standardising the pairs under
+test by their own median and MAD makes power depend on the block: composition and writer
+heterogeneity inflate the MAD, so a circuit at raw z 20-30 ended below the bar in one seed while
+the same circuit cleared it in another. The null's centre, scale and tail now come from pairs
+that cannot compose; the pairs under test enter only as the values tested.
 
 The procedure, per model:
 
 1. Pairs that cannot compose (`scoring.placebo_pairs`: a writer read by a head of its own
    layer or of an earlier one) are scored by the same formulas as the later pairs, for every
    kind and measure (placebo.csv).
-2. Location and scale, by the bulk (Efron's empirical null). In each block of pairs (kind,
-   measure, writer layer, reader layer), first each reader's median over the block's writers
-   is taken off (a reader whose input every writer reaches, or none does, is a property of the
-   reader, not of a pair), then the block is standardised by its median and MAD:
+2. Location and scale, per kind and measure, from those pairs alone (`null_of`): the median and
+   the normal-consistent MAD of their raw z over every placebo block. Each is floored by the
+   Haar null's own (centre 0, scale 1): under a surrogate that breaks the alignment between
+   layers (`surrogate`) a pair's raw z has exactly that mean and sd, so a null narrower or lower
+   than it would call chance alignment composition. The composite null hypothesis, "no
+   composition beyond the stream's shared geometry and beyond chance", is the wider of the two:
 
-       r = z - median_{writers a'}(z_{a' b}),    z_cal = (r - median(r_block)) / (1.4826 MAD(r_block))
+       z_cal = (z - max(0, median_placebo z)) / max(1, 1.4826 MAD_placebo z)
 
-   so a block's centre and spread, whatever the residual stream does to them, are removed. The
-   writers' own effect is kept: a previous-token head that several induction heads read is the
-   circuit itself (taking each writer's median off the default models' blocks, where it feeds
-   five of eight layer-1 heads, left 4 of 28 true K discoveries in three seeds).
-3. Shape: the null distribution of z_cal is the pooled z_cal of every placebo pair of the
-   model (every kind, measure and block). A later pair's p-value is the conformal one,
+3. Shape: the pooled z_cal of every placebo pair of the model (every kind and measure, each
+   standardised by its own step 2). A later pair's p-value is the conformal one,
 
        p = (1 + #{placebo z_cal >= z_cal}) / (1 + n_placebo),
 
-   valid (P(p <= a) <= a) for any pair exchangeable with the placebo pairs after step 2;
-   heavy tails (one head that stands out of its block in every pair) are in the pool, so they
-   are not taken for composition.
+   valid (P(p <= a) <= a) for a pair exchangeable with the placebo pairs after step 2. The pool
+   spans the measures because one measure's placebo pairs are too few for the tail a lone pair
+   must pass (176 pairs at 2 x 8 heads: p >= 1/177, above fdr / 64); step 2 gives every measure
+   the same centre and scale, so the pool shares a shape, not a scale.
 4. Discoveries: Benjamini-Hochberg at level `fdr` over each family of later pairs (one kind of
    one measure); q is BH's adjusted p-value, a discovery has q <= fdr. An undefined (NaN) score
    has NaN p and q, is never a discovery and does not count in the family's size.
 
-The false-positive rate, measured on every model: each placebo block is tested the same way
-against the pool of the *other* placebo blocks (leave one block out), as a family per kind and
-measure; every placebo discovery is a false one. Calibration tests (tests/test_significance.py):
-untrained weights of every shape in conf/model/, placebo pairs of a trained model, a planted
-pair.
+Power, per model (`detection_limits`): the raw z a lone composing pair needs in each family,
+centre + scale x the pool's value it must exceed; it depends on the model's placebo pairs only,
+never on the pairs under test (summary.json).
+
+The false-positive rate, measured on every model: each placebo block is tested the same way,
+its null (steps 2 and 3) from the *other* placebo blocks alone (leave one block out), as a
+family per kind and measure; every placebo discovery is a false one, and `family_rates` counts
+the families with any (what BH bounds under a complete null). Calibration tests
+(tests/test_significance.py): untrained weights of every shape in conf/model/, surrogates of a
+trained model, placebo pairs of a trained model, planted pairs of growing strength
+(tools/calibrate_composition.py measures the same on a run's models).
 """
 
 from __future__ import annotations
@@ -56,8 +67,10 @@ from pipeline.config import CompositionConfig
 from pipeline.tables import join_measures
 
 MAD_NORMAL = 1.4826  # 1 / Phi^-1(3/4): a standard normal's MAD times this is 1
-FAMILY = ["kind", "variant"]  # BH's family: one kind of one measure
-BLOCK = ["kind", "variant", "src_layer", "dst_layer"]  # standardised together (step 2)
+FAMILY = ["kind", "variant"]  # BH's family, and the null's: one kind of one measure
+PLACEBO_BLOCK = ["src_layer", "dst_layer"]  # placebo pairs of one block: left out together
+# the Haar null's own centre and scale: a floor for the placebo pairs' (step 2)
+HAAR_CENTRE, HAAR_SCALE = 0.0, 1.0
 
 
 def empirical_null(z: np.ndarray) -> tuple[float, float]:
@@ -72,17 +85,29 @@ def empirical_null(z: np.ndarray) -> tuple[float, float]:
     return centre, (scale if scale > 0 else math.nan)
 
 
-def standardised(frame: pd.DataFrame) -> np.ndarray:
-    """z_cal of every row: its z less its reader's median in the block, standardised by the
-    block's median and MAD (step 2)."""
+def null_of(placebo: pd.DataFrame) -> pd.DataFrame:
+    """Step 2's null per family (kind, variant), from the placebo pairs alone: columns centre and
+    scale, each floored by the Haar null's; both NaN for a family with fewer than three defined
+    placebo pairs (no null: nothing in it is tested)."""
+    rows = {}
+    for key, rows_of in placebo.groupby(FAMILY, sort=False).indices.items():
+        centre, scale = empirical_null(placebo["z"].to_numpy(dtype=float)[rows_of])
+        if math.isnan(centre):
+            rows[key] = (math.nan, math.nan)
+            continue
+        scale = HAAR_SCALE if math.isnan(scale) else max(scale, HAAR_SCALE)  # no spread: Haar's
+        rows[key] = (max(centre, HAAR_CENTRE), scale)
+    index = pd.MultiIndex.from_tuples(list(rows), names=FAMILY) if rows else None
+    return pd.DataFrame(list(rows.values()), index=index, columns=["centre", "scale"])
+
+
+def standardised(frame: pd.DataFrame, null: pd.DataFrame) -> np.ndarray:
+    """z_cal of every row: (z - centre) / scale of its family's `null` (`null_of`); NaN where its
+    family has none."""
+    keys = pd.MultiIndex.from_frame(frame[FAMILY])
+    at = null.reindex(keys)
     z = frame["z"].to_numpy(dtype=float)
-    reader = frame.assign(z=z).groupby([*BLOCK, "dst_head"], sort=False)["z"].transform("median")
-    r = z - reader.to_numpy(dtype=float)
-    out = np.full(len(frame), np.nan)
-    for rows in frame.groupby(BLOCK, sort=False).indices.values():
-        centre, scale = empirical_null(r[rows])
-        out[rows] = (r[rows] - centre) / scale
-    return out
+    return (z - at["centre"].to_numpy(dtype=float)) / at["scale"].to_numpy(dtype=float)
 
 
 def conformal_p(z_cal: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -124,22 +149,88 @@ def calibrate(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> tuple[
     """(scores, placebo), each with tables.SIGNIFICANCE_COLUMNS added (module doc), row order kept.
 
     Both tables have kind, variant (a measure: the five Frobenius variants and "invariant"),
-    src_layer, dst_layer and the raw z. `scores`: the later pairs, tested against every placebo
-    pair; `placebo`: each (src_layer, dst_layer) block tested against the others."""
-    placebo_z = standardised(placebo)
-    out = _tested(scores, standardised(scores), placebo_z, fdr)
+    src_layer, dst_layer and the raw z. `scores`: the later pairs, tested against the null of
+    every placebo pair; `placebo`: each (src_layer, dst_layer) block tested against the null of
+    the others alone."""
+    null = null_of(placebo)
+    out = _tested(scores, standardised(scores, null), standardised(placebo, null), fdr)
     parts = []
-    for rows in placebo.groupby(["src_layer", "dst_layer"], sort=False).indices.values():
+    for rows in placebo.groupby(PLACEBO_BLOCK, sort=False).indices.values():
         mine = np.zeros(len(placebo), dtype=bool)
         mine[rows] = True
+        others = placebo[~mine]
+        theirs = null_of(others)
         block = placebo.iloc[rows]
-        parts.append(_tested(block, placebo_z[rows], placebo_z[~mine], fdr))
+        parts.append(_tested(block, standardised(block, theirs), standardised(others, theirs), fdr))
     placebo_out = (
         pd.concat(parts).loc[placebo.index]
         if parts
         else placebo.assign(z_cal=np.nan, p=np.nan, q=np.nan, discovery=False)
     )
     return out, placebo_out
+
+
+def lone_pair_bar(pool: np.ndarray, m: int, fdr: float) -> float:
+    """The z_cal a lone pair of a family of m must exceed to be a discovery: p <= fdr / m (BH's
+    first step) needs at most k = floor(fdr (1 + n) / m) - 1 pool values at or above it, so it
+    must exceed the (k + 1)-th largest; inf when no value can (k < 0), NaN without a pool."""
+    pool = np.sort(np.asarray(pool, dtype=float)[np.isfinite(pool)])[::-1]
+    if not len(pool) or m < 1:
+        return math.nan
+    k = math.floor(fdr * (1 + len(pool)) / m + 1e-12) - 1
+    if k < 0:
+        return math.inf
+    return float(pool[k]) if k < len(pool) else -math.inf
+
+
+def detection_limits(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> dict:
+    """{kind: {variant: {"z_cal", "raw_z", "centre", "scale"}}}: per family of `scores`, the
+    calibrated and the raw z that a lone composing pair must exceed to be a discovery (module doc,
+    "Power"), with the null's centre and scale; from the placebo pairs alone. JSON-ready: an
+    unreachable bar is None."""
+    null = null_of(placebo)
+    pool = standardised(placebo, null)
+    out: dict = {}
+    for (kind, variant), rows in scores.groupby(FAMILY, sort=False).indices.items():
+        m = int(np.isfinite(scores["z"].to_numpy(dtype=float)[rows]).sum())
+        bar = lone_pair_bar(pool, m, fdr)
+        centre, scale = null.loc[(kind, variant)] if (kind, variant) in null.index else (math.nan, math.nan)
+        raw = centre + scale * bar
+        out.setdefault(kind, {})[variant] = {
+            key: (float(v) if math.isfinite(v) else None)
+            for key, v in (("z_cal", bar), ("raw_z", raw), ("centre", centre), ("scale", scale))
+        }
+    return out
+
+
+def family_rates(placebo: pd.DataFrame) -> pd.DataFrame:
+    """Per placebo block and family (src_layer, dst_layer, kind, variant): defined pairs,
+    discoveries and whether it has any (`calibrate`'s placebo table: every one is false); BH
+    bounds the share of families with any under a complete null by fdr."""
+    defined = np.isfinite(placebo["z"].to_numpy(dtype=float))
+    g = placebo.assign(defined=defined).groupby([*PLACEBO_BLOCK, *FAMILY], sort=False)
+    out = pd.DataFrame(
+        {"n_pairs": g["defined"].sum().astype(int), "discoveries": g["discovery"].sum().astype(int)}
+    )
+    out["any"] = out["discoveries"] > 0
+    return out.reset_index()
+
+
+def family_summary(placebo: pd.DataFrame) -> dict:
+    """{"L0->L0": {"families", "with_discovery", "rate"}, ...}: `family_rates` per placebo block,
+    then over all blocks ("all"); JSON-ready."""
+    rates = family_rates(placebo)
+    out = {}
+    for (i, j), block in rates.groupby(PLACEBO_BLOCK, sort=True):
+        out[f"L{i}->L{j}"] = _family_counts(block)
+    out["all"] = _family_counts(rates)
+    return out
+
+
+def _family_counts(rates: pd.DataFrame) -> dict:
+    families = int((rates["n_pairs"] > 0).sum())
+    hits = int(rates["any"].sum())
+    return {"families": families, "with_discovery": hits, "rate": hits / families if families else None}
 
 
 def discovery_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -152,21 +243,28 @@ def discovery_table(frame: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def measured(
+def raw_tables(
     hw, cfg: CompositionConfig, seed: int, positions: str, device: str | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(scores, placebo) of one set of weights (`weights.HeadWeights`): every measure's rows
-    (scores.csv's five variants, then invariant.csv's as variant "invariant") for the later pairs
-    and for the pairs that cannot compose, with the same seed (the same null draws), calibrated
-    at `cfg.fdr`. What the composition stage writes, and the dynamics stage at every checkpoint;
+    """(scores, placebo) of one set of weights (`weights.HeadWeights`), not yet calibrated: every
+    measure's rows (scores.csv's five variants, then invariant.csv's as variant "invariant") for the
+    later pairs and for the pairs that cannot compose, with the same seed (the same null draws);
     `device`: where the products run (`composition.composition_scores`)."""
     from pipeline.circuits import composition, invariant  # torch: imported where the scores are computed
 
-    tables = [
+    scores, placebo = (
         join_measures(
             composition.composition_scores(hw, cfg, seed, placebo=placebo, device=device),
             invariant.invariant_scores(hw, cfg, seed, positions, placebo=placebo, device=device),
         )
         for placebo in (False, True)
-    ]
-    return calibrate(*tables, cfg.fdr)
+    )
+    return scores, placebo
+
+
+def measured(
+    hw, cfg: CompositionConfig, seed: int, positions: str, device: str | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`raw_tables` calibrated at `cfg.fdr`: what the composition stage writes, and the dynamics
+    stage at every checkpoint."""
+    return calibrate(*raw_tables(hw, cfg, seed, positions, device), cfg.fdr)
