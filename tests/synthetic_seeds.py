@@ -17,7 +17,8 @@ Discoveries (every seed alike; z_cal 5, p 0.001, q 0.01; the rest z_cal 0, p 0.4
     true            K 1.0 <- 0.0, 1.1 <- 0.0, 1.0 <- 0.1 (induction <- recent_window); V 1.2 <- 0.2: 4
     errata          K 1.0 <- 0.0, 1.1 <- 0.0; B C D A (both denominators) also Q 1.2 <- 0.2: 3 and 2
     invariant       K 1.0 <- 0.0, 1.1 <- 0.0: 2
-so (b) = 1, (b_inv) = 0, (m) = 4 - 3, (m_inv) = 2 - 3. placebo.csv: three pairs (1.h -> 0.h) per
+so (b) = 1, (b_inv) = 0, (m) = K 3 - 2 against either rotation (Q 0 - 1 and 0 - 0, V 1 - 0),
+(m_inv) = K 2 - 2 against either. placebo.csv: three pairs (1.h -> 0.h) per
 kind and measure, one of them discovered for K errata_dabc (a false-positive rate of 1/3).
 Agreement with the ablation (heads summary.json): Spearman 0.6 (true), 0.2 and 0.3 (the
 rotations), 0.5 (invariant); top source, every effect and kind: 2 of 2 later heads (true,
@@ -31,8 +32,9 @@ cut at each threshold (by_threshold): at 0.01 and 0.02 as above; at 0.05 one cau
 Dynamics (steps.tsv, every seed alike), checkpoints at steps 0, 100, .., 500: induction
 reaches 0.5 at step 300 (the phase step). The pair's K z clears 3 (there its q is 0.01, else 0.5:
 a discovery) for good at step 400 (true), 300 (B C D A: it crosses at 100 and falls back
-first), 200 (D A B C) and 300 (invariant): lags +100, 0, -100, 0; claim (t) = min(400 - 300,
-400 - 200) = +100. z growth over steps 0-300, per 100 steps: 0.7 (true), 1.3 (B C D A), 1.8
+first), 200 (D A B C) and 300 (invariant): lags +100, 0, -100, 0; claim (t) = 400 - 300 = +100
+against B C D A and 400 - 200 = +200 against D A B C. z growth over steps 0-300, per 100 steps:
+0.7 (true), 1.3 (B C D A), 1.8
 (D A B C): the ratio of the slower rotation, 13 / 7.
 """
 

@@ -111,10 +111,16 @@ def test_seed_statistics_claims_known_values():
     assert value(t, claim="b", statistic="b") == 1
     assert value(t, claim="b", statistic="relative", variant="true") == pytest.approx(2 / 3)
     assert value(t, claim="b", statistic="relative", variant="errata_dabc") == pytest.approx(0.01 / 0.50)
-    # (m): discoveries, 4 true against 3 (B C D A) and 2 (D A B C): the rotation finding more
+    # (m): K discoveries, 3 true against 2 under each rotation, one row per rotation; Q and V beside
+    # it (m_kind): Q 0 true against 1 (B C D A) and 0 (D A B C); V 1 against none
     assert value(t, claim="m", statistic="discoveries", kind="K", variant="true") == 3
     assert value(t, claim="m", statistic="discoveries", kind="Q", variant="errata_bcda") == 1
-    assert value(t, claim="m", statistic="m") == 4 - 3
+    for rotation in ("errata_bcda", "errata_dabc"):
+        assert value(t, claim="m", statistic="m", variant=rotation) == 3 - 2
+        assert value(t, claim="m", statistic="m_kind", kind="K", variant=rotation) == 3 - 2
+    assert value(t, claim="m", statistic="m_kind", kind="Q", variant="errata_bcda") == -1
+    assert value(t, claim="m", statistic="m_kind", kind="Q", variant="errata_dabc") == 0
+    assert value(t, claim="m", statistic="m_kind", kind="V", variant="errata_dabc") == 1
     # beside them the raw rule: z > 3 for five true pairs (the 0.05 pair: z = 5 k) and every errata
     # pair (background z 10); and the placebo pairs' false-positive rate
     assert value(t, claim="m", statistic="raw_z_above_3", kind="K", variant="true") == 4
@@ -173,7 +179,9 @@ def test_each_claim_is_one_unit_and_the_long_table_keeps_its_order():
     t = long_table(syn.seed_inputs(0))
     for name, c in CLAIMS.items():
         rows = t[t["claim"] == name]
-        assert list(rows.loc[rows["statistic"] == name, "hypothesis"]) == list(c.hypotheses()), name
+        own = rows[rows["statistic"] == name]
+        column = "variant" if c.versus else "hypothesis"  # one row per rotation, or per hypothesis
+        assert list(own[column]) == [side for _, side in c.sides()], name
         assert set(rows["statistic"]) == {name, *c.auxiliary}, name
     order = ["training", "roles", "role_ablation", "a", "b", "b_inv", "m", "m_inv", "d", "c", "c_inv", "t"]
     assert list(dict.fromkeys(t["claim"])) == order
@@ -250,9 +258,12 @@ def test_compare_across_seeds():
     b = summary["claims"]["b"]["-"]
     assert (b["mean"], b["lo"], b["hi"]) == (1.0, 1.0, 1.0)  # one discovery in every seed
     for name, hypothesis, expected in [
-        ("a", "rotated", "holds"), ("a", "true", "holds"), ("b", "-", "holds"), ("m", "-", "holds"),
-        ("m_inv", "-", "fails"), ("b_inv", "-", "fails"), ("d", "rotated", "holds"),
-        ("d", "true", "fails"), ("c", "true", "holds"), ("c_inv", "rotated", "holds"), ("t", "-", "holds"),
+        ("a", "rotated", "holds"), ("a", "true", "holds"), ("b", "-", "holds"),
+        ("m", "errata_bcda", "holds"), ("m", "errata_dabc", "holds"),
+        # the invariant measure fails the surrogate check: its discovery claims get no verdict
+        ("m_inv", "errata_bcda", "uncalibrated"), ("b_inv", "-", "uncalibrated"), ("d", "rotated", "holds"),
+        ("d", "true", "fails"), ("c", "true", "holds"), ("c_inv", "rotated", "holds"),
+        ("t", "errata_bcda", "holds"), ("t", "errata_dabc", "holds"),
     ]:  # fmt: skip
         assert summary["claims"][name][hypothesis]["verdict"] == expected, (name, hypothesis)
     a = summary["claims"]["a"]["rotated"]
@@ -262,13 +273,17 @@ def test_compare_across_seeds():
         s: pytest.approx(49 / 51 + 1 / 13) for s in ("1", "2")
     }
     assert summary["claims"]["d"]["true"]["threshold"] == 0.5 and b["threshold"] == 0.5
-    assert summary["claims"]["m_inv"]["-"]["seeds_failing"] == 3
+    assert summary["claims"]["m_inv"]["errata_dabc"]["seeds_failing"] == 0  # 2 - 2 in every seed
+    assert summary["claims"]["b_inv"]["-"]["seeds_failing"] == 3  # computed, shown, no verdict
+    assert summary["claims"]["t"]["errata_dabc"]["per_seed"] == {s: 200.0 for s in ("0", "1", "2")}
     assert summary["training"]["eval_loss"] == pytest.approx(1.9) and summary["roles"]["induction"] == 2
     assert list(summary) == [
         "n_seeds",
         "rule",
         "claims",
         "causal_check",
+        "m_by_kind",
+        "detection_limits",
         "training",
         "roles",
         "role_ablation",
@@ -291,14 +306,24 @@ def test_compare_across_seeds():
     ]  # fmt: skip
     # the headline (summary.json, DVC metrics): one verdict and one number per claim, the training
     headline = result.headline
-    assert list(headline) == ["n_seeds", "verdict", "mean", "training"] and headline["n_seeds"] == 3
+    assert list(headline) == ["n_seeds", "verdict", "mean", "training", "m_by_kind", "detection_limit_K"]
+    assert headline["n_seeds"] == 3
     assert list(headline["verdict"]) == list(summary["claims"])
     assert headline["verdict"]["a"] == "holds" and headline["mean"]["a_rotated"] == a["mean"]  # both hold
     assert headline["verdict"]["d"] == "holds/fails"  # rotated / true denominators
     assert headline["verdict"]["b"] == "holds" and headline["mean"]["b"] == 1.0
+    assert headline["verdict"]["m"] == "holds" and headline["mean"]["m_min"] == 1.0  # against both
+    assert headline["verdict"]["m_inv"] == "uncalibrated" and headline["verdict"]["t"] == "holds"
+    assert headline["mean"]["t_min"] == 100.0  # the rotation clearing later
+    assert headline["m_by_kind"] == {"Q": {"errata_bcda": -1.0, "errata_dabc": 0.0},
+                                     "K": {"errata_bcda": 1.0, "errata_dabc": 1.0},
+                                     "V": {"errata_bcda": 1.0, "errata_dabc": 1.0}}  # fmt: skip
+    assert list(headline["detection_limit_K"]) == ["seed0", "seed1", "seed2"]
+    assert list(headline["detection_limit_K"]["seed0"]) == ["true", "errata_bcda", "errata_dabc"]
     assert headline["training"] == summary["training"]
     columns = 1 + len(headline["verdict"]) + len(headline["mean"]) + len(headline["training"])
-    assert columns == 22  # what `dvc exp show` prints of it
+    assert columns == 22  # what `dvc exp show` prints of it, then (m) per kind and the detection limits
+    assert sum(len(v) for v in headline["m_by_kind"].values()) == 6
     # every statistic of the long table has its row across seeds; a t interval where seeds differ
     stats = result.stats.set_index(compare.DIMENSIONS)
     assert len(stats) == len(result.claims.drop_duplicates(compare.DIMENSIONS))
@@ -478,7 +503,8 @@ def test_claims_under_the_invariant_measure_known_values():
     assert value(long, claim="b_inv", statistic="b_inv", variant="invariant") == 0  # 1.0 <- 0.1 not found
     assert value(long, claim="m", statistic="discoveries", kind="K", variant="invariant") == 2
     assert value(long, claim="m", statistic="discoveries", kind="V", variant="invariant") == 0
-    assert value(long, claim="m_inv", statistic="m_inv") == 2 - 3
+    for rotation in ("errata_bcda", "errata_dabc"):  # K: 2 invariant against 2 of each rotation
+        assert value(long, claim="m_inv", statistic="m_inv", variant=rotation) == 2 - 2
     for h in ("rotated", "true"):  # PR-AUC 0.7 against the better rotation's 0.6
         assert value(long, claim="c_inv", statistic="c_inv", hypothesis=h) == pytest.approx(0.7 - 0.6)
 
@@ -493,10 +519,12 @@ def test_timing_through_training_known_values():
     assert (
         value(long, claim="t", statistic="clear_step", kind="K", variant="errata_dabc_trueden") == 200
     )  # same z
-    assert value(long, claim="t", statistic="t", kind="K") == 400 - 300  # the later rotation
+    assert value(long, claim="t", statistic="t", kind="K", variant="errata_bcda") == 400 - 300
+    assert value(long, claim="t", statistic="t", kind="K", variant="errata_dabc") == 400 - 200
     assert value(long, claim="t", statistic="z_growth", kind="K", variant="true") == pytest.approx(0.7)
     assert value(long, claim="t", statistic="z_growth", kind="K", variant="errata_dabc") == pytest.approx(1.8)
     assert value(long, claim="t", statistic="z_growth_ratio", kind="K") == pytest.approx(1.3 / 0.7)
     result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE, FDR)
-    t = result.summary["claims"]["t"]["-"]
-    assert (t["verdict"], t["seeds_holding"], t["mean"]) == ("holds", 3, 100.0)
+    for rotation, steps in (("errata_bcda", 100.0), ("errata_dabc", 200.0)):
+        t = result.summary["claims"]["t"][rotation]
+        assert (t["verdict"], t["seeds_holding"], t["mean"]) == ("holds", 3, steps)

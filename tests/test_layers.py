@@ -18,7 +18,7 @@ MAY_IMPORT = {
     "model": {"ground", "data"},
     "circuits": {"ground"},  # the weights alone: no model code, no data
     "behaviour": {"ground", "data", "model", "circuits"},
-    "compare": {"ground", "behaviour"},
+    "compare": {"ground", "circuits", "behaviour"},  # circuits: the significance statistics, numpy only
     "present": {"ground", "behaviour", "compare"},
 }
 SUBPACKAGES = sorted(set(MAY_IMPORT) - {"ground"})

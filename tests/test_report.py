@@ -150,10 +150,12 @@ def test_page_shows_claims_tables_config_and_environment(page):
     text = page.read_text()
     summary = json.loads((page.parents[1] / "compare" / "verdicts.json").read_text())
     verdicts = [s["verdict"] for claim in summary["claims"].values() for s in claim.values()]
-    assert summary["claims"]["a"]["rotated"]["verdict"] == "holds" and "fails" in verdicts
-    # planted (synthetic_seeds): a, c and c_inv under both hypotheses, b, m, d (rotated), t
-    assert text.count('class="holds">holds<') == verdicts.count("holds") == 10
-    assert text.count('class="fails">fails<') == verdicts.count("fails")
+    assert summary["claims"]["a"]["rotated"]["verdict"] == "holds" and "inconclusive" in verdicts
+    # planted (synthetic_seeds): a, c and c_inv under both hypotheses, b, m and t against both
+    # rotations, d (rotated); b_inv and m_inv rest on an uncalibrated measure: no verdict
+    assert text.count('class="holds">holds<') == verdicts.count("holds") == 12
+    assert text.count('class="uncalibrated">uncalibrated<') == verdicts.count("uncalibrated") == 3
+    assert "against B C D A" in text and "against D A B C" in text  # (m) and (t), a row per rotation
     assert "rotated denominators" in text and "true denominators" in text  # both hypotheses, side by side
     for seed in SEEDS:
         assert f'<h2 id="seed{seed}">Seed {seed}</h2>' in text

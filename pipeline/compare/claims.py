@@ -93,9 +93,21 @@ class Claim:
     compute: Compute  # every row of the claim for one seed
     auxiliary: Mapping[str, str]  # the other statistics of its rows, in words
     restates: str | None  # the claim it restates with the basis-invariant measure (rows side by side)
+    # the rotations the claim's own number is computed against, one row each (variant column): a
+    # verdict per rotation, and the claim holds (fails) only when it holds (fails) against every one
+    versus: tuple[str, ...] = ()
+    # False: its statistic rests on discoveries of a measure that fails the surrogate check
+    # (docs/maths.md, "Calibration"): computed and shown, never given a verdict
+    calibrated: bool = True
 
     def hypotheses(self) -> tuple[str, ...]:
         return tuple(HYPOTHESES) if self.by_hypothesis else (NONE,)
+
+    def sides(self) -> tuple[tuple[str, str], ...]:
+        """(column, value) of each verdict's rows: a hypothesis, or a rotation (`versus`)."""
+        if self.versus:
+            return tuple(("variant", v) for v in self.versus)
+        return tuple(("hypothesis", h) for h in self.hypotheses())
 
 
 CLAIMS: dict[str, Claim] = {}  # in the order the report and summary.json list them
@@ -109,6 +121,8 @@ def claim(
     by_hypothesis: bool = False,
     auxiliary: Mapping[str, str] | None = None,
     restates: str | None = None,
+    versus: tuple[str, ...] = (),
+    calibrated: bool = True,
 ) -> Callable[[Compute], Compute]:
     """Register the decorated function as claim `name`'s computation, with its words, in `CLAIMS`."""
 
@@ -116,8 +130,9 @@ def claim(
         if name in CLAIMS:
             raise ValueError(f"claim {name!r} is defined twice")
         CLAIMS[name] = Claim(
-            name, statement, statistic, threshold, by_hypothesis, compute, auxiliary or {}, restates
-        )
+            name, statement, statistic, threshold, by_hypothesis, compute, auxiliary or {}, restates,
+            versus, calibrated,
+        )  # fmt: skip
         return compute
 
     return register
@@ -175,10 +190,9 @@ def _discoveries(scored: pd.DataFrame, variant: str, kind: str | None = None) ->
     return int(len(rows) if kind is None else (rows["kind"] == kind).sum())
 
 
-def _original_discoveries(scored: pd.DataFrame) -> int:
-    """The original's discoveries: the rotation finding more (a discovery does not depend on the
-    denominators), claims (m) and (m_inv)."""
-    return max(_discoveries(scored, v) for v in ERRATA)
+# the rotations a discovery count is compared against: a discovery does not depend on the
+# denominators (z does not), so the two rotations with rotated denominators stand for all four
+ROTATIONS = HYPOTHESES["rotated"]
 
 
 def _cell_discoveries(scored: pd.DataFrame, variant: str, dst: str, src: str) -> float:
@@ -272,19 +286,28 @@ def claim_b(seed: Seed) -> Iterator[Row]:
 @claim(
     "m",
     "The corrected score finds more composition than the original.",
-    "discoveries, every kind: corrected minus original, the rotation finding more (a discovery "
-    "does not depend on the denominators)",
+    "K discoveries (the errata's kind): corrected minus one rotation's, per rotation (a discovery "
+    "does not depend on the denominators); holds (fails) only when it holds (fails) against both",
     threshold=0.0,
+    versus=ROTATIONS,
     auxiliary={
         "discoveries": "pairs discovered at FDR analysis.composition.fdr (pipeline/circuits/significance.py)",
+        "m_kind": "discoveries of the kind, corrected minus the rotation's (claim m for Q and V beside K)",
         "placebo_rate": "discoveries among the pairs that cannot compose, per pair: the false-positive rate",
         "raw_z_above_3": "pairs whose raw z against the Haar null exceeds 3 (the uncalibrated rule)",
+        "detection_limit": (
+            "the raw z a lone composing pair must exceed to be a discovery, from the placebo pairs "
+            "alone (pipeline/circuits/significance.py detection_limits)"
+        ),
     },
 )
 def claim_m(seed: Seed) -> Iterator[Row]:
-    """Discoveries, corrected minus original; per kind and measure, with the placebo pairs'
-    false-positive rate and the raw rule's count beside them."""
+    """K discoveries, corrected minus each rotation's; per kind and measure, the discoveries, the
+    placebo pairs' false-positive rate, the raw rule's count and the detection limit beside them."""
+    from pipeline.circuits import significance  # numpy and pandas only
+
     scored, placebo = seed.scored, seed.inp.placebo
+    limits = significance.detection_limits(scored, placebo, seed.fdr)
     for v in MEASURES:
         for kind in KINDS:
             yield Row("discoveries", _discoveries(scored, v, kind), kind=kind, variant=v)
@@ -293,7 +316,14 @@ def claim_m(seed: Seed) -> Iterator[Row]:
             mine = placebo[(placebo["variant"] == v) & (placebo["kind"] == kind)]
             n = int(mine["z"].notna().sum())
             yield Row("placebo_rate", mine["discovery"].sum() / n if n else math.nan, kind=kind, variant=v)
-    yield Row("m", _discoveries(scored, "true") - _original_discoveries(scored))
+            limit = limits.get(kind, {}).get(v, {}).get("raw_z")
+            yield Row("detection_limit", math.nan if limit is None else limit, kind=kind, variant=v)
+    for v in ROTATIONS:
+        for kind in KINDS:
+            m = _discoveries(scored, "true", kind) - _discoveries(scored, v, kind)
+            yield Row("m_kind", m, kind=kind, variant=v)
+            if kind == CLAIM_KIND:
+                yield Row("m", m, kind=kind, variant=v)
 
 
 @claim(
@@ -408,9 +438,12 @@ def claim_c(seed: Seed) -> Iterator[Row]:
     "b_inv",
     "(b) with the basis-invariant measure as the corrected score: induction heads also compose "
     "with a recent-window head.",
-    "discoveries among the invariant K-composition pairs induction <- recent_window (> 0.5: at least one)",
+    "discoveries among the invariant K-composition pairs induction <- recent_window (> 0.5: at least "
+    "one); uncalibrated: the invariant measure discovers pairs in surrogates whose layers cannot "
+    "compose (docs/maths.md), so no verdict",
     threshold=0.5,
     restates="b",
+    calibrated=False,
 )
 def claim_b_inv(seed: Seed) -> Iterator[Row]:
     value = _cell_discoveries(seed.scored, INVARIANT, "induction", "recent_window")
@@ -421,12 +454,17 @@ def claim_b_inv(seed: Seed) -> Iterator[Row]:
     "m_inv",
     "(m) with the basis-invariant measure as the corrected score: it finds more composition "
     "than the original.",
-    "discoveries, every kind: invariant minus original, the rotation finding more",
+    "K discoveries: invariant minus one rotation's, per rotation; uncalibrated: the invariant "
+    "measure discovers pairs in surrogates whose layers cannot compose (docs/maths.md), so no verdict",
     threshold=0.0,
     restates="m",
+    versus=ROTATIONS,
+    calibrated=False,
 )
 def claim_m_inv(seed: Seed) -> Iterator[Row]:
-    yield Row("m_inv", _discoveries(seed.scored, INVARIANT) - _original_discoveries(seed.scored))
+    for v in ROTATIONS:
+        m = _discoveries(seed.scored, INVARIANT, CLAIM_KIND) - _discoveries(seed.scored, v, CLAIM_KIND)
+        yield Row("m_inv", m, kind=CLAIM_KIND, variant=v)
 
 
 @claim(
@@ -454,8 +492,10 @@ def claim_c_inv(seed: Seed) -> Iterator[Row]:
     "The original score sees the induction circuit form earlier than the corrected one.",
     "steps from the original's clear step to the corrected's (clear step: the first checkpoint "
     "from which the top induction <- previous-token pair's K-composition is a discovery at "
-    "every later one), the rotation clearing later (> 0: the original is earlier)",
+    "every later one), per rotation (> 0: the original is earlier); holds (fails) only when it "
+    "holds (fails) against both",
     threshold=0.0,
+    versus=ROTATIONS,
     auxiliary={
         "phase_step": "the first checkpoint at which the best induction score reaches 0.5 (dynamics)",
         "clear_step": "the first checkpoint from which the pair's K-composition stays a discovery (dynamics)",
@@ -477,13 +517,17 @@ def claim_t(seed: Seed) -> Iterator[Row]:
         yield Row("z_growth", growth[m], kind=CLAIM_KIND, variant=m)
     ratio = [growth[v] / growth["true"] if growth["true"] > 0 else math.nan for v in ERRATA]
     yield Row("z_growth_ratio", _worst(ratio), kind=CLAIM_KIND)
-    yield Row("t", _worst([clear["true"] - clear[v] for v in ERRATA]), kind=CLAIM_KIND)
+    for v in ROTATIONS:
+        yield Row("t", clear["true"] - clear[v], kind=CLAIM_KIND, variant=v)
 
 
 HYPOTHESIS_LABELS = {
     "rotated": "rotated denominators (||B A|| ||D C||)",
     "true": "true denominators (||A B|| ||C D||)",
     NONE: "either (does not depend on the denominators)",
+    # the rows of a claim computed against each rotation (Claim.versus)
+    "errata_bcda": "against B C D A (either denominators)",
+    "errata_dabc": "against D A B C (either denominators)",
 }
 
 # what the other statistics of the long table mean: the role ablation's, then every claim's own

@@ -239,15 +239,21 @@ def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> 
     summary: dict = {"n_seeds": n_seeds, "rule": rule, "claims": {}}
     for name, claim in CLAIMS.items():
         limit = claim.threshold
-        own = stats[(stats["claim"] == name) & (stats["statistic"] == name)].set_index("hypothesis")
+        own = stats[(stats["claim"] == name) & (stats["statistic"] == name)]
         per_seed = claims[(claims["claim"] == name) & (claims["statistic"] == name)]
         summary["claims"][name] = {}
-        for h in claim.hypotheses():
-            s = own.loc[h].to_dict() if h in own.index else {"n": 0, "mean": None, "lo": None, "hi": None}
-            mine = per_seed[per_seed["hypothesis"] == h]
+        for column, h in claim.sides():
+            mine_stats = own[own[column] == h]
+            s = (
+                mine_stats.iloc[0].to_dict()
+                if len(mine_stats)
+                else {"n": 0, "mean": None, "lo": None, "hi": None}
+            )
+            mine = per_seed[per_seed[column] == h]
             values = mine["value"].astype(float)
+            decided = verdict(s, limit, values, cfg.min_seeds)
             summary["claims"][name][h] = {
-                "verdict": verdict(s, limit, values, cfg.min_seeds),
+                "verdict": decided if claim.calibrated or decided == "untestable" else "uncalibrated",
                 "seeds_holding": int((values > limit).sum()),
                 "seeds_failing": int((values < limit).sum()),
                 "seeds_tested": int(values.notna().sum()),
@@ -259,6 +265,8 @@ def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> 
                 "threshold": limit,
             }
     summary["causal_check"] = _causal_check(claims, stats)
+    summary["m_by_kind"] = _by_kind_and_rotation(stats, "m", "m_kind")
+    summary["detection_limits"] = _detection_limits(claims)
     for section in ("training", "roles", "role_ablation"):
         rows = stats[stats["claim"] == section]
         summary[section] = dict(zip(rows["statistic"], rows["mean"], strict=True))
@@ -271,16 +279,52 @@ def headline(summary: dict) -> dict:
 
     A claim tested under both denominator hypotheses (a, c, c_inv, d) has one verdict, a word when
     the two agree and "rotated/true" ("holds/inconclusive") when they differ, and the rotated
-    hypothesis's mean, in a column that says so (`mean.a_rotated`)."""
+    hypothesis's mean, in a column that says so (`mean.a_rotated`). A claim computed against each
+    rotation (m, m_inv, t: `Claim.versus`) holds (fails) only when it holds (fails) against both,
+    else it is inconclusive (untestable, uncalibrated: when every rotation's is); its mean is the
+    lower of the rotations' (`mean.m_min`)."""
     out: dict = {"n_seeds": summary["n_seeds"], "verdict": {}, "mean": {}}
     for name, by_hypothesis in summary["claims"].items():
         verdicts = list(dict.fromkeys(s["verdict"] for s in by_hypothesis.values()))
+        if CLAIMS[name].versus:
+            out["verdict"][name] = verdicts[0] if len(verdicts) == 1 else "inconclusive"
+            means = [s["mean"] for s in by_hypothesis.values() if s["mean"] is not None]
+            out["mean"][f"{name}_min"] = min(means) if means else None
+            continue
         out["verdict"][name] = (
             verdicts[0] if len(verdicts) == 1 else "/".join(s["verdict"] for s in by_hypothesis.values())
         )
         first, s = next(iter(by_hypothesis.items()))
         out["mean"][name if first == NONE else f"{name}_{first}"] = s["mean"]
     out["training"] = dict(summary["training"])
+    # (m) per kind against each rotation, and each model's K detection limits (raw z), for `dvc exp show`
+    out["m_by_kind"] = {
+        kind: {rotation: s["mean"] for rotation, s in by_rotation.items()}
+        for kind, by_rotation in summary.get("m_by_kind", {}).items()
+    }
+    out["detection_limit_K"] = {
+        seed: {m: limits.get(CLAIM_KIND, {}).get(m) for m in ("true", *HYPOTHESES["rotated"])}
+        for seed, limits in summary.get("detection_limits", {}).items()
+    }
+    return out
+
+
+def _by_kind_and_rotation(stats: pd.DataFrame, claim: str, statistic: str) -> dict:
+    """{kind: {rotation: {"mean", "lo", "hi"}}} of one statistic computed per kind and rotation."""
+    rows = stats[(stats["claim"] == claim) & (stats["statistic"] == statistic)]
+    out: dict = {}
+    for r in rows.itertuples():
+        out.setdefault(r.kind, {})[r.variant] = {"mean": r.mean, "lo": r.lo, "hi": r.hi}
+    return out
+
+
+def _detection_limits(claims: pd.DataFrame) -> dict:
+    """{seed: {kind: {measure: raw z}}}: the raw z a lone composing pair needs in each model
+    (claim m's detection_limit rows)."""
+    rows = claims[(claims["claim"] == "m") & (claims["statistic"] == "detection_limit")]
+    out: dict = {}
+    for r in rows.itertuples():
+        out.setdefault(f"seed{r.seed}", {}).setdefault(r.kind, {})[r.variant] = r.value
     return out
 
 

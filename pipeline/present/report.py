@@ -64,6 +64,7 @@ img { max-width: 100%; height: auto; border: 1px solid #eee; }
 pre { background: #f7f7f7; padding: .8em; overflow-x: auto; font-size: .85em; }
 .scroll { overflow-x: auto; max-width: 100%; }
 .holds { color: #1a7f37; font-weight: bold; } .fails { color: #cf222e; font-weight: bold; }
+.uncalibrated { color: #6e7781; font-style: italic; }
 .inconclusive, .untestable { color: #9a6700; font-weight: bold; }
 .note { font-size: .9em; color: #555; }
 """
@@ -191,7 +192,7 @@ def claims_table(summary: Mapping, ci: float) -> str:
                 f'<td>{html.escape(_interval(s))}</td><td class="{v}">{v}</td></tr>'
             )
     head = (
-        "<tr><th>claim</th><th>statement</th><th>denominators</th><th>statistic (per seed)</th>"
+        "<tr><th>claim</th><th>statement</th><th>denominators or rotation</th><th>statistic (per seed)</th>"
         "<th>holds when</th><th>per seed</th>"
         f"<th>seeds above / below / tested</th><th>mean [{ci:.0%} t interval]</th><th>verdict</th></tr>"
     )

@@ -103,9 +103,11 @@ def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figur
         ci=ci,
     )
     axes[1].set_title("(b) K induction <- recent-window:\ndiscoveries", fontsize=9)
-    more = [{"claim": "m", "statistic": "m"}, {"claim": "m_inv", "statistic": "m_inv"}]
-    dots_with_ci(axes[2], claims, stats, more, ["corrected", VARIANT_LABELS[INVARIANT]], threshold=0.0, ci=ci)
-    axes[2].set_title("(m) more composition:\ndiscoveries, corrected - original", fontsize=9)
+    rotations = HYPOTHESES["rotated"]
+    more = [{"claim": c, "statistic": c, "variant": r} for c in ("m", "m_inv") for r in rotations]
+    more_labels = [f"{who}\n- {r[7:].upper()}" for who in ("corr.", "inv.") for r in rotations]
+    dots_with_ci(axes[2], claims, stats, more, more_labels, threshold=0.0, ci=ci)
+    axes[2].set_title("(m) more K composition: discoveries,\ncorrected - each rotation", fontsize=9)
     only = [{"claim": "d", "statistic": "d", "hypothesis": h} for h in HYPOTHESES]
     dots_with_ci(axes[3], claims, stats, only, hypotheses, threshold=0.5, ci=ci)
     axes[3].set_title(
@@ -168,9 +170,13 @@ def timing_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figur
         "steps after the induction phase change (< 0: before)",
         fontsize=9,
     )
-    dots_with_ci(right, claims, stats, [{"claim": "t", "statistic": "t"}], ["original\nearlier by"], 0.0, ci)
+    rotations = HYPOTHESES["rotated"]
+    per_rotation = [{"claim": "t", "statistic": "t", "variant": r} for r in rotations]
+    dots_with_ci(
+        right, claims, stats, per_rotation, [VARIANT_LABELS[r].split("\n")[0] for r in rotations], 0.0, ci
+    )
     right.set_ylabel("steps")
-    right.set_title("(t) corrected clear step -\noriginal's (the later rotation)", fontsize=9)
+    right.set_title("(t) corrected clear step -\neach rotation's", fontsize=9)
     handles, names = left.get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3, frameon=False)
     fig.suptitle(f"Composition through training, {claims['seed'].nunique()} seed(s)")
