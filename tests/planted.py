@@ -129,15 +129,23 @@ def random_tokens(n: int, length: int, seed: int) -> torch.Tensor:
 
 
 def plant_key_reading(hw, src_head: int, dst_head: int, strength: float):
-    """`hw` (`weights.HeadWeights` of a two-layer model) with a rank-2 term added to the keys of
-    layer-1 head `dst_head` that reads the two strongest output directions of layer-0 head
-    `src_head` into the two strongest directions of its own queries: K-composition planted at
-    `strength` times the head's ||W_K|| (the term's norm), every other weight as it was."""
+    """`hw` (`weights.HeadWeights` of a two-layer model) with K-composition of layer-0 head
+    `src_head` into layer-1 head `dst_head` planted at `strength`, two rank-2 terms, each of norm
+    `strength` times the matrix it is added to: b's keys read a's two strongest output directions
+    into b's two strongest query directions (the true score's strand A B C D), and a's values
+    read what b's queries read (the cross term X = D A that the errata's rotated strands multiply
+    by, so that both rotations see the pair too). Every other weight as it was."""
     from dataclasses import replace
 
-    _, _, out = torch.linalg.svd(hw.W_O[0, src_head], full_matrices=False)  # [d_head, d_model]
-    _, _, query = torch.linalg.svd(hw.W_Q[1, dst_head], full_matrices=False)  # [d_head, d_head]
-    term = out[:2].T @ query[:2]  # [d_model, d_head], rank 2, Frobenius norm sqrt(2)
-    W_K = hw.W_K.clone()
-    W_K[1, dst_head] += term * (strength * hw.W_K[1, dst_head].norm() / 2**0.5)
-    return replace(hw, W_K=W_K)
+    U_O, _, out = torch.linalg.svd(
+        hw.W_O[0, src_head], full_matrices=False
+    )  # [d_head, d_head], [.., d_model]
+    U_Q, _, query = torch.linalg.svd(
+        hw.W_Q[1, dst_head], full_matrices=False
+    )  # [d_model, d_head], [d_head, ..]
+    W_K, W_V = hw.W_K.clone(), hw.W_V.clone()
+    keys = out[:2].T @ query[:2]  # [d_model, d_head], rank 2, Frobenius norm sqrt(2)
+    W_K[1, dst_head] += keys * (strength * hw.W_K[1, dst_head].norm() / 2**0.5)
+    values = U_Q[:, :2] @ U_O[:, :2].T  # [d_model, d_head]: b's query inputs into a's strongest value dims
+    W_V[0, src_head] += values * (strength * hw.W_V[0, src_head].norm() / 2**0.5)
+    return replace(hw, W_K=W_K, W_V=W_V)

@@ -108,9 +108,9 @@ def test_later_pairs_are_tested_against_every_placebo_block_and_each_block_again
     null = significance.null_of(placebo)
     pool = significance.standardised(placebo, null)
     assert scores["z_cal"].tolist() == pytest.approx(significance.standardised(real, null).tolist())
-    assert scores["p"].tolist() == significance.conformal_p(scores["z_cal"], pool).tolist()
-    # beyond all 800 placebo values: p = 1/801, q = 36 p (it ranks first of 36)
-    assert scores.loc[3, "q"] == pytest.approx(36 / 801)
+    assert scores["p"].tolist() == significance.null_p(scores["z_cal"], pool).tolist()
+    # far beyond every placebo value: in the tail, q = 36 p (it ranks first of 36)
+    assert scores.loc[3, "q"] == pytest.approx(36 * scores.loc[3, "p"]) and scores.loc[3, "p"] < 1e-6
     assert scores["discovery"].tolist() == [i == 3 for i in range(36)]
     first = (placebo["dst_layer"] == 1).to_numpy()  # its null and pool: the other block alone
     theirs = significance.null_of(placebo[~first])
@@ -118,7 +118,7 @@ def test_later_pairs_are_tested_against_every_placebo_block_and_each_block_again
         list(significance.empirical_null(placebo["z"][~first]))[:1] + [1.0], abs=0.2
     )
     own = significance.standardised(placebo[first], theirs)
-    other = significance.conformal_p(own, significance.standardised(placebo[~first], theirs))
+    other = significance.null_p(own, significance.standardised(placebo[~first], theirs))
     assert tested.loc[first, "z_cal"].tolist() == pytest.approx(own.tolist())
     assert tested.loc[first, "p"].tolist() == other.tolist()
     # the block centred 3 units above the other is not exchangeable with it: leave-one-out finds it
@@ -128,20 +128,39 @@ def test_later_pairs_are_tested_against_every_placebo_block_and_each_block_again
     assert rates["L1->L0"]["with_discovery"] == 0 and rates["all"]["families"] == 2
 
 
-def test_the_lone_pair_bar_is_the_pool_value_that_fdr_over_m_allows():
-    pool = np.arange(1.0, 200.0)  # 199 values, n + 1 = 200
-    # m = 4: p <= 0.0125 needs 1 + at_least <= 2.5: at most one value at or above -> above the 2nd largest
-    assert significance.lone_pair_bar(pool, 4, FDR) == 198.0
-    assert significance.lone_pair_bar(pool, 10, FDR) == 199.0  # p <= 0.005: above every value
-    assert significance.lone_pair_bar(pool, 11, FDR) == math.inf  # p >= 1/200 > 0.05/11: never
+def test_the_null_p_is_conformal_up_to_the_top_fifth_then_its_exponential_tail():
+    pool = np.arange(1.0, 200.0)  # 199 values: u = the 80th percentile 159.4, 40 above it (160..199)
+    u, share, beta = significance.tail(pool)
+    assert (u, share, beta) == pytest.approx((159.4, 41 / 200, 179.5 - 159.4))
+    p = significance.null_p(np.array([100.0, 170.0, 250.0, np.nan]), pool)
+    assert p[0] == 101 / 200  # below u: conformal, (1 + 100 at or above) / 200
+    assert p[1:3] == pytest.approx(share * np.exp(-(np.array([170.0, 250.0]) - u) / beta))
+    assert math.isnan(p[3])
+    # a thin top fifth: the mean excess is floored (a normal's, 0.558)
+    assert significance.tail(np.r_[np.zeros(70), 1.0 + 1e-3 * np.arange(30)])[2] == 0.558
+    # fewer than five values above u: the conformal p alone
+    ties = np.r_[np.zeros(75), [1.0, 2.0, 3.0, 4.0]]
+    assert significance.tail(ties) is None and significance.null_p(np.array([9.0]), ties)[0] == 1 / 80
+
+
+def test_the_lone_pair_bar_is_where_the_null_p_reaches_fdr_over_m():
+    pool = np.arange(1.0, 200.0)
+    u, share, beta = significance.tail(pool)
+    bar = significance.lone_pair_bar(pool, 4, FDR)
+    assert bar == pytest.approx(u + beta * math.log(share * 4 / FDR))
+    assert significance.null_p(np.array([bar]), pool)[0] == pytest.approx(FDR / 4)
+    ties = np.r_[np.zeros(75), [1.0, 2.0, 3.0, 4.0]]  # conformal: p <= fdr / m needs few values above
+    assert significance.lone_pair_bar(ties, 2, FDR) == 3.0  # p <= 0.025: at most one at or above
+    assert significance.lone_pair_bar(ties, 4, FDR) == 4.0  # p <= 0.0125: none
+    assert significance.lone_pair_bar(ties, 5, FDR) == math.inf  # p >= 1/80 > 0.05 / 5: never
     assert math.isnan(significance.lone_pair_bar(np.array([np.nan]), 4, FDR))
-    # and the limit is exact: just above it a lone pair is a discovery, at it, not
+    # and the limit is exact: just above it a lone pair is a discovery, just below, not
     placebo = block(pool.reshape(1, -1) / 10.0, src_layer=1, dst_layer=1)
     later = block(np.zeros((2, 2)))
     limit = significance.detection_limits(later, placebo, FDR)["K"]["true"]
     centre, scale = significance.null_of(placebo).loc[("K", "true")]
     assert limit["raw_z"] == pytest.approx(centre + scale * limit["z_cal"])
-    for z, found in ((limit["raw_z"] + 1e-9, True), (limit["raw_z"], False)):
+    for z, found in ((limit["raw_z"] + 1e-6, True), (limit["raw_z"] - 1e-6, False)):
         later.loc[0, "z"] = z
         assert significance.calibrate(later, placebo, FDR)[0].loc[0, "discovery"] == found
 
@@ -157,7 +176,8 @@ def rate_table(frame: pd.DataFrame) -> pd.DataFrame:
 @pytest.mark.parametrize("shape", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
 def test_untrained_weights_discover_at_most_the_nominal_rate(shape):
     """Freshly initialised weights compose with nothing: over three seeds, the later pairs and
-    the placebo pairs of every kind and measure are discovered at no more than the FDR."""
+    the placebo pairs of every kind and Frobenius measure are discovered at no more than the FDR
+    (the invariant measure is not: uncalibrated, test_surrogates_...)."""
     raw = yaml.safe_load((ROOT / "conf" / "model" / f"{shape}.yaml").read_text())
     raw["d_vocab"], raw["n_ctx"] = 512, 64  # the vocabulary is the tokenizer's; neither enters a score
     model_cfg = ModelConfig(**raw)
@@ -171,7 +191,15 @@ def test_untrained_weights_discover_at_most_the_nominal_rate(shape):
     for frame in (pd.concat(real), pd.concat(placebo)):
         rates = rate_table(frame)
         assert len(rates) == len(KINDS) * len(MEASURES)
-        assert (rates["rate"] <= FDR).all(), rates[rates["rate"] > FDR]
+        frobenius = rates[rates.index.get_level_values("variant").isin(VARIANTS)]  # invariant: uncalibrated
+        assert (frobenius["rate"] <= FDR).all(), frobenius[frobenius["rate"] > FDR]
+    # family-wise, what BH bounds under a complete null (FDR = P(any) there): of the 9 (seed, kind)
+    # families of each Frobenius measure, at most one has any discovery (at a 5% rate, two or more
+    # happen in 7% of such draws; tools/calibrate_composition.py --untrained measures the rate on 20
+    # initialisations: docs/maths.md)
+    later = pd.concat(real, keys=range(3), names=["seed", "row"]).reset_index("seed")
+    families = later.groupby(["seed", "kind", "variant"])["discovery"].any().groupby("variant").sum()
+    assert (families[list(VARIANTS)] <= 1).all(), families
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +221,8 @@ def trained(trained_weights):
 @pytest.mark.slow
 def test_pairs_that_cannot_compose_are_discovered_at_most_at_the_nominal_rate(trained):
     """Each placebo block against the null of the others: the blocks whose writer is in layer 1
-    (L1 -> L1, L1 -> L0) have no family with a discovery. Layer 0's heads share the embedding's
+    (L1 -> L1, L1 -> L0) have no Frobenius family with a discovery (the invariant measure is
+    uncalibrated: test_surrogates_...). Layer 0's heads share the embedding's
     geometry (a head that writes token directions, another that reads them): L0 -> L0 stands out
     of the other blocks' null, which summary.json reports per block (docs/maths.md)."""
     scores, placebo = trained
@@ -202,7 +231,9 @@ def test_pairs_that_cannot_compose_are_discovered_at_most_at_the_nominal_rate(tr
     blocks = significance.family_summary(placebo)
     assert list(blocks) == ["L0->L0", "L1->L0", "L1->L1", "all"]
     assert all(blocks[b]["families"] == 18 for b in ("L0->L0", "L1->L0", "L1->L1"))
-    assert blocks["L1->L0"]["with_discovery"] == 0 and blocks["L1->L1"]["with_discovery"] == 0
+    rates = significance.family_rates(placebo)
+    frobenius = rates[rates["variant"].isin(VARIANTS) & (rates["src_layer"] == 1)]
+    assert len(frobenius) == 2 * 15 and not frobenius["any"].any()  # L1 -> L0, L1 -> L1
     # while the raw rule (z > 3, nominally 0.13% under a normal null) passes placebo pairs at more
     # than ten times that in some kind and measure
     raw = placebo.assign(z3=placebo["z"] > 3).groupby(["kind", "variant"])["z3"].mean()
@@ -247,14 +278,15 @@ def test_a_surrogate_keeps_each_layers_own_circuits_and_breaks_the_alignment_bet
     assert abs(float(k_numerator(fake) / k_numerator(hw)) - 1) > 1e-3
 
 
-PLANTED_BOUND = 6.0  # the raw z above which a planted pair must be a discovery (measured limits 4.7-5.5)
+PLANTED_BOUND = 8.0  # the raw z above which a planted pair must be a discovery (measured limits 5.3-7.8)
 
 
 @pytest.mark.slow
 def test_planted_key_composition_is_discovered_once_its_raw_z_passes_the_bound(trained_weights):
-    """Power: a rank-2 term that makes the quietest layer-1 head's keys read a layer-0 head, at
-    growing strength, in the trained model's own background. Under the true score and both
-    rotations the pair is a discovery whenever its raw z exceeds PLANTED_BOUND, at every strength,
+    """Power: rank-2 terms that make the quietest layer-1 head's keys read a layer-0 head (and that
+    head's values read what the reader's queries read: planted.plant_key_reading), at growing
+    strength, in the trained model's own background. Under the true score and both rotations
+    the pair is a discovery whenever its raw z exceeds PLANTED_BOUND, at every strength,
     and the detection limit (what a lone pair needs) stays below the bound; the strongest plant
     passes the bound under all three (so this cannot pass by never reaching it)."""
     hw, c = trained_weights
@@ -264,7 +296,7 @@ def test_planted_key_composition_is_discovered_once_its_raw_z_passes_the_bound(t
     src = int(k[k["dst_head"] == quiet].sort_values("z")["src_head"].iloc[0])  # and its least-read writer
     measures = ("true", "errata_bcda", "errata_dabc")
     passed = dict.fromkeys(measures, False)
-    for strength in (0.2, 0.5, 1.0, 2.0, 3.0, 5.0):
+    for strength in (0.1, 0.2, 0.3, 0.5, 1.0):
         scores, placebo = significance.raw_tables(
             planted.plant_key_reading(hw, src, quiet, strength), c, 0, "shortformer"
         )
@@ -282,16 +314,17 @@ def test_planted_key_composition_is_discovered_once_its_raw_z_passes_the_bound(t
 
 def test_the_planted_pair_is_discovered_and_few_others():
     """tests/planted.py's model (only 0.0 -> 1.0 composes, through keys) in a random background:
-    N(0, 0.05) added to every head's weights (its own entries are 1, W_Q's up to 57). Without the
-    background every other score is exactly 0. The true score discovers the planted pair alone;
+    N(0, 0.05) added to every head's weights (its own entries are 1, W_Q's up to 57), five more
+    heads a layer that are that background alone. Without it every other score is exactly 0.
+    The true score discovers the planted pair alone;
     each rotation also finds what its cross term X = D A holds by construction: the writers whose
     value input reads the token space that 1.0's queries read (0.1 and 0.2 -> 1.0), the errata's
     bias, not a false discovery of the test. The invariant measure is uncalibrated (its own null
     sits below its surrogates', test_surrogates_...): only its planted pair is asserted."""
     gen = torch.Generator().manual_seed(0)
-    state = {
+    state = {  # widened by 5 silent heads a layer (8 in all): each family has 176 placebo pairs
         name: W + 0.05 * torch.randn(W.shape, generator=gen, dtype=W.dtype) if ".attn.W_" in name else W
-        for name, W in planted.state_dict().items()
+        for name, W in planted.wide_model(5).state_dict().items()
     }
     scores, placebo = significance.measured(
         weights.from_state_dict(state), CompositionConfig(), 0, "shortformer"

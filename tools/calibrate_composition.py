@@ -5,6 +5,7 @@ it needs trained models, and seconds per surrogate.
     python tools/calibrate_composition.py                       # params.yaml's seeds, final models
     python tools/calibrate_composition.py --step 0              # the same models untrained (step 0)
     python tools/calibrate_composition.py --weights a.safetensors b.safetensors   # any checkpoints
+    python tools/calibrate_composition.py --untrained 20        # 20 fresh models of params.yaml's shape
 
 Per model:
 - surrogates (`scoring.surrogate`, `--surrogates` of them): the later layers in Haar-random bases
@@ -16,6 +17,8 @@ Per model:
 - the detection limit of each K measure (the raw z a lone pair needs) and a planted rank-2 K
   composition (`--strengths`) into the layer-1 head read least, from its least-read layer-0 head
   (tests/planted.py `plant_key_reading`): its raw z and whether it is a discovery, per measure.
+`--untrained N`: instead, N freshly initialised models of params.yaml's shape (float32, as training
+starts), and the share of their (model, kind) families of each measure with any discovery.
 Prints markdown tables (docs/maths.md, "Calibration" holds their output).
 """
 
@@ -32,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from models import random_model  # noqa: E402
 from planted import plant_key_reading  # noqa: E402
 
 from pipeline import params  # noqa: E402
@@ -82,6 +86,17 @@ def power(hw, c, seed: int, positions: str, strengths: list[float]) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
+def untrained_rates(cfg, n: int) -> pd.Series:
+    """Per measure: the share of n fresh models' (kind) families with any discovery."""
+    c, found = cfg.analysis.composition, []
+    for seed in range(n):
+        fresh = random_model(cfg.model, seed=seed, dtype=torch.float32, perturb_biases=False)
+        hw, _ = weights.prepare(fresh.state_dict(), cfg.model)
+        scores, _ = significance.measured(hw, c, seed, cfg.model.positional_embedding_type)
+        found.append(scores.groupby(["kind", "variant"], sort=False)["discovery"].any())
+    return pd.concat(found, axis=1).mean(axis=1).groupby(level="variant").mean().reindex(list(MEASURES))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")
@@ -90,10 +105,16 @@ def main() -> None:
     ap.add_argument("--step", type=int, help="a checkpoint step (0: untrained) instead of the final model")
     ap.add_argument("--weights", type=Path, nargs="*", help="checkpoints (config.json beside each) instead")
     ap.add_argument("--surrogates", type=int, default=20)
-    ap.add_argument("--strengths", type=float, nargs="*", default=[0.2, 0.5, 1.0, 2.0])
+    ap.add_argument("--untrained", type=int, help="this many fresh models of params.yaml's shape instead")
+    ap.add_argument("--strengths", type=float, nargs="*", default=[0.1, 0.2, 0.3, 0.5, 1.0])
     args = ap.parse_args()
     cfg = params.load(args.params)
     c = cfg.analysis.composition
+    if args.untrained:
+        rates = untrained_rates(cfg, args.untrained)
+        print(f"## {args.untrained} untrained models: share of (model, kind) families with any discovery\n")
+        print(rates.round(3).to_frame("families with a discovery").to_markdown())
+        return
     if args.weights:
         models = [(p.parent.name or str(p), p, p.parent / "config.json", 0) for p in args.weights]
     else:

@@ -92,7 +92,8 @@ SIGNIFICANCE_TESTS = (
     SIGNIFICANCE + "test_benjamini_hochberg_known_answer",
     SIGNIFICANCE + "test_the_null_is_the_placebo_pairs_median_and_mad_per_family_floored_by_haars",
     SIGNIFICANCE + "test_the_calibrated_z_of_a_pair_does_not_depend_on_the_other_pairs_tested",
-    SIGNIFICANCE + "test_the_lone_pair_bar_is_the_pool_value_that_fdr_over_m_allows",
+    SIGNIFICANCE + "test_the_null_p_is_conformal_up_to_the_top_fifth_then_its_exponential_tail",
+    SIGNIFICANCE + "test_the_lone_pair_bar_is_where_the_null_p_reaches_fdr_over_m",
     SIGNIFICANCE
     + "test_later_pairs_are_tested_against_every_placebo_block_and_each_block_against_the_others",
     G + "test_a_pair_whose_q_equals_the_fdr_is_a_discovery",
@@ -616,8 +617,8 @@ MUTATIONS = (
         "null-from-the-pairs-tested",
         "the later pairs are standardised by their own median and MAD, not the placebo pairs'",
         "pipeline/circuits/significance.py",
-        "out = _tested(scores, standardised(scores, null), standardised(placebo, null), fdr)",
-        "out = _tested(scores, standardised(scores, null_of(scores)), standardised(placebo, null), fdr)",
+        "out = _tested(scores, standardised(scores, null), _pool(placebo, null), fdr)",
+        "out = _tested(scores, standardised(scores, null_of(scores)), _pool(placebo, null), fdr)",
         SIGNIFICANCE_TESTS,
     ),
     Mutation(

@@ -30,22 +30,29 @@ The procedure, per model:
 
        z_cal = (z - max(0, median_placebo z)) / max(1, 1.4826 MAD_placebo z)
 
-3. Shape: the pooled z_cal of every placebo pair of the model (every kind and measure, each
-   standardised by its own step 2). A later pair's p-value is the conformal one,
+3. Shape, per kind and measure too (`null_p`): a later pair's p-value against its own family's
+   placebo z_cal (step 2). Up to the pool's 80th percentile u it is the conformal one,
 
        p = (1 + #{placebo z_cal >= z_cal}) / (1 + n_placebo),
 
-   valid (P(p <= a) <= a) for a pair exchangeable with the placebo pairs after step 2. The pool
-   spans the measures because one measure's placebo pairs are too few for the tail a lone pair
-   must pass (176 pairs at 2 x 8 heads: p >= 1/177, above fdr / 64); step 2 gives every measure
-   the same centre and scale, so the pool shares a shape, not a scale.
+   valid (P(p <= a) <= a) for a pair exchangeable with the placebo pairs after step 2. Beyond u
+   the top fifth's exponential tail carries it on,
+
+       p = (1 + #{placebo z_cal > u}) / (1 + n_placebo) x exp(-(z_cal - u) / beta),
+
+   beta the top fifth's mean excess over u (at least a normal's, MIN_TAIL_MEAN). Why a tail: one
+   family's placebo pairs are too few for the p a lone pair needs (176 at 2 x 8 heads: the
+   conformal p >= 1/177, above fdr / 64), and pooling the measures (the procedure before) let the
+   rotated scores' heavier tails borrow the true score's bar: 8% of untrained families of B C D A
+   had a discovery. The mean excess grows with a heavy top (one head that stands out in every
+   pair), so such a tail is fitted heavy, not ignored.
 4. Discoveries: Benjamini-Hochberg at level `fdr` over each family of later pairs (one kind of
    one measure); q is BH's adjusted p-value, a discovery has q <= fdr. An undefined (NaN) score
    has NaN p and q, is never a discovery and does not count in the family's size.
 
 Power, per model (`detection_limits`): the raw z a lone composing pair needs in each family,
-centre + scale x the pool's value it must exceed; it depends on the model's placebo pairs only,
-never on the pairs under test (summary.json).
+centre + scale x the z_cal at which its p reaches fdr / m (`lone_pair_bar`); it depends on the
+model's placebo pairs only, never on the pairs under test (summary.json).
 
 The false-positive rate, measured on every model: each placebo block is tested the same way,
 its null (steps 2 and 3) from the *other* placebo blocks alone (leave one block out), as a
@@ -71,6 +78,12 @@ FAMILY = ["kind", "variant"]  # BH's family, and the null's: one kind of one mea
 PLACEBO_BLOCK = ["src_layer", "dst_layer"]  # placebo pairs of one block: left out together
 # the Haar null's own centre and scale: a floor for the placebo pairs' (step 2)
 HAAR_CENTRE, HAAR_SCALE = 0.0, 1.0
+# step 3: the share of a family's placebo pairs whose excess over the rest fits its exponential tail,
+# and a floor for its mean: a standard normal's mean excess over its 80th percentile (0.558), so a
+# placebo family with almost no spread in its top fifth cannot make a thin tail
+TAIL_FRACTION = 0.2
+MIN_TAIL_MEAN = 0.558
+MIN_TAIL_PAIRS = 5  # fewer pairs above the threshold: the conformal p alone
 
 
 def empirical_null(z: np.ndarray) -> tuple[float, float]:
@@ -134,11 +147,44 @@ def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
     return q
 
 
-def _tested(frame: pd.DataFrame, z_cal: np.ndarray, pool: np.ndarray, fdr: float) -> pd.DataFrame:
-    """`frame` with z_cal, p (against `pool`), q (BH per family of `frame`) and discovery."""
+def tail(pool: np.ndarray) -> tuple[float, float, float] | None:
+    """(u, share, beta) of step 3: u the pool's (1 - TAIL_FRACTION) quantile, share = (1 + #{pool >
+    u}) / (1 + n) the conformal p at u, beta the mean excess over u (floored by MIN_TAIL_MEAN);
+    None when fewer than MIN_TAIL_PAIRS lie above u."""
+    pool = np.asarray(pool, dtype=float)
+    pool = pool[np.isfinite(pool)]
+    if not len(pool):
+        return None
+    u = float(np.quantile(pool, 1 - TAIL_FRACTION))
+    above = pool[pool > u]
+    if len(above) < MIN_TAIL_PAIRS:
+        return None
+    return u, (1 + len(above)) / (1 + len(pool)), max(float(np.mean(above - u)), MIN_TAIL_MEAN)
+
+
+def null_p(z_cal: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """Step 3's p of each z_cal against one family's placebo pool: conformal up to the tail's
+    threshold u, then share x exp(-(z_cal - u) / beta) (`tail`); NaN where z_cal is NaN."""
     p = conformal_p(z_cal, pool)
+    fitted = tail(pool)
+    if fitted is None:
+        return p
+    u, share, beta = fitted
+    z_cal = np.asarray(z_cal, dtype=float)
+    with np.errstate(invalid="ignore", over="ignore"):
+        beyond = share * np.exp(-(z_cal - u) / beta)
+        return np.where(z_cal > u, beyond, p)
+
+
+def _tested(frame: pd.DataFrame, z_cal: np.ndarray, pool: pd.DataFrame, fdr: float) -> pd.DataFrame:
+    """`frame` with z_cal, p (each family against its own family's rows of `pool`: FAMILY columns
+    and z_cal), q (BH per family of `frame`) and discovery."""
+    p = np.full(len(frame), np.nan)
     q = np.full(len(frame), np.nan)
-    for rows in frame.groupby(FAMILY, sort=False).indices.values():
+    pools = pool.groupby(FAMILY, sort=False)["z_cal"]
+    for key, rows in frame.groupby(FAMILY, sort=False).indices.items():
+        if key in pools.groups:
+            p[rows] = null_p(z_cal[rows], pools.get_group(key).to_numpy(dtype=float))
         q[rows] = benjamini_hochberg(p[rows])
     with np.errstate(invalid="ignore"):
         discovery = np.isfinite(q) & (q <= fdr)
@@ -153,7 +199,7 @@ def calibrate(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> tuple[
     every placebo pair; `placebo`: each (src_layer, dst_layer) block tested against the null of
     the others alone."""
     null = null_of(placebo)
-    out = _tested(scores, standardised(scores, null), standardised(placebo, null), fdr)
+    out = _tested(scores, standardised(scores, null), _pool(placebo, null), fdr)
     parts = []
     for rows in placebo.groupby(PLACEBO_BLOCK, sort=False).indices.values():
         mine = np.zeros(len(placebo), dtype=bool)
@@ -161,7 +207,7 @@ def calibrate(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> tuple[
         others = placebo[~mine]
         theirs = null_of(others)
         block = placebo.iloc[rows]
-        parts.append(_tested(block, standardised(block, theirs), standardised(others, theirs), fdr))
+        parts.append(_tested(block, standardised(block, theirs), _pool(others, theirs), fdr))
     placebo_out = (
         pd.concat(parts).loc[placebo.index]
         if parts
@@ -170,17 +216,29 @@ def calibrate(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> tuple[
     return out, placebo_out
 
 
+def _pool(placebo: pd.DataFrame, null: pd.DataFrame) -> pd.DataFrame:
+    """The placebo pairs' FAMILY columns and z_cal under `null`: step 3's pools."""
+    return placebo[FAMILY].assign(z_cal=standardised(placebo, null))
+
+
 def lone_pair_bar(pool: np.ndarray, m: int, fdr: float) -> float:
-    """The z_cal a lone pair of a family of m must exceed to be a discovery: p <= fdr / m (BH's
-    first step) needs at most k = floor(fdr (1 + n) / m) - 1 pool values at or above it, so it
-    must exceed the (k + 1)-th largest; inf when no value can (k < 0), NaN without a pool."""
-    pool = np.sort(np.asarray(pool, dtype=float)[np.isfinite(pool)])[::-1]
-    if not len(pool) or m < 1:
+    """The z_cal a lone pair of a family of m must reach to be a discovery, p <= fdr / m (BH's
+    first step), against one family's pool (`null_p`): in the tail, u + beta ln(share m / fdr);
+    below it, above the (k + 1)-th largest pool value, k = floor(fdr (1 + n) / m) - 1 (inf when
+    no value can be, k < 0); NaN without a pool."""
+    values = np.sort(np.asarray(pool, dtype=float)[np.isfinite(pool)])[::-1]
+    if not len(values) or m < 1:
         return math.nan
-    k = math.floor(fdr * (1 + len(pool)) / m + 1e-12) - 1
+    fitted = tail(values)
+    if fitted is not None:
+        u, share, beta = fitted
+        bar = u + beta * math.log(share * m / fdr)
+        if bar > u:
+            return bar
+    k = math.floor(fdr * (1 + len(values)) / m + 1e-12) - 1
     if k < 0:
         return math.inf
-    return float(pool[k]) if k < len(pool) else -math.inf
+    return float(values[k]) if k < len(values) else -math.inf
 
 
 def detection_limits(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> dict:
@@ -189,11 +247,12 @@ def detection_limits(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) ->
     "Power"), with the null's centre and scale; from the placebo pairs alone. JSON-ready: an
     unreachable bar is None."""
     null = null_of(placebo)
-    pool = standardised(placebo, null)
+    pools = _pool(placebo, null).groupby(FAMILY, sort=False)["z_cal"]
     out: dict = {}
     for (kind, variant), rows in scores.groupby(FAMILY, sort=False).indices.items():
         m = int(np.isfinite(scores["z"].to_numpy(dtype=float)[rows]).sum())
-        bar = lone_pair_bar(pool, m, fdr)
+        mine = (kind, variant) in pools.groups
+        bar = lone_pair_bar(pools.get_group((kind, variant)).to_numpy(float), m, fdr) if mine else math.nan
         centre, scale = null.loc[(kind, variant)] if (kind, variant) in null.index else (math.nan, math.nan)
         raw = centre + scale * bar
         out.setdefault(kind, {})[variant] = {
