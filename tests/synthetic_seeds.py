@@ -23,7 +23,8 @@ kind and measure, one of them discovered for K errata_dabc (a false-positive rat
 Agreement with the ablation (heads summary.json): Spearman 0.6 (true), 0.2 and 0.3 (the
 rotations), 0.5 (invariant); top source, every effect and kind: 2 of 2 later heads (true,
 invariant), 1 of 2 (errata); PR-AUC of the causal edges (2 of 9) 0.8 (true), 0.5 and 0.6 (the
-rotations), 0.7 (invariant), ROC-AUC 0.1 above each: (c) = 0.8 - 0.6, (c_inv) = 0.7 - 0.6.
+rotations), 0.7 (invariant), ROC-AUC 0.1 above each; (c) reads the Spearman rho of the pattern
+effect: (c) = 0.6 - 0.3, (c_inv) = 0.5 - 0.3.
 The role-only ranker's PR-AUC on the same edges: 0.4, every effect and kind. The pattern effect
 cut at each threshold (by_threshold): at 0.01 and 0.02 as above; at 0.05 one causal edge, PR-AUC
 1.0 (true), 0.25 (errata), 0.5 (invariant), the role-only ranker 0.5; at 0.1 no causal edge

@@ -62,7 +62,7 @@ CLAIMS = (
     COMPARE + "test_claims_under_the_invariant_measure_known_values",
     COMPARE + "test_timing_through_training_known_values",
     G + "test_claims_a_and_d_take_the_worse_rotation",
-    G + "test_claim_c_reads_its_effects_k_pr_auc_and_no_other_cell",
+    G + "test_claim_c_reads_its_effects_k_spearman_and_no_other_cell",
 )
 AGREEMENT = (
     HEADS + "test_spearman_known_answers_and_nan_safety",
@@ -141,10 +141,10 @@ MUTATIONS = (
     ),
     Mutation(
         "claim-c-worse-rotation",
-        "claim (c) subtracts the worse rotation's PR-AUC, not the better one's",
+        "claim (c) subtracts the worse rotation's agreement, not the better one's",
         "pipeline/compare/claims.py",
-        'return _worst([_pr_auc(inp, v) for v in pair], "lower")',
-        "return _worst([_pr_auc(inp, v) for v in pair])",
+        'return _worst([_agreement(inp, v) for v in pair], "lower")',
+        "return _worst([_agreement(inp, v) for v in pair])",
         CLAIMS,
     ),
     Mutation(
@@ -451,27 +451,27 @@ MUTATIONS = (
     ),
     Mutation(
         "claim-c-other-effect",
-        "claim (c) reads another effect's ranking, not PRIMARY_EFFECT's",
+        "claim (c) reads another effect's agreement, not PRIMARY_EFFECT's",
         "pipeline/compare/claims.py",
-        'return _ranking(inp, PRIMARY_EFFECT, CLAIM_KIND, variant, "pr_auc")',
-        "return _ranking(inp, next(e for e in inp.agreement if e != PRIMARY_EFFECT), CLAIM_KIND, variant, "
-        '"pr_auc")',
+        'inp.agreement.get(PRIMARY_EFFECT, {}).get("spearman", {})',
+        'inp.agreement.get(next(e for e in inp.agreement if e != PRIMARY_EFFECT), {}).get("spearman", {})',
         CLAIMS,
     ),
     Mutation(
         "claim-c-other-kind",
-        "claim (c) reads Q-composition's ranking, not K's",
+        "claim (c) reads Q-composition's agreement, not K's",
         "pipeline/compare/claims.py",
-        'return _ranking(inp, PRIMARY_EFFECT, CLAIM_KIND, variant, "pr_auc")',
-        'return _ranking(inp, PRIMARY_EFFECT, "Q", variant, "pr_auc")',
+        '.get("spearman", {}).get(CLAIM_KIND, {}).get(variant))',
+        '.get("spearman", {}).get("Q", {}).get(variant))',
         CLAIMS,
     ),
     Mutation(
-        "claim-c-roc-auc",
-        "claim (c) compares ROC-AUC, not PR-AUC",
+        "claim-c-pr-auc",
+        "claim (c) compares PR-AUC at min_effect, not Spearman's rho over every pair",
         "pipeline/compare/claims.py",
-        'return _ranking(inp, PRIMARY_EFFECT, CLAIM_KIND, variant, "pr_auc")',
-        'return _ranking(inp, PRIMARY_EFFECT, CLAIM_KIND, variant, "roc_auc")',
+        'return _number(inp.agreement.get(PRIMARY_EFFECT, {}).get("spearman", {})',
+        'return _ranking(inp, PRIMARY_EFFECT, CLAIM_KIND, variant, "pr_auc") + 0 * _number('
+        'inp.agreement.get(PRIMARY_EFFECT, {}).get("spearman", {})',
         CLAIMS,
     ),
     Mutation(

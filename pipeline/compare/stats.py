@@ -47,6 +47,7 @@ from pipeline.config import CompareConfig
 from pipeline.errors import UserError
 from pipeline.tables import (
     ABLATED_ROLES,
+    CAUSAL_THRESHOLDS,
     CURVE_COLUMNS,
     HYPOTHESES,
     KINDS,
@@ -54,6 +55,7 @@ from pipeline.tables import (
     ROLE_STATISTICS,
     ROLES,
     excess,
+    threshold_key,
 )
 
 GROUP_KEYS = list(tables.GROUP_KEYS)
@@ -329,9 +331,10 @@ def _detection_limits(claims: pd.DataFrame) -> dict:
 
 
 def _causal_check(claims: pd.DataFrame, stats: pd.DataFrame) -> dict:
-    """Claim (c)'s cell (K, PRIMARY_EFFECT): the causal edges per seed, each measure's PR-AUC
-    and ROC-AUC per seed with their mean and t interval, and the role-only ranker's PR-AUC (the
-    baseline a score must beat) likewise."""
+    """Claim (c)'s cell (K, PRIMARY_EFFECT): the causal edges per seed, each measure's Spearman rho
+    (what (c) compares), PR-AUC and ROC-AUC per seed with their mean and t interval, and the
+    role-only ranker's PR-AUC (the baseline a score must beat) likewise; the PR-AUCs again at each
+    of CAUSAL_THRESHOLDS."""
     mine = (claims["claim"] == "c") & (claims["kind"] == CLAIM_KIND) & (claims["effect"] == PRIMARY_EFFECT)
     cell = (stats["claim"] == "c") & (stats["kind"] == CLAIM_KIND) & (stats["effect"] == PRIMARY_EFFECT)
     edges = claims[mine & (claims["statistic"] == "causal_edges")]
@@ -351,9 +354,15 @@ def _causal_check(claims: pd.DataFrame, stats: pd.DataFrame) -> dict:
             "per_seed": {str(x): v for x, v in zip(per_seed["seed"], per_seed["value"], strict=True)},
         }
 
-    for key in ("pr_auc", "roc_auc"):
+    for key in ("spearman", "pr_auc", "roc_auc"):  # spearman: what (c) itself compares
         out[key] = {m: across(key, m) for m in MEASURES}
     out["role_pr_auc"] = across("role_pr_auc")
+    for t in CAUSAL_THRESHOLDS:  # where an edge starts to count, and what that does to the ranking
+        at = threshold_key(t)
+        out[f"at_{at}"] = {
+            "pr_auc": {m: across(f"pr_auc_at_{at}", m) for m in MEASURES},
+            "role_pr_auc": across(f"role_pr_auc_at_{at}"),
+        }
     return out
 
 
