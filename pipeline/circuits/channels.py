@@ -1,0 +1,303 @@
+"""Composition resolved into channels: each pair's true score split exactly into non-negative
+shares, one per (writer channel, reader channel), and what the errata's rotated strand does
+instead. Maths only, no I/O; float64 in, float64 out.
+
+Row vectors, as stored (docs/design.md, "Maths conventions"). A head circuit M [d_model, d_model]
+is a product X Y^T of two [d_model, d_head] factors; a row vector x of the residual stream
+goes to x M. Its SVD, M = sum_i s_i r_i w_i^T (r_i, w_i orthonormal, s descending), says what it
+does: it *reads* x along r_i and *writes* s_i (x . r_i) along w_i. The circuits:
+
+    writer a    OV^a = W_V^a W_O^a      X = W_V^a, Y = W_O^aT     reads: values' input; writes: output
+    reader b    Q: QK^b  = W_Q^b W_K^bT   X = W_Q^b, Y = W_K^b    reads the residual: the queries' input
+                K: QK^bT = W_K^b W_Q^bT   X = W_K^b, Y = W_Q^b    reads the residual: the keys' input
+                V: OV^b  = W_V^b W_O^b    X = W_V^b, Y = W_O^bT   reads the residual: the values' input
+
+Orientation. Each kind's numerator is ||OV^a N^b|| with N^b the reader's circuit above
+(Q: ||OV^a QK^b||, K: ||OV^a QK^bT||, V: ||OV^a OV^b||), equal to the paper's ||A B C D||
+(`composition`'s table: A B C D = (OV^a N^b)^T). With OV^a = sum_i s_i r_i w_i^T (the writer)
+and N^b = sum_j t_j k_j m_j^T (the reader; k_j the directions it reads the residual along),
+
+    OV^a N^b = sum_{i,j} s_i t_j (w_i . k_j) r_i m_j^T
+
+and the rank-one matrices r_i m_j^T are orthonormal in the Frobenius inner product (the r_i
+are, and so are the m_j), so by Pythagoras
+
+    ||OV^a N^b||^2 = sum_{i,j} s_i^2 t_j^2 (w_i . k_j)^2                       (exact)
+
+So the writer's OUTPUT singular vectors w_i (the right ones of OV^a: the residual directions
+it writes) meet the reader's LEFT singular vectors k_j (the residual directions it reads): for
+Q the queries' input (left singular vectors of QK^b), for K the keys' input (the right singular
+vectors of QK^b, i.e. the left ones of QK^bT), for V the values' input (left singular vectors
+of OV^b). Share (i, j) of pair (a, b) is s_i^2 t_j^2 (w_i . k_j)^2; they sum to the squared
+true numerator, and sqrt(sum) / (||s|| ||t||) is the true score (||OV^a|| = ||s||, ||N^b|| =
+||t||). Channels are indexed by descending singular value (i = 0: the writer's strongest).
+
+Small space. Each circuit's SVD comes from its factors: X = Q_X R_X, Y = Q_Y R_Y (QR, Q's
+columns orthonormal, R [r, d_head], r = min(d_model, d_head)), then the core R_X R_Y^T = U S V^T
+[r, r]: M = (Q_X U) S (Q_Y V)^T. That is one [d_model, d_head] QR per factor and head, one
+d_head x d_head SVD per head; per pair only the cross Gram matrix W_a^T K_b [d_head, d_head]
+(one GEMM over d_model). No d_model x d_model matrix is ever formed.
+
+What is unique. The shares are functions of OV^a and N^b alone (through their SVDs), so they
+are unchanged by a rotation of the residual stream (every W_Q, W_K, W_V -> R W, W_O -> W_O R^T,
+R orthogonal: singular vectors -> R times them, crosses unchanged) and by any invertible change
+of a head's d_head basis that keeps its circuits (W_Q -> W_Q G, W_K -> W_K G^-T; W_V -> W_V G,
+W_O -> G^-1 W_O). Singular vectors are unique up to sign when the singular values are distinct,
+and the shares square the signs away: the table is then unchanged entry by entry. Within a
+block of equal singular values the channel basis is arbitrary and only the block's sums are
+defined (two channels of s = 1, 1 meeting two of t = 1, 1 come out as two shares of 0.5 or
+as any cos^2/2, sin^2/2 mix over the four entries); a trained head's singular values are
+distinct. Zero singular values give zero shares.
+
+The errata's rotation (K only; `rotated_channels`). In paper letters A = W_Q^b, B = W_K^bT,
+C = W_O^aT, D = W_V^aT, Y = B C, X = D A, and
+
+    ||B C D A|| = ||Y X|| = ||W_Q^bT OV^a W_K^b||
+
+The reader's two factors land on opposite sides of the writer: the writer's OUTPUT meets the
+keys (W_K^b), as in the true score, but its INPUT (what its values read) meets the QUERIES
+(W_Q^b). With Gamma_Q = W_Q^b W_Q^bT and Gamma_K = W_K^b W_K^bT (residual-stream Gram matrices),
+
+    ||B C D A||^2 = sum_{i,i'} s_i s_i' (r_i^T Gamma_Q r_i') (w_i^T Gamma_K w_i')
+
+so it does NOT split into non-negative (writer channel, reader channel) shares: writer channels
+interfere through the off-diagonal terms, which have either sign (`writer_interaction`, whose
+diagonal is >= 0 and whose off-diagonal is not), and there is no reader-channel axis at all,
+because QK^b is broken apart: Gamma_Q and Gamma_K change with the reader's d_head basis
+(W_Q -> W_Q G, W_K -> W_K G^-T keeps QK^b but not them), and so does ||B C D A||, while no
+function of QK^b does. It does split over the reader's *factors*: with W_Q^b = sum_m sigma_m q_m
+e_m^T and W_K^b = sum_n kappa_n k_n f_n^T (their own SVDs; e, f orthonormal in d_head),
+
+    ||B C D A||^2 = sum_{m,n} sigma_m^2 kappa_n^2 (q_m^T OV^a k_n)^2              (exact, >= 0)
+
+(query-input direction m x key-input direction n), by the same Pythagoras, but these
+channels belong to W_Q^b and W_K^b separately, not to the circuit QK^b.
+
+The errata's reading, "the induction head's query is built from the same subspace that the
+previous token head moved data into", as a statistic. Both numerators share the writer's
+output read by the keys, M = OV^a W_K^b [d_model, d_head], and differ only in where the query's
+gain is taken:
+
+    true^2    = ||OV^a W_K^b W_Q^bT||^2 = <W_Q^bT W_Q^b, M^T M> = ||M||^2 gain_true
+    rotated^2 = ||W_Q^bT OV^a W_K^b||^2 = <Gamma_Q,    M M^T> = ||M||^2 alignment gain_rotated
+
+    alignment     = tr(P_Q M M^T) / tr(M M^T)        P_Q the projector onto span(W_Q^b)
+    gain_true     = <W_Q^bT W_Q^b, M^T M> / ||M||^2   the query's gain in head space
+    gain_rotated  = <Gamma_Q, M M^T> / tr(P_Q M M^T)  the query's gain within its input span
+
+`alignment` is the share of the writer's value-input directions (the residual directions
+a reads, the subspace it moves data out of, column space of M M^T <= span W_V^a), each weighted
+as the rotated product weights it (by s_i^2 and by how strongly that channel's output reaches
+the keys), that lies in the span of the reader's query-input directions: in [0, 1], about
+d_head / d_model for random heads, 1 when the writer reads where the reader's queries read.
+Both gains lie in [sigma_min^2, sigma_max^2] of W_Q^b (its nonzero singular values) and are
+equal when W_Q^b's singular values are; anisotropy = gain_rotated / gain_true. Exactly,
+
+    rotated^2 / true^2 = alignment * anisotropy
+    log(errata_bcda_trueden / true) = 1/2 log(alignment) + 1/2 log(anisotropy)
+
+So query alignment never creates excess: alignment <= 1, and the rotated score is the true
+score *filtered* by how much of what the writer reads is what the reader's queries read (the
+errata: it "very strongly responds to it while filtering out other kinds of composition").
+The rotated score's excess over the true one (true denominators) comes only from the query's
+anisotropy (at most cond(W_Q^b)^2 in the ratio of squares) and, for `errata_bcda`, from the
+rotated denominators ||A B|| ||C D|| / (||B A|| ||D C||), which are each head's own geometry, not
+the pair's. (The writer's OUTPUT lying in the query span is not what B C D A weighs: the
+writer's output meets only the keys there; output-meets-query is Q-composition's numerator.
+D A B C = ||W_V^aT QK^b W_O^aT|| is the mirror image: the writer's factors split around QK^b.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from pipeline.circuits.scoring import ZERO_RTOL, later_pairs
+from pipeline.circuits.weights import HeadWeights
+from pipeline.tables import KINDS
+
+# --- one circuit's SVD from its factors ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CircuitSVD:
+    """M = reads diag(s) writes^T for a circuit M = X Y^T [.., d_model, d_model]: x M writes
+    s_i (x . reads_i) along writes_i. Columns orthonormal (zero columns where d_model < d_head)."""
+
+    reads: Tensor  # [.., d_model, d_head]
+    s: Tensor  # [.., d_head], descending
+    writes: Tensor  # [.., d_model, d_head]
+
+
+def circuit_svd(X: Tensor, Y: Tensor) -> CircuitSVD:
+    """The SVD of M = X Y^T, X, Y [.., d_model, d_head], in the small space: QR of each factor,
+    then the SVD of the [r, r] core R_X R_Y^T (r = min(d_model, d_head)); padded to d_head."""
+    d_head = X.shape[-1]
+    Q_X, R_X = torch.linalg.qr(X)  # [.., d_model, r], [.., r, d_head]
+    Q_Y, R_Y = torch.linalg.qr(Y)
+    U, s, Vh = torch.linalg.svd(R_X @ R_Y.mT)  # core [.., r, r]
+    reads, writes, pad = Q_X @ U, Q_Y @ Vh.mT, d_head - s.shape[-1]  # [.., d_model, r]
+    if pad:  # d_model < d_head: the missing channels have s = 0 (and so share 0)
+        reads, writes = (torch.nn.functional.pad(v, (0, pad)) for v in (reads, writes))
+        s = torch.nn.functional.pad(s, (0, pad))
+    return CircuitSVD(reads, s, writes)
+
+
+def writer_circuit(hw: HeadWeights) -> CircuitSVD:
+    """OV^a = W_V^a W_O^a of every head, [L, H, ..]."""
+    return circuit_svd(hw.W_V, hw.W_O.mT)
+
+
+def reader_circuit(hw: HeadWeights, kind: str) -> CircuitSVD:
+    """Every head's circuit N^b with numerator ||OV^a N^b||, [L, H, ..]; its `reads` are the
+    residual directions that meet the writer's `writes` (module doc, "Orientation")."""
+    if kind == "Q":
+        return circuit_svd(hw.W_Q, hw.W_K)  # QK^b = W_Q W_K^T: the queries read the residual
+    if kind == "K":
+        return circuit_svd(hw.W_K, hw.W_Q)  # QK^bT = W_K W_Q^T: the keys read the residual
+    if kind == "V":
+        return circuit_svd(hw.W_V, hw.W_O.mT)  # OV^b = W_V W_O: the values read the residual
+    raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+
+
+# --- the shares of every pair ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Channels:
+    """One kind's shares of every pair and the singular values they were built from."""
+
+    shares: Tensor  # [L, H, L, H, d_head, d_head]: s_i^2 t_j^2 (w_i . k_j)^2; NaN unless dst > src layer
+    s: Tensor  # [L, H, d_head]: the writers' singular values (OV^a)
+    t: Tensor  # [L, H, d_head]: the readers' singular values (N^b of this kind)
+
+    def scores(self) -> Tensor:
+        """The true scores [L, H, L, H]: sqrt(sum of shares) / (||OV^a|| ||N^b||)."""
+        den = torch.linalg.vector_norm(self.s, dim=-1)[:, :, None, None] * torch.linalg.vector_norm(
+            self.t, dim=-1
+        )  # [L, H, L, H]
+        return self.shares.sum((-2, -1)).sqrt() / den
+
+    def normalised(self) -> Tensor:
+        """`normalised(shares)`, and NaN also where the score is zero up to rounding
+        (<= scoring.ZERO_RTOL): its shares are then rounding, not channels."""
+        zero = self.scores() <= ZERO_RTOL
+        return normalised(self.shares).masked_fill(zero[..., None, None], torch.nan)
+
+
+def channels(hw: HeadWeights, kind: str) -> Channels:
+    """The shares of every later pair for one kind, computed in the small space (module doc).
+
+    Not rescaled: the shares carry the weights' units (their sum is the squared numerator,
+    a product of eight weight matrices' entries), in the dtype of `hw` (use float64). The table
+    holds (L H d_head)^2 numbers: 85M (680 MB in float64) at GPT-2-small sizes."""
+    L, H, d = hw.n_layers, hw.n_heads, hw.d_head
+    writer, reader = writer_circuit(hw), reader_circuit(hw, kind)
+    shares = torch.full((L, H, L, H, d, d), torch.nan, dtype=hw.W_Q.dtype)
+    for i in range(L - 1):
+        # the writers of layer i against every reader of layers i+1.. : one GEMM over d_model
+        cross = torch.einsum("ani,lbnj->albij", writer.writes[i], reader.reads[i + 1 :])  # [H, L', H, d, d]
+        weighted = writer.s[i][:, None, None, :, None] * cross * reader.s[i + 1 :][None, :, :, None, :]
+        shares[i, :, i + 1 :] = weighted.square()
+    return Channels(shares, writer.s, reader.s)
+
+
+def channel_shares(hw: HeadWeights, kind: str) -> Tensor:
+    """[L, H, L, H, d_head, d_head]: share (i, j) of pair (a, b) is s_i^2 t_j^2 (w_i . k_j)^2,
+    writer channel i x reader channel j; they sum to the squared true numerator ||OV^a N^b||^2.
+    NaN for the pairs that are not later pairs (dst layer <= src layer)."""
+    return channels(hw, kind).shares
+
+
+def normalised(shares: Tensor) -> Tensor:
+    """Each pair's shares divided by their sum (summing to 1); NaN where the sum is 0 or NaN."""
+    total = shares.sum((-2, -1), keepdim=True)
+    return shares / torch.where(total > 0, total, torch.nan)
+
+
+def channel_summary(shares: Tensor) -> pd.DataFrame:
+    """One row per later pair (scoring.later_pairs' order): its top channel (writer_channel i,
+    reader_channel j), that channel's share of the total (top_share) and the effective number
+    of channels 1 / sum(p^2), p the normalised shares (1 for one channel, n for n equal ones).
+    `shares`: raw or normalised, [L, H, L, H, d_head, d_head]; a pair whose shares are NaN
+    (or all zero) gets NaN and <NA> channels (pass `Channels.normalised()` to treat a score
+    that is zero up to rounding so)."""
+    L, H, d = shares.shape[0], shares.shape[1], shares.shape[-1]
+    i, h, j, g = later_pairs(L, H)
+    p = normalised(shares.cpu())[i, h, j, g].reshape(len(i), d * d)  # [pairs, d_head^2]
+    defined = ~p.isnan().any(-1)
+    top_share, top = p.nan_to_num(-1.0).max(-1)  # first of equal maxima
+
+    def channel(index: Tensor) -> pd.arrays.IntegerArray:
+        out = pd.array(index.numpy(), dtype="Int64")
+        out[~defined.numpy()] = pd.NA
+        return out
+
+    return pd.DataFrame(
+        {
+            "src_layer": i, "src_head": h, "dst_layer": j, "dst_head": g,
+            "writer_channel": channel(top // d), "reader_channel": channel(top % d),
+            "top_share": top_share.where(defined, torch.nan).numpy(),
+            "effective_channels": (1 / p.square().sum(-1)).numpy(),
+        }
+    )  # fmt: skip
+
+
+# --- the errata's rotation, one K pair ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rotated:
+    """B C D A of one K pair against the true A B C D (module doc, "The errata's rotation")."""
+
+    true_sq: Tensor  # [..]: ||A B C D||^2 = ||OV^a W_K^b W_Q^bT||^2
+    rotated_sq: Tensor  # [..]: ||B C D A||^2 = ||W_Q^bT OV^a W_K^b||^2
+    shares: Tensor  # [.., d_head, d_head]: sigma_m^2 kappa_n^2 (q_m . OV^a k_n)^2, sum rotated_sq
+    writer_interaction: Tensor  # [.., d_head, d_head]: signed (writer channel i, i'), sum rotated_sq
+    alignment: Tensor  # [..]: tr(P_Q M M^T) / tr(M M^T), M = OV^a W_K^b, in [0, 1]
+    gain_true: Tensor  # [..]: <W_Q^T W_Q, M^T M> / ||M||^2
+    gain_rotated: Tensor  # [..]: <W_Q W_Q^T, M M^T> / tr(P_Q M M^T)
+
+    @property
+    def anisotropy(self) -> Tensor:
+        """gain_rotated / gain_true: rotated_sq / true_sq = alignment * anisotropy."""
+        return self.gain_rotated / self.gain_true
+
+
+def rotated_channels(W_Q: Tensor, W_K: Tensor, W_V: Tensor, W_O: Tensor) -> Rotated:
+    """The errata's B C D A for the K-composition of writer a (W_V [.., d_model, d_head],
+    W_O [.., d_head, d_model]) into reader b (W_Q, W_K [.., d_model, d_head]), in the small
+    space: the writer's SVD, each reader factor's own SVD, and d_head x d_head crosses.
+    P_Q projects onto W_Q's singular directions with sigma > scoring.ZERO_RTOL sigma_max (its
+    span). When what the writer reads misses that span, alignment is 0 and gain_rotated a ratio
+    of roundings (anisotropy with it); when M = OV^a W_K^b = 0 (the writer's output never reaches
+    the keys) alignment and both gains are 0 / 0."""
+    writer = circuit_svd(W_V, W_O.mT)  # OV^a = R diag(s) W^T: reads R, writes W
+    eye = torch.eye(W_Q.shape[-1], dtype=W_Q.dtype)
+    query = circuit_svd(W_Q, eye)  # W_Q = q diag(sigma) e^T  (q: reads, e: writes)
+    key = circuit_svd(W_K, eye)  # W_K = k diag(kappa) f^T
+    s = writer.s[..., :, None]  # [.., d_head (i), 1]
+    q_R = query.reads.mT @ writer.reads  # q_m . r_i  [.., d_head (m), d_head (i)]
+    W_k = writer.writes.mT @ key.reads  # w_i . k_n  [.., d_head (i), d_head (n)]
+    shares = (query.s[..., :, None] * (q_R @ (s * W_k)) * key.s[..., None, :]).square()  # [.., m, n]
+    # M = OV^a W_K = R M_R with M_R = diag(s) W^T W_K [.., d_head (i), d_head]: R only rotates
+    M_R = s * (writer.writes.mT @ W_K)
+    in_span = (query.s > ZERO_RTOL * query.s[..., :1]).to(W_Q.dtype)[..., :, None]  # [.., m, 1]
+    trace_M = M_R.square().sum((-2, -1))  # tr(M M^T) = ||M||^2
+    trace_PM = ((in_span * q_R) @ M_R).square().sum((-2, -1))  # tr(P_Q M M^T), P_Q = q q^T on the span
+    true_sq = (M_R @ query.writes * query.s[..., None, :]).square().sum((-2, -1))  # W_Q^T W_Q = e S^2 e^T
+    rotated_sq = shares.sum((-2, -1))
+    gram_Q = q_R.mT @ (query.s[..., :, None].square() * q_R)  # R^T Gamma_Q R  [.., i, i']
+    gram_K = W_k @ (key.s[..., :, None].square() * W_k.mT)  # W^T Gamma_K W  [.., i, i']
+    return Rotated(
+        true_sq=true_sq,
+        rotated_sq=rotated_sq,
+        shares=shares,
+        writer_interaction=s * s.mT * gram_Q * gram_K,
+        alignment=trace_PM / trace_M,
+        gain_true=true_sq / trace_M,
+        gain_rotated=rotated_sq / trace_PM,
+    )
