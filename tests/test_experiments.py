@@ -95,12 +95,16 @@ def test_readme_exp_show_prints_a_handful_of_metric_columns(base, tmp_path):
     assert not params & set(metrics) and len(metrics) <= 25, header
     assert ["n_seeds", *(f"verdict.{c}" for c in VERDICTS), "training.eval_loss"] == metrics, header
     assert "other-seed" in "\n".join(out[1:])
-    # and the declared metrics are the headline only: the summary of compare, 22 columns at most
+    # and the declared metrics are the headline only: the summary of compare, 22 columns at most,
+    # then (m) per kind against each rotation (6) and each seed's K detection limits (3 a seed)
     everything = dvc(repo, "exp", "show", "--drop", ".*/|data$", "--csv").stdout.splitlines()[0].split(",")
     deps = {c for c in everything if (repo / c).exists()}  # a dependency's column: `checkpoints`
     declared = [c for c in everything if c not in FIXED_COLUMNS | params | deps]
-    assert all(c.split(".")[0] in ("n_seeds", "verdict", "mean", "training") for c in declared), declared
-    assert len(declared) <= 22, declared
+    headline = ("n_seeds", "verdict", "mean", "training")
+    assert all(c.split(".")[0] in (*headline, "m_by_kind", "detection_limit_K") for c in declared), declared
+    assert len([c for c in declared if c.split(".")[0] in headline]) <= 22, declared
+    assert len([c for c in declared if c.startswith("m_by_kind.")]) == 6, declared
+    assert {c.split(".")[1] for c in declared if c.startswith("detection_limit_K.")} <= {"seed0", "seed1"}
 
 
 def test_shrinking_seeds_leaves_no_stale_seed(shared_dir, tmp_path):

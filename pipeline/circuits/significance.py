@@ -110,8 +110,12 @@ def null_of(placebo: pd.DataFrame) -> pd.DataFrame:
             continue
         scale = HAAR_SCALE if math.isnan(scale) else max(scale, HAAR_SCALE)  # no spread: Haar's
         rows[key] = (max(centre, HAAR_CENTRE), scale)
-    index = pd.MultiIndex.from_tuples(list(rows), names=FAMILY) if rows else None
-    return pd.DataFrame(list(rows.values()), index=index, columns=["centre", "scale"])
+    index = (
+        pd.MultiIndex.from_tuples(list(rows), names=FAMILY)
+        if rows
+        else pd.MultiIndex.from_arrays([[], []], names=FAMILY)
+    )
+    return pd.DataFrame(list(rows.values()), index=index, columns=["centre", "scale"], dtype=float)
 
 
 def standardised(frame: pd.DataFrame, null: pd.DataFrame) -> np.ndarray:
