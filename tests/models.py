@@ -29,6 +29,7 @@ from dataclasses import replace
 
 import torch
 
+from pipeline.circuits.weights import HeadWeights
 from pipeline.config import ModelConfig
 from pipeline.model.transformer import AttnOnlyTransformer
 
@@ -77,3 +78,17 @@ def random_model(
             for p in model.weight_matrices()[1]:  # biases and LayerNorm parameters
                 p.add_(torch.randn_like(p) * (std if bias_std is None else bias_std))
     return model.eval()
+
+
+F64 = torch.float64
+
+
+def head_weights(W_Q, W_K, W_V, W_O) -> HeadWeights:
+    """HeadWeights of these head matrices [layer, head, ...] (float64), every bias, embedding and
+    unembedding zero: what the composition maths reads, and nothing else."""
+    L, H, D, d = W_Q.shape
+    z = lambda *s: torch.zeros(*s, dtype=F64)  # noqa: E731
+    return HeadWeights(
+        W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=z(L, H, d), b_K=z(L, H, d), b_V=z(L, H, d), b_O=z(L, D),
+        W_E=z(5, D), W_pos=z(4, D), W_U=z(D, 5), b_U=z(5),
+    )  # fmt: skip

@@ -9,23 +9,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
+from models import head_weights, random_model
 
 from pipeline.circuits import channels as ch
 from pipeline.circuits.composition import true_scores
 from pipeline.circuits.weights import HeadWeights, from_state_dict
-from tests.models import random_model
 
 F64 = torch.float64
 fro2 = lambda M: torch.linalg.matrix_norm(M).square()  # noqa: E731
-
-
-def head_weights(W_Q, W_K, W_V, W_O) -> HeadWeights:
-    L, H, D, d = W_Q.shape
-    z = lambda *s: torch.zeros(*s, dtype=F64)  # noqa: E731
-    return HeadWeights(
-        W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=z(L, H, d), b_K=z(L, H, d), b_V=z(L, H, d), b_O=z(L, D),
-        W_E=z(5, D), W_pos=z(4, D), W_U=z(D, 5), b_U=z(5),
-    )  # fmt: skip
 
 
 def model_heads(shape: str = "three_layers", seed: int = 0) -> HeadWeights:

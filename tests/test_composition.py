@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from models import head_weights
 
 from pipeline import streams
 from pipeline.circuits import composition as comp
@@ -24,15 +25,6 @@ from pipeline.errors import UserError
 
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)
 F64 = torch.float64
-
-
-def head_weights(W_Q, W_K, W_V, W_O) -> HeadWeights:
-    L, H, D, d = W_Q.shape
-    z = lambda *s: torch.zeros(*s, dtype=F64)  # noqa: E731
-    return HeadWeights(
-        W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=z(L, H, d), b_K=z(L, H, d), b_V=z(L, H, d), b_O=z(L, D),
-        W_E=z(5, D), W_pos=z(4, D), W_U=z(D, 5), b_U=z(5),
-    )  # fmt: skip
 
 
 def random_heads(seed: int, L: int = 2, H: int = 3, D: int = 24, d: int = 4) -> HeadWeights:
