@@ -306,7 +306,11 @@ def test_compare_across_seeds():
     ]  # fmt: skip
     # the headline (summary.json, DVC metrics): one verdict and one number per claim, the training
     headline = result.headline
-    assert list(headline) == ["n_seeds", "verdict", "mean", "training", "m_by_kind", "detection_limit_K"]
+    assert list(headline) == [
+        "n_seeds", "verdict", "mean", "training", "m_by_kind", "c_vs_roles", "detection_limit_K"
+    ]  # fmt: skip
+    # (c) beside the role-only ranker, on the role-free edges at 0.05 (synthetic_seeds: 1.0 and 0.5)
+    assert headline["c_vs_roles"] == {"pr_auc_true": pytest.approx(1.0), "role_pr_auc": pytest.approx(0.5)}
     assert headline["n_seeds"] == 3
     assert list(headline["verdict"]) == list(summary["claims"])
     assert headline["verdict"]["a"] == "holds" and headline["mean"]["a_rotated"] == a["mean"]  # both hold

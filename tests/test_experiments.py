@@ -101,7 +101,8 @@ def test_readme_exp_show_prints_a_handful_of_metric_columns(base, tmp_path):
     deps = {c for c in everything if (repo / c).exists()}  # a dependency's column: `checkpoints`
     declared = [c for c in everything if c not in FIXED_COLUMNS | params | deps]
     headline = ("n_seeds", "verdict", "mean", "training")
-    assert all(c.split(".")[0] in (*headline, "m_by_kind", "detection_limit_K") for c in declared), declared
+    extra = ("m_by_kind", "c_vs_roles", "detection_limit_K")
+    assert all(c.split(".")[0] in (*headline, *extra) for c in declared), declared
     assert len([c for c in declared if c.split(".")[0] in headline]) <= 22, declared
     assert len([c for c in declared if c.startswith("m_by_kind.")]) == 6, declared
     assert {c.split(".")[1] for c in declared if c.startswith("detection_limit_K.")} <= {"seed0", "seed1"}

@@ -59,6 +59,7 @@ from pipeline.tables import (
 )
 
 GROUP_KEYS = list(tables.GROUP_KEYS)
+C_BASELINE_AT = 0.05  # the causal threshold at which summary.json sets (c) beside the role-only ranker
 DIMENSIONS = list(tables.DIMENSIONS)
 LONG_COLUMNS = list(tables.CLAIMS_COLUMNS)
 STATS_COLUMNS = list(tables.STATS_COLUMNS)
@@ -303,6 +304,13 @@ def headline(summary: dict) -> dict:
     out["m_by_kind"] = {
         kind: {rotation: s["mean"] for rotation, s in by_rotation.items()}
         for kind, by_rotation in summary.get("m_by_kind", {}).items()
+    }
+    # (c)'s cell beside its verdict: the corrected score's and the role-only ranker's PR-AUC of the
+    # role-free causal edges at 0.05 (the baseline a score must beat), mean over seeds
+    check = summary.get("causal_check", {}).get(f"at_{threshold_key(C_BASELINE_AT)}", {})
+    out["c_vs_roles"] = {
+        "pr_auc_true": check.get("pr_auc", {}).get("true", {}).get("mean"),
+        "role_pr_auc": check.get("role_pr_auc", {}).get("mean"),
     }
     out["detection_limit_K"] = {
         seed: {m: limits.get(CLAIM_KIND, {}).get(m) for m in ("true", *HYPOTHESES["rotated"])}
