@@ -32,6 +32,7 @@ STREAMS = {
     "composition.null": "Haar rotations of the writer: the Frobenius measures' null",
     "invariant.baseline": "Gaussian heads in the whitened frames: the invariant measure's baselines",
     "invariant.null": "Haar rotations in the whitened frames: the invariant measure's null",
+    "channels.null": "Haar blocks: how a writer's and a reader's channels meet under rotation",
 }
 
 

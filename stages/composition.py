@@ -1,9 +1,13 @@
 """Q-, K- and V-composition of every (earlier, later) head pair: scores.csv (Frobenius, five
 variants), invariant.csv (in the whitened residual frame: unchanged by a change of residual
 basis; pipeline/circuits/invariant.py), placebo.csv (every measure for the pairs that cannot compose),
-each with its raw z, calibrated z, p, q and discovery (pipeline/circuits/significance.py), and
-summary.json (discoveries per kind and measure, the placebo pairs' false ones, per pair and per
-block's families, and the detection limit: the raw z a lone composing pair needs).
+each with its raw z, calibrated z, p, q and discovery (pipeline/circuits/significance.py);
+channels.csv (each later pair's corrected score split into writer x reader channels: its top
+channel, that channel's share and its calibrated discovery; pipeline/circuits/channels.py),
+channels_placebo.csv (the same for the pairs that cannot compose), channels.safetensors (every
+later pair's normalised shares, one [pairs, d_head, d_head] tensor per kind, channels.csv's order);
+and summary.json (discoveries per kind and measure, the placebo pairs' false ones, per pair and per
+block's families, the detection limit: the raw z a lone composing pair needs, and the channels').
 
 Works on any weights file in TransformerLens's state-dict names, e.g.
 
@@ -15,8 +19,8 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import io, params, tables
-from pipeline.circuits import scoring, significance, weights
+from pipeline import checkpoint, io, params, tables
+from pipeline.circuits import channels, scoring, significance, weights
 from pipeline.cli import keep_freed_memory, resolve_device, run_cli, stage_parser, use_threads
 
 
@@ -38,17 +42,23 @@ def main(argv: list[str] | None = None) -> int:
         positions = weights.positions_of(metadata, source=args.weights)  # as the weights stage recorded
         measured, placebo = significance.measured(hw, c, args.seed, positions, device)
         scores, inv = tables.split_measures(measured)
+        split, split_placebo, shares = channels.measured_channels(hw, scores, c, args.seed, device)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         io.write_csv(out / "scores.csv", scores)
         io.write_csv(out / "invariant.csv", inv)
         io.write_csv(out / "placebo.csv", placebo)
+        io.write_csv(out / "channels.csv", split)
+        io.write_csv(out / "channels_placebo.csv", split_placebo)
+        meta = {"seed": args.seed, "rows": "channels.csv"}
+        checkpoint.save_state(out / "channels.safetensors", shares, meta)
         summary = {
             "fdr": c.fdr,
             **scoring.summarize(measured, placebo),
             # the raw z a lone composing pair needs, per kind and measure (from the placebo pairs alone)
             "detection_limits": significance.detection_limits(measured, placebo, c.fdr),
             "placebo_families": significance.family_summary(placebo),
+            "channels": channels.channels_summary(split, split_placebo),
         }
         io.write_json(out / "summary.json", summary)
 

@@ -149,3 +149,30 @@ def plant_key_reading(hw, src_head: int, dst_head: int, strength: float):
     values = U_Q[:, :2] @ U_O[:, :2].T  # [d_model, d_head]: b's query inputs into a's strongest value dims
     W_V[0, src_head] += values * (strength * hw.W_V[0, src_head].norm() / 2**0.5)
     return replace(hw, W_K=W_K, W_V=W_V)
+
+
+def plant_key_channel(hw, src_head: int, dst_head: int, strength: float):
+    """`hw` (two layers) with layer-1 head `dst_head`'s keys turned to read, through their strongest
+    channel, layer-0 head `src_head`'s strongest output channel: W_K -> G W_K, G the rotation of the
+    residual stream in the plane of the keys' top input direction k_0 and the writer's top output
+    direction w_0 that moves k_0 by the angle arcsin(`strength`) towards w_0 (strength 1: k_0 is
+    the part of w_0 orthogonal to it; 0: nothing). Every head keeps its circuits' spectra and
+    norms (G is orthogonal): only how the pair's channels meet changes, in one channel
+    (channels.py's null, a Haar rotation of the reader, keeps exactly the same)."""
+    from dataclasses import replace
+
+    from pipeline.circuits import channels
+
+    w_0 = channels.writer_circuit(hw).writes[0, src_head, :, 0]  # [d_model]
+    k_0 = channels.reader_circuit(hw, "K").reads[1, dst_head, :, 0]
+    u = w_0 - (w_0 @ k_0) * k_0
+    u = u / u.norm()  # [d_model], orthogonal to k_0
+    sin = strength
+    cos = (1 - sin**2) ** 0.5
+    # G = I + (cos - 1)(k k^T + u u^T) + sin (u k^T - k u^T): k_0 -> cos k_0 + sin u (row vectors: x G^T)
+    outer = lambda a, b: a[:, None] * b[None, :]  # noqa: E731
+    G = (torch.eye(hw.d_model, dtype=hw.W_K.dtype) + (cos - 1) * (outer(k_0, k_0) + outer(u, u))
+         + sin * (outer(u, k_0) - outer(k_0, u)))  # fmt: skip
+    W_K = hw.W_K.clone()
+    W_K[1, dst_head] = G @ W_K[1, dst_head]  # the keys read x G: their input directions move by G
+    return replace(hw, W_K=W_K)

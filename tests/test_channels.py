@@ -6,6 +6,7 @@ by the query's alignment with what the writer reads."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -263,3 +264,64 @@ def test_rotated_strand_depends_on_the_readers_head_basis_and_the_shares_do_not(
         else:
             assert ((r.rotated_sq / base.rotated_sq - 1).abs() > 1e-3).all()
         assert_same_table(ch.channel_shares(hw, "K"), ch.channel_shares(changed, "K"))
+
+
+# --- the channel null and its calibration -------------------------------------------------
+
+
+def test_the_channel_null_is_rotating_the_reader_in_the_residual_stream() -> None:
+    """channel_blocks' crosses are the law of W^T R K under a Haar R: the log top share's mean and sd
+    over 4000 blocks match those of actually rotating one pair's reader by 4000 Haar matrices
+    (within five standard errors), for a pair with distinct spectra."""
+    hw = model_heads("tiny", seed=4)
+    writer, reader = ch.writer_circuit(hw), ch.reader_circuit(hw, "K")
+    s, t = writer.s[0, 0], reader.s[1, 1]  # [d_head]
+    n = 4000
+    blocks = ch.channel_blocks(n, hw.d_model, hw.d_head, torch.Generator().manual_seed(0))
+    mean, sd = ch.top_share_null(s[None], t[None], blocks)
+    G = torch.randn(n, hw.d_model, hw.d_model, generator=torch.Generator().manual_seed(1), dtype=F64)
+    Q, R = torch.linalg.qr(G)
+    Q = Q * torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0)[:, None, :]  # Haar [n, D, D]
+    cross = writer.writes[0, 0].mT @ Q @ reader.reads[1, 1]  # [n, d_head, d_head]: w_i . R k_j
+    tops = ch.top_share((s[:, None] * cross * t[None, :]).square()).log()  # [n]
+    assert abs(mean.item() - tops.mean().item()) < 5 * tops.std().item() / n**0.5
+    assert sd.item() == pytest.approx(tops.std().item(), rel=0.1)
+    assert tops.std().item() > 0.01  # a real spread, so the comparison can fail
+
+
+def test_a_pair_that_is_not_a_discovery_has_no_channel_discovery() -> None:
+    """The stage's gate: only whole-pair discoveries are tested (BH over them alone); the rest have
+    NaN p and q and no channel discovery, whatever their channel z. The placebo rows are all tested."""
+    hw = model_heads("tiny", seed=1)
+    blocks = ch.channel_blocks(32, hw.d_model, hw.d_head, torch.Generator().manual_seed(0))
+    (later, _), (placebo, _) = ch.channel_rows(hw, blocks), ch.channel_rows(hw, blocks, placebo=True)
+    assert list(later["kind"].unique()) == ["Q", "K", "V"]
+    tested = np.zeros(len(later), dtype=bool)
+    tested[[0, 3]] = True
+    later["z"] = np.where(tested, later["z"], 50.0)  # untested pairs far above any bar
+    got, got_placebo = ch.calibrate_channels(later, placebo, 0.05, tested)
+    assert got["p"].notna().to_numpy().tolist() == tested.tolist()
+    assert not got.loc[~tested, "discovery"].any()
+    assert got_placebo["p"].notna().all() and not got_placebo["pair_discovery"].any()
+
+
+def test_errata_statistics_of_a_writer_that_reads_where_the_queries_read() -> None:
+    """rotation_statistics: a writer whose values read exactly the span of the reader's queries has
+    alignment 1, and rotated^2 / true^2 = alignment x anisotropy; query_chance = rank(W_Q) / d_model;
+    a writer whose output lies in the query span has output_query_share 1."""
+    g = torch.Generator().manual_seed(5)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
+    d_model, d_head = 12, 3
+    W_Q, W_K = r(2, 2, d_model, d_head), r(2, 2, d_model, d_head)
+    W_V, W_O = r(2, 2, d_model, d_head), r(2, 2, d_head, d_model)
+    W_V[0, 0] = W_Q[1, 1] @ r(d_head, d_head)  # a's values read span(W_Q^b)
+    W_O[0, 1] = r(d_head, d_head) @ W_Q[1, 0].mT  # a' writes into span(W_Q^b')
+    hw = head_weights(W_Q, W_K, W_V, W_O)
+    pairs = tuple(torch.tensor(x) for x in ([0, 0], [0, 1], [1, 1], [1, 0]))  # (0,0)->(1,1), (0,1)->(1,0)
+    stats = ch.rotation_statistics(hw, pairs)
+    assert stats["alignment"][0].item() == pytest.approx(1.0, abs=1e-12)
+    assert stats["output_query_share"][1].item() == pytest.approx(1.0, abs=1e-12)
+    assert stats["query_chance"].tolist() == [d_head / d_model] * 2
+    A, B, C, D = paper_letters(hw, "K", (0, 0), (1, 1))
+    ratio = fro2(B @ C @ D @ A) / fro2(A @ B @ C @ D)
+    assert ratio.item() == pytest.approx((stats["alignment"][0] * stats["anisotropy"][0]).item(), rel=1e-10)

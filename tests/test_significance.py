@@ -16,7 +16,7 @@ import yaml
 from models import random_model
 
 from pipeline import params
-from pipeline.circuits import scoring, significance, weights
+from pipeline.circuits import channels, scoring, significance, weights
 from pipeline.config import CompositionConfig, Config, ModelConfig
 from pipeline.model import train
 from pipeline.tables import INVARIANT, KINDS, MEASURES, VARIANTS
@@ -343,3 +343,80 @@ def test_the_planted_pair_is_discovered_and_few_others():
     }
     placebo = placebo[placebo["variant"] != INVARIANT]
     assert placebo["discovery"].mean() <= FDR
+
+
+# --- channel discoveries (pipeline/circuits/channels.py): the same null, the same checks ---------
+
+
+def channel_discoveries(hw, seed: int, draws: int = 64) -> pd.DataFrame:
+    """Every later pair's channel statistic tested (not only the whole-pair discoveries, as the
+    stage does): the channel null's calibration on its own."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = channels.channel_blocks(draws, hw.d_model, hw.d_head, gen)
+    later, _ = channels.channel_rows(hw, blocks)
+    placebo, _ = channels.channel_rows(hw, blocks, placebo=True)
+    return channels.calibrate_channels(later, placebo, FDR, np.ones(len(later), dtype=bool))[0]
+
+
+@pytest.mark.parametrize("shape", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
+def test_untrained_weights_have_at_most_one_kind_with_a_channel_discovery(shape):
+    """Fresh weights, every later pair tested: of the 9 (seed, kind) families at most one has any
+    channel discovery (BH's bound under a complete null)."""
+    raw = yaml.safe_load((ROOT / "conf" / "model" / f"{shape}.yaml").read_text())
+    raw["d_vocab"], raw["n_ctx"] = 512, 64
+    model_cfg = ModelConfig(**raw)
+    found = []
+    for seed in range(3):
+        fresh = random_model(model_cfg, seed=seed, dtype=torch.float32, perturb_biases=False)
+        hw, _ = weights.prepare(fresh.state_dict(), model_cfg)
+        found.append(channel_discoveries(hw, seed).groupby("kind")["discovery"].any())
+    assert pd.concat(found).sum() <= 1, found
+
+
+@pytest.mark.slow
+def test_surrogates_of_the_trained_model_have_channel_discoveries_at_most_at_the_nominal_rate(
+    trained_weights,
+):
+    """20 surrogates (scoring.surrogate), every later pair tested: at most the FDR's share of the
+    (surrogate, kind) families has any channel discovery."""
+    hw, _ = trained_weights
+    found = [
+        channel_discoveries(scoring.surrogate(hw, torch.Generator().manual_seed(i)), 0)
+        .groupby("kind")["discovery"]
+        .any()
+        for i in range(SURROGATES)
+    ]
+    share = pd.concat(found, axis=1).to_numpy().mean()
+    assert share <= FDR, share
+
+
+CHANNEL_BOUND = 6.0  # the channel z above which a planted channel of a discovered pair must be found
+
+
+@pytest.mark.slow
+def test_a_planted_channel_is_found_once_the_pair_is_a_discovery(trained_weights):
+    """Power: the quietest layer-1 head's keys turned, by a rotation that keeps every spectrum, to
+    read a layer-0 head's strongest output channel (planted.plant_key_channel) at growing strength:
+    the top channel is the planted (0, 0) from strength 0.3, its share and channel z grow with the
+    strength, and the pair is a channel discovery whenever it is a whole-pair discovery and its
+    channel z passes CHANNEL_BOUND; the strongest plant is both (so this cannot pass by never
+    reaching it)."""
+    hw, c = trained_weights
+    raw = significance.raw_tables(hw, c, 0, "shortformer")[0]
+    k = raw[(raw["kind"] == "K") & (raw["variant"] == "true")]
+    quiet = int(k.groupby("dst_head")["z"].max().idxmin())
+    src = int(k[k["dst_head"] == quiet].sort_values("z")["src_head"].iloc[0])
+    shares = []
+    for strength in (0.1, 0.3, 0.5, 0.7, 1.0):
+        fake = planted.plant_key_channel(hw, src, quiet, strength)
+        scores, _ = significance.measured(fake, c, 0, "shortformer")
+        later, _, _ = channels.measured_channels(fake, scores, c, 0)
+        pair = later[(later["kind"] == "K") & (later["src_layer"] == 0) & (later["src_head"] == src)
+                     & (later["dst_head"] == quiet)].iloc[0]  # fmt: skip
+        shares.append(pair["top_share"])
+        if strength >= 0.3:
+            assert (pair["writer_channel"], pair["reader_channel"]) == (0, 0), (strength, pair)
+        if pair["pair_discovery"] and pair["z"] > CHANNEL_BOUND:
+            assert pair["discovery"], (strength, pair)
+    assert shares == sorted(shares), shares
+    assert pair["pair_discovery"] and pair["discovery"] and pair["top_share"] > 0.8, pair

@@ -111,13 +111,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline.circuits.scoring import ZERO_RTOL, later_pairs
+from pipeline import streams
+from pipeline.circuits import significance
+from pipeline.circuits.scoring import PAIR_COLUMNS, ZERO_RTOL, haar_blocks, later_pairs
 from pipeline.circuits.weights import HeadWeights
-from pipeline.tables import KINDS
+from pipeline.config import CompositionConfig
+from pipeline.tables import CHANNEL_STATISTICS, CHANNELS_COLUMNS, KINDS, SIGNIFICANCE_COLUMNS
 
 # --- one circuit's SVD from its factors ------------------------------------------------
 
@@ -225,25 +229,9 @@ def channel_summary(shares: Tensor) -> pd.DataFrame:
     `shares`: raw or normalised, [L, H, L, H, d_head, d_head]; a pair whose shares are NaN
     (or all zero) gets NaN and <NA> channels (pass `Channels.normalised()` to treat a score
     that is zero up to rounding so)."""
-    L, H, d = shares.shape[0], shares.shape[1], shares.shape[-1]
-    i, h, j, g = later_pairs(L, H)
-    p = normalised(shares.cpu())[i, h, j, g].reshape(len(i), d * d)  # [pairs, d_head^2]
-    defined = ~p.isnan().any(-1)
-    top_share, top = p.nan_to_num(-1.0).max(-1)  # first of equal maxima
-
-    def channel(index: Tensor) -> pd.arrays.IntegerArray:
-        out = pd.array(index.numpy(), dtype="Int64")
-        out[~defined.numpy()] = pd.NA
-        return out
-
-    return pd.DataFrame(
-        {
-            "src_layer": i, "src_head": h, "dst_layer": j, "dst_head": g,
-            "writer_channel": channel(top // d), "reader_channel": channel(top % d),
-            "top_share": top_share.where(defined, torch.nan).numpy(),
-            "effective_channels": (1 / p.square().sum(-1)).numpy(),
-        }
-    )  # fmt: skip
+    pairs = later_pairs(shares.shape[0], shares.shape[1])
+    i, h, j, g = pairs
+    return _summary_rows(normalised(shares.cpu())[i, h, j, g], pairs)  # [pairs, d_head, d_head]
 
 
 # --- the errata's rotation, one K pair ------------------------------------------------------
@@ -301,3 +289,207 @@ def rotated_channels(W_Q: Tensor, W_K: Tensor, W_V: Tensor, W_O: Tensor) -> Rota
         gain_true=true_sq / trace_M,
         gain_rotated=rotated_sq / trace_PM,
     )
+
+
+# --- calibrated channel discoveries ------------------------------------------------------
+#
+# "This pair composes mainly through one channel", decided like a whole-pair discovery
+# (pipeline/circuits/significance.py). The statistic is the top channel's share of the pair's
+# corrected score. How large it is by chance depends on the two heads' spectra (a writer with one
+# dominant singular value gives a large top share whatever it meets), so its raw z is taken
+# against the pair's own null: the reader rotated by a Haar-random R of the residual stream, which
+# keeps both circuits and moves only how their channels meet. The crosses w_i . k_j then become
+# W^T R K, distributed as the top-left d_head x d_head block of a Haar matrix (W, K with
+# orthonormal columns), so one set of blocks serves every pair and kind (`top_share_null`):
+#
+#     z = (ln top_share - mean_R ln top_share) / sd_R ln top_share
+#
+# on the log scale: the top share is a maximum, and its null is skewed to the right (skewness
+# 1.3-1.8 over untrained models' pairs; 0.4-0.6 after the log), a tail the placebo pairs' exponential
+# fit underrates: with the share itself, 3 of 9 untrained (seed, kind) families of the text shape
+# had a discovery, none with its log.
+#
+# Then the placebo pairs' z (pairs that cannot compose) give each kind's centre, scale and tail,
+# and Benjamini-Hochberg runs over the kind's pairs whose whole corrected score is a discovery:
+# a pair that does not compose has no channel discoveries, and is not counted in the family
+# (`measured_channels`). The placebo pairs are tested the same way, leave one block out, every
+# one of them (not only the discovered: none are), so their discoveries are false ones.
+
+
+def pair_shares(writer: CircuitSVD, reader: CircuitSVD, pairs: tuple[Tensor, ...]) -> Tensor:
+    """[n, d_head, d_head]: the shares s_i^2 t_j^2 (w_i . k_j)^2 of n pairs (src_layer, src_head,
+    dst_layer, dst_head: four index arrays), any pairs, later or not."""
+    i, h, j, g = (torch.as_tensor(x) for x in pairs)
+    out = torch.empty(len(i), *writer.s.shape[-1:] * 2, dtype=writer.s.dtype, device=writer.s.device)
+    step = max(1, _CROSS_CHUNK // (writer.writes.shape[-2] * writer.writes.shape[-1]))
+    for a in range(0, len(i), step):
+        at = slice(a, a + step)
+        cross = writer.writes[i[at], h[at]].mT @ reader.reads[j[at], g[at]]  # [n, d_head (i), d_head (j)]
+        out[at] = (writer.s[i[at], h[at]][:, :, None] * cross * reader.s[j[at], g[at]][:, None, :]).square()
+    return out
+
+
+_CROSS_CHUNK = 2**24  # elements of the gathered singular vectors held at once (128 MB in float64)
+_NULL_CHUNK = 2**22  # elements of one [pairs, draws, d_head, d_head] block of the channel null
+
+
+def channel_blocks(n: int, d_model: int, d_head: int, gen: torch.Generator) -> Tensor:
+    """n draws [n, d_head, d_head] of the crosses W^T R K under a Haar rotation R (module comment
+    above): top-left blocks of Haar matrices, zero-padded where d_model < d_head (those channels
+    have s = 0 anyway)."""
+    k = min(d_model, d_head)
+    blocks = haar_blocks(n, d_model, k, gen)  # [n, k, k]
+    return torch.nn.functional.pad(blocks, (0, d_head - k, 0, d_head - k))
+
+
+def top_share(shares: Tensor) -> Tensor:
+    """[..]: the largest of each [.., d_head, d_head] table's shares over their sum (NaN for 0 / 0)."""
+    return shares.flatten(-2).amax(-1) / shares.sum((-2, -1))
+
+
+def top_share_null(s: Tensor, t: Tensor, blocks: Tensor) -> tuple[Tensor, Tensor]:
+    """(mean, sd) [n] of the log top share of n pairs (writer singular values s [n, d_head], reader's
+    t [n, d_head]) over the rotation draws `blocks` [draws, d_head, d_head] (`channel_blocks`)."""
+    n, draws, d = s.shape[0], blocks.shape[0], s.shape[-1]
+    mean = torch.empty(n, dtype=s.dtype, device=s.device)
+    sd = torch.empty_like(mean)
+    step = max(1, _NULL_CHUNK // (draws * d * d))
+    for a in range(0, n, step):
+        at = slice(a, a + step)
+        shares = (s[at, None, :, None] * blocks * t[at, None, None, :]).square()  # [m, draws, d, d]
+        tops = top_share(shares).log()  # [m, draws]
+        mean[at], sd[at] = tops.mean(-1), tops.std(-1)
+    return mean, sd
+
+
+def rotation_statistics(hw: HeadWeights, pairs: tuple[Tensor, ...]) -> dict[str, Tensor]:
+    """K pairs' errata statistics [n] (module doc, "The errata's reading"): alignment and
+    anisotropy (rotated^2 / true^2 = alignment x anisotropy, `rotated_channels`), the share of the
+    writer's output (its channels weighted by s_i^2) inside the span of the reader's query input,
+    output_query_share, and its chance value under a rotation of the writer, query_chance =
+    rank(W_Q^b) / d_model."""
+    i, h, j, g = (torch.as_tensor(x) for x in pairs)
+    W_Q, W_K, W_V, W_O = hw.W_Q[j, g], hw.W_K[j, g], hw.W_V[i, h], hw.W_O[i, h]  # [n, d_model, d_head]..
+    rotated = rotated_channels(W_Q, W_K, W_V, W_O)
+    writer = circuit_svd(W_V, W_O.mT)
+    query = circuit_svd(W_Q, torch.eye(hw.d_head, dtype=W_Q.dtype, device=W_Q.device))
+    in_span = query.s > ZERO_RTOL * query.s[..., :1]  # [n, d_head]: W_Q's span
+    q_w = (query.reads.mT @ writer.writes).square() * in_span[..., :, None]  # (q_m . w_i)^2 [n, m, i]
+    s2 = writer.s.square()
+    return {
+        "alignment": rotated.alignment,
+        "anisotropy": rotated.anisotropy,
+        "output_query_share": (q_w.sum(-2) * s2).sum(-1) / s2.sum(-1),
+        "query_chance": in_span.sum(-1).to(W_Q.dtype) / hw.d_model,
+    }
+
+
+def channel_rows(
+    hw: HeadWeights, blocks: Tensor, placebo: bool = False
+) -> tuple[pd.DataFrame, dict[str, Tensor]]:
+    """Uncalibrated channels.csv rows of every kind (KINDS order; pairs in `scoring.later_pairs`
+    order, or `placebo_pairs`'), and each kind's normalised shares [n_pairs, d_head, d_head]."""
+    from pipeline.circuits.scoring import placebo_pairs  # the pair lists live with the scores
+
+    pairs = (placebo_pairs if placebo else later_pairs)(hw.n_layers, hw.n_heads)
+    index = tuple(torch.as_tensor(x) for x in pairs)
+    writer = writer_circuit(hw)
+    parts, tables = [], {}
+    for kind in KINDS:
+        reader = reader_circuit(hw, kind)
+        shares = pair_shares(writer, reader, index)  # [n, d_head, d_head]
+        i, h, j, g = index
+        null_mean, null_sd = top_share_null(writer.s[i, h], reader.s[j, g], blocks)
+        norms = torch.linalg.vector_norm(writer.s[i, h], dim=-1) * torch.linalg.vector_norm(
+            reader.s[j, g], dim=-1
+        )
+        scores = shares.sum((-2, -1)).sqrt() / norms  # the true scores [n]
+        p = normalised(shares).masked_fill((scores <= ZERO_RTOL)[:, None, None], torch.nan)
+        tables[kind] = p
+        frame = _summary_rows(p.cpu(), pairs)
+        top, mean, sd = (x.cpu().numpy() for x in (top_share(p).log(), null_mean, null_sd))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = np.where(sd > 0, (top - mean) / sd, np.nan)
+        stats = {c: np.nan for c in CHANNEL_STATISTICS}
+        if kind == "K" and not placebo:
+            stats = {c: v.cpu().numpy() for c, v in rotation_statistics(hw, index).items()}
+        parts.append(frame.assign(kind=kind, null_mean=mean, null_std=sd, z=z, **stats))
+    return pd.concat(parts, ignore_index=True), tables
+
+
+def _summary_rows(p: Tensor, pairs: tuple[np.ndarray, ...]) -> pd.DataFrame:
+    """`channel_summary`'s columns from normalised shares p [n, d_head, d_head] of `pairs`."""
+    i, h, j, g = pairs
+    d = p.shape[-1]
+    flat = p.reshape(len(i), d * d)  # [pairs, d_head^2]
+    defined = ~flat.isnan().any(-1)
+    top_share_, top = flat.nan_to_num(-1.0).max(-1)  # first of equal maxima
+
+    def channel(index: Tensor) -> pd.arrays.IntegerArray:
+        out = pd.array(index.numpy(), dtype="Int64")
+        out[~defined.numpy()] = pd.NA
+        return out
+
+    return pd.DataFrame(
+        {
+            "src_layer": i, "src_head": h, "dst_layer": j, "dst_head": g,
+            "writer_channel": channel(top // d), "reader_channel": channel(top % d),
+            "top_share": top_share_.where(defined, torch.nan).numpy(),
+            "effective_channels": (1 / flat.square().sum(-1)).numpy(),
+        }
+    )  # fmt: skip
+
+
+def measured_channels(
+    hw: HeadWeights, scores: pd.DataFrame, cfg: CompositionConfig, seed: int, device: str | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Tensor]]:
+    """(channels.csv, the placebo pairs' rows, each kind's normalised shares [n_pairs, d_head,
+    d_head] on the CPU in float32): every later pair's channel table summarised and its channel
+    discovery at `cfg.fdr` (module comment above). `scores`: the composition stage's calibrated
+    scores (its variant "true" rows give pair_discovery); `cfg.null_samples` rotation draws."""
+    hw = hw.to(torch.float64).to(device)
+    gen = torch.Generator().manual_seed(streams.seed_of(seed, "channels.null"))
+    blocks = channel_blocks(cfg.null_samples, hw.d_model, hw.d_head, gen).to(device)
+    later, tables = channel_rows(hw, blocks)
+    placebo, _ = channel_rows(hw, blocks, placebo=True)
+    true = scores[scores["variant"] == "true"].set_index(["kind", *PAIR_COLUMNS])["discovery"]
+    keys = pd.MultiIndex.from_frame(later[["kind", *PAIR_COLUMNS]])
+    later["pair_discovery"] = true.reindex(keys).to_numpy(dtype=bool, na_value=False)
+    later, placebo = calibrate_channels(later, placebo, cfg.fdr, later["pair_discovery"].to_numpy())
+    order = list(CHANNELS_COLUMNS)
+    return later[order], placebo[order], {k: v.to("cpu", torch.float32) for k, v in tables.items()}
+
+
+def calibrate_channels(
+    later: pd.DataFrame, placebo: pd.DataFrame, fdr: float, tested: np.ndarray
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(later, placebo) `channel_rows` with SIGNIFICANCE_COLUMNS: the `tested` rows of `later`
+    (a bool mask; the stage's: the whole-pair discoveries) against their kind's placebo null, BH
+    over them per kind; the rest untested (NaN p, no discovery). The placebo rows all tested,
+    each block against the others' null (`significance.calibrate`). Also pair_discovery = False
+    on the placebo rows (they cannot compose)."""
+    # significance's families are (kind, variant): the channel statistic is one more measure
+    done, placebo = significance.calibrate(
+        later[tested].assign(variant="channel"), placebo.assign(variant="channel"), fdr
+    )
+    later = later.join(done[list(SIGNIFICANCE_COLUMNS)])
+    later["discovery"] = later["discovery"].astype("boolean").fillna(False).astype(bool)
+    return later, placebo.drop(columns="variant").assign(pair_discovery=False)
+
+
+def channels_summary(later: pd.DataFrame, placebo: pd.DataFrame) -> dict:
+    """summary.json's "channels": per kind, the pairs tested (whole-pair discoveries), their channel
+    discoveries, and the tested pairs' median top share and effective channels; and the placebo
+    pairs' families with a (false) channel discovery per block (`significance.family_summary`).
+    JSON-ready."""
+    out: dict = {"kinds": {}}
+    for kind in KINDS:
+        mine = later[(later["kind"] == kind) & later["pair_discovery"]]
+        medians = mine[["top_share", "effective_channels"]].median()
+        out["kinds"][kind] = {
+            "tested": len(mine),
+            "discoveries": int(mine["discovery"].sum()),
+            **{f"median_{c}": (float(v) if np.isfinite(v) else None) for c, v in medians.items()},
+        }
+    out["placebo_families"] = significance.family_summary(placebo.assign(variant="channel"))
+    return out
