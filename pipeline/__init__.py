@@ -8,8 +8,8 @@ The library behind the DVC stages, in the order the data travels:
 - `circuits/`: analysis-ready weights and the composition measures on them (`weights`,
   `strands`, `composition`, `invariant`, `scoring`, `significance`); pure maths on weights,
   it never imports `model/` or `data/`;
-- `behaviour/`: what the heads do on text (`heads`, `ablation`, `agreement`, `dynamics`,
-  `phases`);
+- `behaviour/`: what the heads do on text (`heads`, `ablation`, `channel_check`, `agreement`,
+  `dynamics`, `phases`);
 - `compare/`: the claims across seeds; `present/`: figures and the HTML report;
 
 all over a ground of shared modules: `errors`, `io`, `cli`, `config`, `params`, `tables`,

@@ -1,11 +1,14 @@
 """Classify every head and check composition against a causal path ablation:
 heads.csv, ablation.csv (each effect averaged over the disjoint batches), ablation_batches.csv (every
-batch: the ablation's noise), patterns.safetensors (one probe sequence), summary.json.
+batch: the ablation's noise), patterns.safetensors (one probe sequence), summary.json; with
+--channels, also channel_ablation.csv (each discovered K pair's top channel cut alone, beside
+the whole path, every batch: pipeline/behaviour/channel_check.py) and its summary.json entry.
 
     python -m stages.heads --model outputs/train/seed0/model.safetensors \
         --config outputs/train/seed0/config.json --weights outputs/weights/seed0/heads.safetensors \
         --scores outputs/composition/seed0/scores.csv \
-        --invariant outputs/composition/seed0/invariant.csv --tokenized outputs/tokenizer \
+        --invariant outputs/composition/seed0/invariant.csv \
+        --channels outputs/composition/seed0/channels.csv --tokenized outputs/tokenizer \
         --seed 0 --out outputs/heads/seed0
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 import sys
 
 from pipeline import checkpoint, io, params, tables
-from pipeline.behaviour import heads
+from pipeline.behaviour import channel_check, heads
 from pipeline.circuits import weights
 from pipeline.cli import keep_freed_memory, resolve_device, run_cli, stage_parser, use_threads
 from pipeline.data import datasets
@@ -30,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scores", required=True, help="scores.csv of the composition stage")
     parser.add_argument(
         "--invariant", help="invariant.csv of the composition stage: its agreement with the ablation too"
+    )
+    parser.add_argument(
+        "--channels", help="channels.csv of the composition stage: cut each discovered K pair's top channel"
     )
     parser.add_argument("--tokenized", help="the tokenizer stage's directory (data.source = text)")
     parser.add_argument(
@@ -50,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.invariant:
             inv = tables.read_csv(args.invariant, tables.INVARIANT_COLUMNS, empty_ok=False)
             measured = tables.join_measures(scores, inv)
+        channels = None  # read before the analysis: a bad file fails at once
+        if args.channels:
+            channels = tables.read_csv(args.channels, tables.CHANNELS_COLUMNS, empty_ok=False)
         dataset = datasets.load(  # one batch of held-out windows per ablation batch
             cfg.data,
             model.cfg,
@@ -61,11 +70,21 @@ def main(argv: list[str] | None = None) -> int:
         sources = (args.model, args.weights)
         result = heads.analyse(model, hw, dataset, h, args.seed, scores, sources, device)
         summary = heads.summarize(result, measured, h.min_effect)
+        checked = None
+        if channels is not None:  # on the batches of the whole-path cuts in result.batches
+            checked = channel_check.analyse(
+                model, hw, channels, dataset, h, args.seed, result.batches, device, args.channels
+            )
+            summary["channel_ablation"] = channel_check.summarize(checked)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         io.write_csv(out / "heads.csv", result.table)
         io.write_csv(out / "ablation.csv", result.ablation)
         io.write_csv(out / "ablation_batches.csv", result.batches)
+        if checked is not None:
+            io.write_csv(out / "channel_ablation.csv", checked)
+        else:  # no check this run: none of an earlier run's left beside this summary
+            (out / "channel_ablation.csv").unlink(missing_ok=True)
         checkpoint.save_state(out / "patterns.safetensors", result.example, {"seed": args.seed})
         io.write_json(out / "summary.json", summary)
 

@@ -291,8 +291,8 @@ MUTATIONS = (
         "ablation-same-probe",
         "every ablation batch gets the probe of the first batch",
         "pipeline/behaviour/heads.py",
-        "model.cfg.d_vocab, seed, batch=b)",
-        "model.cfg.d_vocab, seed)",
+        "d_vocab, seed, batch=b)",
+        "d_vocab, seed)",
         (G + "test_analyse_ablates_each_held_out_batch_with_its_own_probe",),
     ),
     Mutation(

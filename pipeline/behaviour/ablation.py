@@ -32,11 +32,26 @@ j at once (at one kind) gives each head b exactly its single-edge result. Severa
 source heads a are stacked along the batch of one block call. The loss then needs one
 pass through the later layers per b (b's new output, every other head's clean one):
 all b are batched. `ablate_path` is the single-edge reference, through per-head inputs.
+
+One channel of a K edge (`channel_ablation`; the causal check of the channel shares of
+pipeline/circuits/channels.py). Writer a's OV circuit writes along orthonormal directions w_i,
+reader b's keys read the residual along orthonormal directions k_j (its K circuit's SVD). Cutting
+channel (i, j) removes, from b's key input only, writer channel i's mean-ablated contribution to
+reader channel j's read, and nothing else:
+
+    key input of b = resid - ((write_a - mean_batch(write_a)) . w_i) (w_i . k_j) k_j
+
+Its read along k_j loses exactly what a's channel i put there beyond its mean (a's write lies in
+the span of the w's); its reads along the other k's are unchanged (the k's are orthonormal), and
+so is what a's other channels give channel j. Cutting every (i, j) at once is the whole-path K
+cut, as far as b's keys can tell. Effects as above; w orthogonal to k changes nothing.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import pandas as pd
 import torch
@@ -166,14 +181,35 @@ def ablate_path(
     """(attn_effect, loss_effect, pattern_effect) of cutting one edge a -> b(kind), the direct way:
     per-head inputs to layer j in which only head b's `kind` input reads the ablated stream; the
     pattern effect written out for head b alone (module doc)."""
-    (i, a), (j, b) = src, dst
-    if not 0 <= i < j < model.cfg.n_layers:
-        raise ValueError(f"the source layer {i} must come before the destination layer {j}")
+    (i, a), (j, _) = src, dst
+    _require_order(i, j, model.cfg.n_layers)
     logits, cache = model.run_with_cache(tokens)
+    return _one_head_reads(model, tokens, logits, cache, dst, kind, _mean_ablated(cache, i, a, j), length)
+
+
+def _require_order(i: int, j: int, n_layers: int) -> None:
+    if not 0 <= i < j < n_layers:
+        raise ValueError(f"the source layer {i} must come before the destination layer {j}")
+
+
+def _one_head_reads(
+    model: AttnOnlyTransformer,
+    tokens: Tensor,
+    logits: Tensor,
+    cache: Cache,
+    dst: tuple[int, int],
+    kind: str,
+    stream: Tensor,
+    length: int | None,
+) -> tuple[float, float, float]:
+    """(attn_effect, loss_effect, pattern_effect) when head b = `dst` alone reads `stream`
+    [batch, pos, d_model] at its `kind` input: per-head inputs to layer j, every other head and
+    b's other inputs clean; `logits` and `cache` the clean pass's."""
+    j, b = dst
     per_head = cache.resid_pre[j][:, :, None].repeat(
         1, 1, model.cfg.n_heads, 1
     )  # [batch, pos, head, d_model]
-    per_head[:, :, b] = _mean_ablated(cache, i, a, j)
+    per_head[:, :, b] = stream
     out = model.blocks[j](cache.resid_pre[j], cache.pos, replace={kind: per_head}, cache=True)
     loss = next_token_loss(model.logits_from(out.resid, j + 1, cache.pos), tokens)
     attn_effect = _induction(cache.pattern[j], length)[b] - _induction(out.pattern, length)[b]
@@ -185,6 +221,108 @@ def ablate_path(
         clean, ablated = cache.pattern[j][:, b], out.pattern[:, b]
         pattern_effect = 0.5 * (ablated - clean).abs().sum(-1).mean()
     return float(attn_effect), float(loss - next_token_loss(logits, tokens)), float(pattern_effect)
+
+
+# --- one channel of a K edge (module doc) -------------------------------------------------------
+
+
+class ChannelCut(NamedTuple):
+    """Channel (i, j) of the K edge a -> b: writer a's output direction w (w_i of OV^a) and reader
+    b's key-input direction k (k_j of QK^bT), unit vectors [d_model] in the residual stream's basis
+    (`pipeline.circuits.channels`: `writer_circuit(hw).writes[.., :, i]`, `reader_circuit(hw,
+    "K").reads[.., :, j]`; their signs do not matter)."""
+
+    src: tuple[int, int]  # a: (layer, head)
+    dst: tuple[int, int]  # b: (layer, head), a later layer
+    w: Tensor  # [d_model]
+    k: Tensor  # [d_model]
+
+
+def _channel_cut(cache: Cache, cut: ChannelCut) -> Tensor:
+    """Layer j's residual input less writer channel w's mean-ablated contribution to reader channel
+    k: resid - ((write_a - mean_batch(write_a)) . w) (w . k) k  [batch, pos, d_model]."""
+    (i, a), (j, _) = cut.src, cut.dst
+    write = cache.result[i][:, :, a]  # [batch, pos, d_model]
+    w, k = (v.to(write) for v in (cut.w, cut.k))
+    read = (write - write.mean(0, keepdim=True)) @ w * (w @ k)  # [batch, pos]: what channel j loses
+    return cache.resid_pre[j] - read[..., None] * k
+
+
+@torch.no_grad()
+def channel_ablation(
+    model: AttnOnlyTransformer, tokens: Tensor, cuts: Sequence[ChannelCut], length: int | None
+) -> pd.DataFrame:
+    """One row per cut of `cuts`, in their order: src_layer, src_head, dst_layer, dst_head and the
+    effects of cutting that one channel of the K edge a -> b (module doc): attn_effect, loss_effect,
+    pattern_effect, as `path_ablation`'s. `tokens` [batch, pos]: repeated `[first, span, span]` with
+    `length`-token spans, or held-out text (`length` None: attn_effect NaN).
+
+    Exact without LayerNorm (`normalization_type` null, the default models), where the analysis
+    weights that give w and k are the model's. With LayerNorm they are folded and centred (w and k
+    orthogonal to the all-ones direction, which ln1 removes): the cut is made, as the whole-path
+    cut is, on the residual stream before ln1, so reader channel j's read loses exactly a's
+    channel i up to ln1's scale, which the cut changes (every channel's read at a position is
+    divided by the new scale). An approximation, the whole-path cut's own.
+
+    Fast path, as `path_ablation`'s: every head of layer j reads the cut stream at K (head b's
+    pattern depends only on b's own inputs), the cuts into one layer stacked along the batch of
+    one block call, and their loss passes batched."""
+    logits, cache = model.run_with_cache(tokens)
+    clean_loss = next_token_loss(logits, tokens)
+    B, T = tokens.shape
+    H = model.cfg.n_heads
+    effects: list[tuple[float, float, float]] = [(math.nan,) * 3] * len(cuts)  # each set below
+    for j in sorted({cut.dst[0] for cut in cuts}):
+        block = model.blocks[j]
+        into = [n for n, cut in enumerate(cuts) if cut.dst[0] == j]  # the cuts into layer j
+        for n in into:
+            _require_order(cuts[n].src[0], j, model.cfg.n_layers)
+        resid = cache.resid_pre[j]  # [batch, pos, d_model]
+        clean_induction = _induction(cache.pattern[j], length)  # [head]
+        clean_result = cache.result[j]  # [batch, pos, head, d_model]
+        resid_post = resid + clean_result.sum(dim=2) + block.attn.b_O  # [batch, pos, d_model]
+        step = _sources_per_chunk(B, T, H, clean_result.shape[-1])
+        per_loss = _heads_per_loss_chunk(B, T, model.cfg.d_vocab)
+        for first in range(0, len(into), step):
+            chunk = into[first : first + step]
+            m = len(chunk)
+            heads = torch.tensor([cuts[n].dst[1] for n in chunk], device=tokens.device)  # [m]: each cut's b
+            keys = torch.cat([_channel_cut(cache, cuts[n]) for n in chunk])  # [m * batch, pos, d_model]
+            out = block(resid.repeat(m, 1, 1), cache.pos, replace={"K": keys}, cache=True)
+            rows = torch.arange(m, device=tokens.device)
+            pattern = out.pattern.view(m, B, H, T, T)[rows, :, heads]  # [m, batch, query_pos, key_pos]: b's
+            clean = cache.pattern[j][:, heads].transpose(0, 1)  # [m, batch, query_pos, key_pos]
+            moved = 0.5 * (pattern - clean).abs().sum(-1).mean(dim=(1, 2))  # [m]
+            attn = clean_induction[heads] - torch.stack(
+                [_induction(p[:, None], length)[0] for p in pattern]
+            )  # [m]
+            delta = out.result.view(m, B, T, H, -1)[rows, :, :, heads] - clean_result[:, :, heads].permute(
+                2, 0, 1, 3
+            )  # [m, batch, pos, d_model]: b's new write less its clean one
+            loss = torch.empty(m, dtype=clean_loss.dtype, device=tokens.device)
+            for g in range(0, m, per_loss):  # one copy of the batch per cut
+                part = slice(g, min(g + per_loss, m))
+                size = part.stop - part.start
+                stream = (resid_post + delta[part]).reshape(size * B, T, -1)  # [size * batch, pos, d_model]
+                new_logits = model.logits_from(stream, j + 1, cache.pos)
+                ablated = next_token_loss(new_logits, tokens.repeat(size, 1), reduce=False)
+                loss[part] = ablated.view(size, -1).mean(-1) - clean_loss
+            values = zip(attn.tolist(), loss.tolist(), moved.tolist(), strict=True)  # one copy each off a GPU
+            for n, effect in zip(chunk, values, strict=True):
+                effects[n] = effect
+    rows_out = [(*cut.src, *cut.dst, *effect) for cut, effect in zip(cuts, effects, strict=True)]
+    return pd.DataFrame(rows_out, columns=COLUMNS[1:])
+
+
+@torch.no_grad()
+def ablate_channel(
+    model: AttnOnlyTransformer, tokens: Tensor, cut: ChannelCut, length: int | None
+) -> tuple[float, float, float]:
+    """(attn_effect, loss_effect, pattern_effect) of one channel cut (`channel_ablation`), the direct
+    way: per-head inputs to layer j in which only head b's keys read the cut stream."""
+    _require_order(cut.src[0], cut.dst[0], model.cfg.n_layers)
+    logits, cache = model.run_with_cache(tokens)
+    return _one_head_reads(model, tokens, logits, cache, cut.dst, "K", _channel_cut(cache, cut), length)
 
 
 @torch.no_grad()

@@ -216,16 +216,25 @@ def analyse(
     `dataset` (loaded with that many times `eval_sequences`); `scores` is the composition stage's
     scores.csv, `sources` name the model and the weights in errors."""
     require_lengths_fit(model.cfg.n_ctx, cfg)
+    probes, heldout = evaluation_batches(dataset, cfg, model.cfg.d_vocab, seed)
+    return analyse_batches(model, hw, probes, heldout, cfg, scores, sources, seed, device)
+
+
+def evaluation_batches(
+    dataset: datasets.Dataset, cfg: HeadsConfig, d_vocab: int, seed: int
+) -> tuple[list[Tensor], list[Tensor]]:
+    """`analyse`'s batches: (probes, held-out batches), batch b of each a pair; the same for the
+    same arguments (the channel check reads them again: `pipeline.behaviour.channel_check`)."""
     n = cfg.eval_sequences
     # as many batches as the held-out windows give (all of them when loaded with ablation_batches x n)
     heldout = [
         dataset.eval[b * n : (b + 1) * n] for b in range(cfg.ablation_batches) if len(dataset.eval) > b * n
     ]
     probes = [
-        datasets.repeated_probe(dataset, n, cfg.repeat_length, model.cfg.d_vocab, seed, batch=b)
+        datasets.repeated_probe(dataset, n, cfg.repeat_length, d_vocab, seed, batch=b)
         for b in range(len(heldout))
     ]
-    return analyse_batches(model, hw, probes, heldout, cfg, scores, sources, seed, device)
+    return probes, heldout
 
 
 @torch.no_grad()
