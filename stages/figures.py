@@ -2,12 +2,15 @@
 side, and a heatmap of score minus baseline per composition kind; with the heads stage's
 outputs, every head's attention pattern titled with its role, copying vs QK positivity,
 and the path-ablation effects against each composition variant; with the dynamics stage's
-outputs, composition through training (dynamics).
+outputs, composition through training (dynamics); with the composition stage's channel
+tables, each discovered pair's shares by writer x reader channel (channels, and channels.json:
+the counts the report's caption gives).
 
     python -m stages.figures --scores outputs/composition/seed0/scores.csv \
         --heads outputs/heads/seed0/heads.csv --ablation outputs/heads/seed0/ablation.csv \
         --heads-summary outputs/heads/seed0/summary.json --patterns outputs/heads/seed0/patterns.safetensors \
-        --dynamics outputs/dynamics/seed0 --out outputs/figures/seed0
+        --dynamics outputs/dynamics/seed0 --channels outputs/composition/seed0/channels.csv \
+        --channel-shares outputs/composition/seed0/channels.safetensors --out outputs/figures/seed0
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import sys
 
 from pipeline import io, params, tables
 from pipeline.cli import run_cli, stage_parser
+from pipeline.errors import UserError
 from pipeline.present import figures
+from pipeline.present.figures import channels as channel_figures
 from pipeline.present.figures import composition as composition_figures
 from pipeline.present.figures import dynamics as dynamics_figures
 from pipeline.present.figures import heads as heads_figures
@@ -38,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patterns", help="patterns.safetensors of the heads stage")
     parser.add_argument(
         "--dynamics", help="the dynamics stage's directory of this seed (steps.tsv, summary.json)"
+    )
+    parser.add_argument("--channels", help="channels.csv of the composition stage (with --channel-shares)")
+    parser.add_argument(
+        "--channel-shares", help="channels.safetensors of the composition stage (with --channels)"
     )
     parser.add_argument("--out", required=True, help="output directory")
 
@@ -64,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.dynamics}/steps.tsv", tables.STEPS_COLUMNS, sep="\t", empty_ok=False
             )
             pair, fdr = dynamics_figures.read_summary(f"{args.dynamics}/summary.json")
+        if bool(args.channels) != bool(args.channel_shares):  # the table names the pairs, the file holds them
+            raise UserError("--channels, --channel-shares", "give both or neither")
+        if args.channels:
+            channels = tables.read_csv(args.channels, tables.CHANNELS_COLUMNS, empty_ok=False)
+            shares = channel_figures.read_shares(args.channel_shares)
+            picked = channel_figures.discovered(channels, shares, scores, source=str(args.channel_shares))
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         diagram = composition_figures.errata_diagram(
@@ -95,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.dynamics:
             fig = dynamics_figures.dynamics_figure(steps, pair, fdr)
             figures.save(fig, out / "dynamics", dpi=cfg.dpi)
+        if args.channels:
+            figures.save(channel_figures.channel_maps(picked, shares), out / "channels", dpi=cfg.dpi)
+            io.write_json(out / "channels.json", picked.facts())
 
     return run_cli(parser, body, argv)
 

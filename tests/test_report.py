@@ -17,12 +17,14 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import channel_tables
 import pandas as pd
 import pytest
 import synthetic_seeds as syn
 
-from pipeline import params, tables
-from pipeline.present import report
+from pipeline import io, params, tables
+from pipeline.present import figures, report
+from pipeline.present.figures import channels as channel_figures
 from stages import compare as compare_stage
 from stages import report as report_stage
 
@@ -54,8 +56,29 @@ class Page(HTMLParser):
             self.style += data
 
 
+# synthetic_seeds' true discoveries, each with its one channel; the first a channel discovery
+CHANNELS = {
+    ("K", 0, 0, 1, 0): (0, 0),
+    ("K", 0, 0, 1, 1): (1, 0),
+    ("K", 0, 1, 1, 0): (0, 2),
+    ("V", 0, 2, 1, 2): (3, 1),
+}
+
+
+def draw_channels(figures_dir: Path, seeds=SEEDS) -> None:
+    """Each seed's channel figure and its facts, as the figures stage writes them."""
+    frame, shares = channel_tables.tables(CHANNELS, CHANNELS, channel_discovery=[("K", 0, 0, 1, 0)])
+    for seed in seeds:
+        picked = channel_figures.discovered(frame, shares, syn.scores(syn.scale_of(seed)))
+        figures.save(
+            channel_figures.channel_maps(picked, shares), figures_dir / f"seed{seed}" / "channels", dpi=40
+        )
+        io.write_json(figures_dir / f"seed{seed}" / "channels.json", picked.facts())
+
+
 def build(root: Path, seeds=SEEDS) -> Path:
     dirs = syn.write_stage_outputs(root / "outputs", seeds)
+    draw_channels(dirs["figures"], seeds)
     p = root / "params.yaml"
     p.write_text(
         params.dump(
@@ -141,7 +164,8 @@ def test_page_embeds_every_figure_byte_for_byte(page):
     images = [a for t, a in Page(page.read_text()).tags if t == "img"]
     embedded = sorted(base64.b64decode(a["src"].split(",", 1)[1]) for a in images)
     expected = expected_images(root)
-    assert len(expected) == 4 + len(SEEDS)  # claims, curves, roles, timing; each seed's errata diagram
+    # claims, curves, roles, timing; each seed's errata diagram and channel figure
+    assert len(expected) == 4 + 2 * len(SEEDS)
     assert embedded == sorted(expected.values())
     assert all(a["alt"] for a in images)
 
@@ -152,8 +176,8 @@ def test_page_shows_claims_tables_config_and_environment(page):
     verdicts = [s["verdict"] for claim in summary["claims"].values() for s in claim.values()]
     assert summary["claims"]["a"]["rotated"]["verdict"] == "holds" and "inconclusive" in verdicts
     # planted (synthetic_seeds): a, c and c_inv under both hypotheses, b, m and t against both
-    # rotations, d (rotated); b_inv and m_inv rest on an uncalibrated measure: no verdict
-    assert text.count('class="holds">holds<') == verdicts.count("holds") == 12
+    # rotations, d (rotated), e; b_inv and m_inv rest on an uncalibrated measure: no verdict
+    assert text.count('class="holds">holds<') == verdicts.count("holds") == 13
     assert text.count('class="uncalibrated">uncalibrated<') == verdicts.count("uncalibrated") == 3
     assert "against B C D A" in text and "against D A B C" in text  # (m) and (t), a row per rotation
     assert "rotated denominators" in text and "true denominators" in text  # both hypotheses, side by side
@@ -164,6 +188,49 @@ def test_page_shows_claims_tables_config_and_environment(page):
     )  # composition and roles tables
     assert "dpi: 40" in text  # the config
     assert f"<td>{importlib.metadata.version('torch')}</td>" in text and "git revision" in text
+
+
+def test_each_seed_shows_its_channel_figure_with_its_caption_after_the_errata_diagram(page):
+    text = page.read_text()
+    for seed in SEEDS:
+        section = text.split(f'<h2 id="seed{seed}">', 1)[1].split("<h2", 1)[0]
+        alts = [a["alt"] for t, a in Page(section).tags if t == "img"]
+        assert alts == ["errata_diagram.png", "channels.png"]  # continues the diagram's subject
+        caption = section.split('alt="channels.png"><figcaption>', 1)[1].split("</figcaption>", 1)[0]
+        assert caption.startswith("<strong>channels.png</strong>: Where each discovered pair composes")
+        for words in (
+            "all 4 pairs whose corrected score is a discovery (K 3, Q 0, V 1)",  # how many
+            "Rows: the writer&#x27;s channels i",  # the axes
+            "columns: the reader&#x27;s channels j",
+            "(all 4)",  # d_head 4: every channel shown
+            "Share (i, j) is the fraction of the pair&#x27;s squared corrected numerator",  # a share
+            "sum to 1",
+            "channel discovery (1 shown)",
+        ):
+            assert words in caption, words
+
+
+def test_channel_caption_counts_what_was_left_out_and_says_when_nothing_was_found():
+    facts = {
+        "discovered": {"K": 20, "Q": 3, "V": 7}, "shown": 24, "left_out": 6, "channel_discoveries": 5,
+        "d_head": 64, "channels_shown": 16,
+    }  # fmt: skip
+    caption = report.channels_caption(facts)
+    assert "24 of the 30 pairs" in caption and "(K 20, Q 3, V 7)" in caption
+    assert "the 6 with the lowest calibrated z are left out" in caption and "leading 16 of 64" in caption
+    none = {**facts, "discovered": {"K": 0, "Q": 0, "V": 0}, "shown": 0, "left_out": 0}
+    assert report.channels_caption(none).startswith("No pair's corrected score is a discovery")
+
+
+def test_a_broken_channel_facts_file_is_named(page, tmp_path, capsys):
+    root = page.parents[1]
+    shutil.copytree(root / "figures", tmp_path / "figures")
+    (tmp_path / "figures" / "seed1" / "channels.json").write_text('{"shown": 3}')
+    args = ["--params", str(root.parent / "params.yaml"), "--compare", str(root / "compare")]
+    code = report_stage.main(
+        [*args, "--figures", str(tmp_path / "figures"), "--out", str(tmp_path / "i.html")]
+    )
+    assert code != 0 and "seed1/channels.json: not the figures stage's facts" in capsys.readouterr().err
 
 
 def test_cross_seed_table_has_one_row_per_statistic_in_claims_order():

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline import io
 from pipeline.compare.claims import CLAIMS, HYPOTHESIS_LABELS, PRIMARY_EFFECT, STATISTICS
 from pipeline.errors import UserError
 from pipeline.tables import CAUSAL_THRESHOLDS, DIMENSIONS, KINDS, MEASURES, threshold_key
@@ -75,22 +76,76 @@ class Image:
     name: str  # shown as the caption and the alt text
     data: bytes
     mime: str
+    caption: str = ""  # what the figure shows, after its name (`CAPTIONS`)
 
     def uri(self) -> str:
         return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
 
 
+def channels_caption(facts: Mapping) -> str:
+    """The channel figure's caption, from the counts the figures stage wrote beside it
+    (pipeline/present/figures/channels.py, `Discovered.facts`)."""
+    found = facts["discovered"]
+    total = sum(found.values())
+    if not total:
+        return "No pair's corrected score is a discovery in this seed, so there is no channel table to show."
+    counts = ", ".join(f"{k} {found[k]}" for k in ("K", "Q", "V") if k in found)
+    left = facts["left_out"]
+    shown = f"all {total}" if not left else f"{facts['shown']} of the {total}"
+    leftover = f"; the {left} with the lowest calibrated z are left out" if left else ""
+    d, n = facts["d_head"], facts["channels_shown"]
+    view = f" (all {d})" if n == d else f" (the leading {n} of {d}, widened to every panel's top channel)"
+    return (
+        f"Where each discovered pair composes: {shown} pairs whose corrected score is a discovery "
+        f"({counts}){leftover}, one heat map each. Rows: the writer's channels i, the singular directions "
+        "of its OV circuit; columns: the reader's channels j, the singular directions along which its "
+        "query (Q), key (K) or value (V) input reads the residual stream; both strongest first"
+        f"{view}. Share (i, j) is the fraction of the pair's squared corrected numerator "
+        "||OV^a N^b||^2 carried by writer channel i into reader channel j, s_i^2 t_j^2 (w_i . k_j)^2 "
+        "over its sum: the shares are non-negative and sum to 1, so every panel has one colour scale, "
+        "0 to 1. Each panel names its top channel (i, j) and share and its effective number of channels "
+        "(1 / sum of squared shares: 1 when one channel carries it all). A star and a red frame: a "
+        f"channel discovery ({facts['channel_discoveries']} shown), a pair that composes mainly through "
+        "its top channel (its top share against a randomly rotated reader, FDR-controlled)."
+    )
+
+
+# image stem -> its caption, from `<stem>.json` beside the image (the figures stage writes it)
+CAPTIONS = {"channels": channels_caption}
+# images drawn right after another, whose subject they continue (else: by name)
+FOLLOWS = {"channels": "errata_diagram"}
+
+
+def _ordered(images: list[Image]) -> list[Image]:
+    """By name, except that an image of FOLLOWS comes right after the one it follows."""
+    stems = [Path(img.name).stem for img in images]
+    out = [img for img, stem in zip(images, stems, strict=True) if FOLLOWS.get(stem) not in stems]
+    for img, stem in zip(images, stems, strict=True):
+        if FOLLOWS.get(stem) in stems:
+            after = next(i for i, o in enumerate(out) if Path(o.name).stem == FOLLOWS[stem])
+            out.insert(after + 1, img)
+    return out
+
+
 def read_images(directory: Path) -> list[Image]:
-    """Every image in `directory`, sorted by name; an SVG only where no PNG of the same name exists."""
+    """Every image in `directory`, sorted by name (FOLLOWS aside); an SVG only where no PNG of the
+    same name exists; captioned by CAPTIONS where its `<stem>.json` is there."""
     if not directory.is_dir():
         raise UserError(str(directory), "figure directory not found")
     files = sorted(p for p in directory.iterdir() if p.suffix.lower() in MIME)
     pngs = {p.stem for p in files if p.suffix.lower() == ".png"}
-    return [
-        Image(p.name, p.read_bytes(), MIME[p.suffix.lower()])
-        for p in files
-        if not (p.suffix.lower() == ".svg" and p.stem in pngs)
-    ]
+    images = []
+    for p in files:
+        if p.suffix.lower() == ".svg" and p.stem in pngs:
+            continue
+        caption, facts = "", p.with_suffix(".json")
+        if p.stem in CAPTIONS and facts.is_file():
+            try:
+                caption = CAPTIONS[p.stem](io.read_json(facts))
+            except (KeyError, TypeError, AttributeError) as e:
+                raise UserError(str(facts), f"not the figures stage's facts of {p.name} ({e!r})") from None
+        images.append(Image(p.name, p.read_bytes(), MIME[p.suffix.lower()], caption))
+    return _ordered(images)
 
 
 def environment(train_threads: int | None, cwd: str | Path = ".") -> dict[str, str]:
@@ -163,7 +218,8 @@ def table(frame: pd.DataFrame) -> str:
 
 def figure(image: Image) -> str:
     name = html.escape(image.name)
-    return f'<figure><img src="{image.uri()}" alt="{name}"><figcaption>{name}</figcaption></figure>'
+    caption = f"<strong>{name}</strong>: {html.escape(image.caption)}" if image.caption else name
+    return f'<figure><img src="{image.uri()}" alt="{name}"><figcaption>{caption}</figcaption></figure>'
 
 
 def _interval(stat: Mapping) -> str:

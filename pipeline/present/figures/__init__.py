@@ -1,6 +1,6 @@
 """Figures: pure functions from analysis tables to matplotlib figures, plus `save`.
 
-One module per subject (`composition`, `heads`, `compare`), so each DVC stage
+One module per subject (`composition`, `channels`, `heads`, `dynamics`, `compare`), so each DVC stage
 depends only on the drawing code it uses. `save` writes PNG and SVG
 deterministically (no dates, fixed SVG ids) and atomically.
 """
