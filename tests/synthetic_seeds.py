@@ -30,6 +30,14 @@ cut at each threshold (by_threshold): at 0.01 and 0.02 as above; at 0.05 one cau
 1.0 (true), 0.25 (errata), 0.5 (invariant), the role-only ranker 0.5; at 0.1 no causal edge
 (every PR-AUC null).
 
+Channels (channels.csv, every seed alike): the K pairs induction <- previous_token 1.0 <- 0.0 and
+1.1 <- 0.0 have alignment 0.5 and 0.25, query_chance 0.125, anisotropy 1, output_query_share
+0.0625, effective channels 2 and 4, top share 0.6 and 0.4, and the first is a channel discovery;
+every other K pair alignment 0.125, anisotropy 1. So (e) = mean(ln 4, ln 2) = 1.5 ln 2, its excess
+= excess_alignment = 1/2 (-1.5 ln 2 + 3 ln 2) = 0.75 ln 2, excess_anisotropy 0, output_query
+-ln 2, effective channels 3, top share 0.5, 1 channel discovery; heads summary.json's
+channel_ablation: causal shares 0.9 (1.0 <- 0.0) and 0.5 (1.1 <- 0.0), median 0.7.
+
 Dynamics (steps.tsv, every seed alike), checkpoints at steps 0, 100, .., 500: induction
 reaches 0.5 at step 300 (the phase step). The pair's K z clears 3 (there its q is 0.01, else 0.5:
 a discovery) for good at step 400 (true), 300 (B C D A: it crosses at 100 and falls back
@@ -47,7 +55,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.compare.read import SeedInputs
-from pipeline.tables import INVARIANT, KINDS, MEASURES, STEPS_COLUMNS
+from pipeline.tables import CHANNELS_COLUMNS, INVARIANT, KINDS, MEASURES, STEPS_COLUMNS
 
 ROLES = {
     (0, 0): "previous_token",
@@ -249,12 +257,48 @@ def steps() -> pd.DataFrame:
     return table[list(STEPS_COLUMNS)]
 
 
+PREV_INDUCTION = {  # (src head, dst head) -> alignment, effective channels, top share, channel discovery
+    (0, 0): (0.5, 2.0, 0.6, True),
+    (0, 1): (0.25, 4.0, 0.4, False),
+}
+CHANNEL_ABLATION = {
+    "effect": "pattern_effect",
+    "n_pairs": 2,
+    "median_causal_share": 0.7,
+    "pairs": [
+        {"src": "0.0", "dst": "1.0", "causal_share": 0.9},
+        {"src": "0.0", "dst": "1.1", "causal_share": 0.5},
+    ],
+}
+
+
+def channels(scored: pd.DataFrame) -> pd.DataFrame:
+    """channels.csv (module doc): every later pair of every kind, pair_discovery from the true rows."""
+    true = scored[scored["variant"] == "true"]
+    rows = []
+    for r in true.itertuples():
+        k = r.kind == "K"
+        align, eff, top, found = PREV_INDUCTION.get((r.src_head, r.dst_head), (0.125, 10.0, 0.2, False))
+        rows.append({
+            "kind": r.kind, "src_layer": r.src_layer, "src_head": r.src_head, "dst_layer": r.dst_layer,
+            "dst_head": r.dst_head, "writer_channel": 0, "reader_channel": 0, "top_share": top,
+            "effective_channels": eff, "null_mean": -2.0, "null_std": 0.5, "z": 1.0,
+            "z_cal": 1.0 if r.discovery else float("nan"), "p": 0.01 if r.discovery else float("nan"),
+            "q": 0.01 if r.discovery else float("nan"), "discovery": bool(found and k and r.discovery),
+            "pair_discovery": bool(r.discovery), "alignment": align if k else float("nan"),
+            "anisotropy": 1.0 if k else float("nan"), "output_query_share": 0.0625 if k else float("nan"),
+            "query_chance": 0.125 if k else float("nan"),
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=list(CHANNELS_COLUMNS))
+
+
 def seed_inputs(seed: int) -> SeedInputs:
     c = curve(seed)
     metrics = {k: float(c.iloc[-1][k]) for k in ("train_loss", "eval_loss", "induction", "prev_token", "icl")}
+    scored = scores(scale_of(seed))
     return SeedInputs(
         seed=seed,
-        scores=scores(scale_of(seed)),
+        scores=scored,
         placebo=placebo(),
         heads=heads(),
         agreement=AGREEMENT,
@@ -262,6 +306,8 @@ def seed_inputs(seed: int) -> SeedInputs:
         metrics=metrics,
         curve=c,
         steps=steps(),
+        channels=channels(scored),
+        channel_ablation=CHANNEL_ABLATION,
     )
 
 
@@ -286,10 +332,14 @@ def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:
             sub["composition"] / "invariant.csv", index=False
         )
         inp.placebo.to_csv(sub["composition"] / "placebo.csv", index=False)
+        inp.channels.to_csv(sub["composition"] / "channels.csv", index=False)
         inp.steps.to_csv(sub["dynamics"] / "steps.tsv", sep="\t", index=False)
         inp.heads.to_csv(sub["heads"] / "heads.csv", index=False)
         (sub["heads"] / "summary.json").write_text(
-            json.dumps({"roles": {}, "role_ablation": inp.role_ablation, "agreement": inp.agreement})
+            json.dumps({
+                "roles": {}, "role_ablation": inp.role_ablation, "agreement": inp.agreement,
+                "channel_ablation": inp.channel_ablation,
+            })  # fmt: skip
         )
         fig, ax = plt.subplots(figsize=(2, 1.5))
         ax.plot([0, 1], [0, seed])

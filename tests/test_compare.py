@@ -147,6 +147,19 @@ def test_seed_statistics_claims_known_values():
     assert value(t, claim="c", statistic="top_source", kind="K", variant="true", effect=e) == 1.0
     for h in ("rotated", "true"):
         assert value(t, claim="c", statistic="c", hypothesis=h) == pytest.approx(0.6 - 0.3)  # Spearman
+    # (e): the two discovered induction <- previous_token pairs' alignment 4 and 2 times chance; their
+    # rotated-over-true excess is all alignment (anisotropy 1 everywhere)
+    ln2 = math.log(2)
+    assert value(t, claim="e", statistic="e", kind="K") == pytest.approx(1.5 * ln2)
+    assert value(t, claim="e", statistic="excess", kind="K") == pytest.approx(0.75 * ln2)
+    assert value(t, claim="e", statistic="excess_alignment", kind="K") == pytest.approx(0.75 * ln2)
+    assert value(t, claim="e", statistic="excess_anisotropy", kind="K") == pytest.approx(0.0, abs=1e-12)
+    assert value(t, claim="e", statistic="output_query", kind="K") == pytest.approx(-ln2)
+    assert value(t, claim="e", statistic="pairs", kind="K") == 2
+    assert value(t, claim="e", statistic="effective_channels", kind="K") == 3.0
+    assert value(t, claim="e", statistic="top_share", kind="K") == pytest.approx(0.5)
+    assert value(t, claim="e", statistic="channel_discoveries", kind="K") == 1
+    assert value(t, claim="e", statistic="causal_share", kind="K") == pytest.approx(0.7)
 
 
 def test_claim_c_reports_the_role_only_baseline_and_every_threshold():
@@ -183,7 +196,7 @@ def test_each_claim_is_one_unit_and_the_long_table_keeps_its_order():
         column = "variant" if c.versus else "hypothesis"  # one row per rotation, or per hypothesis
         assert list(own[column]) == [side for _, side in c.sides()], name
         assert set(rows["statistic"]) == {name, *c.auxiliary}, name
-    order = ["training", "roles", "role_ablation", "a", "b", "b_inv", "m", "m_inv", "d", "c", "c_inv", "t"]
+    order = ["training", "roles", "role_ablation", "a", "b", "b_inv", "m", "m_inv", "d", "c", "c_inv", "e", "t"]
     assert list(dict.fromkeys(t["claim"])) == order
     own = t[t["statistic"].isin(["c", "c_inv"])]
     assert list(zip(own["claim"], own["hypothesis"], strict=True)) == [
@@ -326,7 +339,8 @@ def test_compare_across_seeds():
     assert list(headline["detection_limit_K"]["seed0"]) == ["true", "errata_bcda", "errata_dabc"]
     assert headline["training"] == summary["training"]
     columns = 1 + len(headline["verdict"]) + len(headline["mean"]) + len(headline["training"])
-    assert columns == 22  # what `dvc exp show` prints of it, then (m) per kind and the detection limits
+    assert headline["verdict"]["e"] == "holds" and headline["mean"]["e"] == pytest.approx(1.5 * math.log(2))
+    assert columns == 24  # what `dvc exp show` prints of it, then (m) per kind and the detection limits
     assert sum(len(v) for v in headline["m_by_kind"].values()) == 6
     # every statistic of the long table has its row across seeds; a t interval where seeds differ
     stats = result.stats.set_index(compare.DIMENSIONS)

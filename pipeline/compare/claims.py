@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from pipeline.behaviour import phases
@@ -486,6 +487,83 @@ def claim_c_inv(seed: Seed) -> Iterator[Row]:
 
 # through training (the dynamics stage; pipeline.behaviour.phases): not the errata's claim, the
 # question it raises
+
+
+def _channel_pairs(seed: Seed) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(P, O): channels.csv's K rows of the discovered (corrected) induction <- previous_token pairs,
+    and every other later K row."""
+    role = seed.inp.heads.set_index(["layer", "head"])["role"]
+    k = seed.inp.channels[seed.inp.channels["kind"] == CLAIM_KIND]
+    src = role.reindex(pd.MultiIndex.from_frame(k[["src_layer", "src_head"]])).to_numpy()
+    dst = role.reindex(pd.MultiIndex.from_frame(k[["dst_layer", "dst_head"]])).to_numpy()
+    mine = (src == "previous_token") & (dst == "induction") & k["pair_discovery"].to_numpy(dtype=bool)
+    return k[mine], k[~mine]
+
+
+def _mean_log(frame: pd.DataFrame, column: str, over: str | None = None) -> float:
+    """mean ln(column / over) over the rows (NaN without a row or with a non-positive value)."""
+    x = frame[column].to_numpy(dtype=float) / (frame[over].to_numpy(dtype=float) if over else 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.mean(np.log(x))) if len(x) and (x > 0).all() else math.nan
+
+
+@claim(
+    "e",
+    "What the library computed measures the extent to which the induction head's query is built "
+    "from the same subspace that the previous token head moved data into.",
+    "mean over the discovered K induction <- previous_token pairs of ln(alignment / chance): "
+    "alignment, the share of what the previous-token head's values read (weighted as B C D A "
+    "weighs it) inside the span of the induction head's query input; chance, rank(W_Q) / d_model, "
+    "its value for a randomly rotated writer (> 0: aligned beyond chance)",
+    threshold=0.0,
+    auxiliary={
+        "excess": (
+            "ln(B C D A / A B C D) (true denominators), mean over those pairs minus over every other "
+            "K pair: how much more of the true score the rotated strand keeps for them; exactly "
+            "excess_alignment + excess_anisotropy"
+        ),
+        "excess_alignment": "the part of the excess from the query alignment, 1/2 ln alignment",
+        "excess_anisotropy": "the part from the query's anisotropy, 1/2 ln anisotropy (channels.py)",
+        "output_query": (
+            "mean ln(output_query_share / chance): the writer's OUTPUT inside the query span (the "
+            "literal reading; it is Q-composition's numerator, not what B C D A weighs)"
+        ),
+        "pairs": "discovered K induction <- previous_token pairs",
+        "effective_channels": "their median effective number of channels of the corrected score",
+        "top_share": "their median top channel's share of the corrected score",
+        "channel_discoveries": "those of them composing mainly through one channel (calibrated)",
+        "causal_share": (
+            "their median share of the whole path's pattern effect that cutting the top channel "
+            "alone carries (heads summary.json channel_ablation)"
+        ),
+    },
+)
+def claim_e(seed: Seed) -> Iterator[Row]:
+    """The errata's explanation of its bug, in the channels: alignment of the previous-token head's
+    value input with the induction head's query input, and where the rotated strand's excess
+    comes from (docs/maths.md, "Channels")."""
+    P, O = _channel_pairs(seed)
+    yield Row("e", _mean_log(P, "alignment", "query_chance"), kind=CLAIM_KIND)
+    parts = {
+        name: 0.5 * (_mean_log(P, column) - _mean_log(O, column))
+        for name, column in (("excess_alignment", "alignment"), ("excess_anisotropy", "anisotropy"))
+    }
+    yield Row("excess", sum(parts.values()), kind=CLAIM_KIND)
+    for name, value in parts.items():
+        yield Row(name, value, kind=CLAIM_KIND)
+    yield Row("output_query", _mean_log(P, "output_query_share", "query_chance"), kind=CLAIM_KIND)
+    yield Row("pairs", float(len(P)), kind=CLAIM_KIND)
+    yield Row("effective_channels", float(P["effective_channels"].median()) if len(P) else math.nan,
+              kind=CLAIM_KIND)  # fmt: skip
+    yield Row("top_share", float(P["top_share"].median()) if len(P) else math.nan, kind=CLAIM_KIND)
+    yield Row("channel_discoveries", float(P["discovery"].sum()) if len(P) else math.nan, kind=CLAIM_KIND)
+    mine = {(f"{r.src_layer}.{r.src_head}", f"{r.dst_layer}.{r.dst_head}") for r in P.itertuples()}
+    shares = [
+        p["causal_share"]
+        for p in seed.inp.channel_ablation.get("pairs", [])
+        if (p["src"], p["dst"]) in mine and p["causal_share"] is not None
+    ]
+    yield Row("causal_share", float(np.median(shares)) if shares else math.nan, kind=CLAIM_KIND)
 
 
 @claim(

@@ -13,6 +13,7 @@ from pipeline import io
 from pipeline.errors import UserError
 from pipeline.tables import (
     ABLATED_ROLES,
+    CHANNELS_COLUMNS,
     CURVE_COLUMNS,
     INVARIANT_COLUMNS,
     ROLE_STATISTICS,
@@ -39,6 +40,8 @@ class SeedInputs:
     metrics: dict  # train metrics.json
     curve: pd.DataFrame  # train curve.tsv
     steps: pd.DataFrame  # dynamics steps.tsv: one row per checkpoint
+    channels: pd.DataFrame  # composition channels.csv: each later pair's top channel, its share and test
+    channel_ablation: dict  # heads summary.json "channel_ablation" ({} when the heads stage had no channels)
 
 
 def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: Path) -> SeedInputs:
@@ -77,7 +80,17 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: 
         metrics=metrics,
         curve=read_csv(train / sub / "curve.tsv", CURVE_COLUMNS, sep="\t", empty_ok=False),
         steps=read_csv(dynamics / sub / "steps.tsv", STEPS_COLUMNS, sep="\t", empty_ok=False),
+        channels=read_csv(composition / sub / "channels.csv", CHANNELS_COLUMNS, empty_ok=False),
+        channel_ablation=_channel_ablation(summary, summary_path),
     )
+
+
+def _channel_ablation(summary: dict, path: Path) -> dict:
+    """heads summary.json's "channel_ablation" ({} when absent: a heads stage run without channels)."""
+    entry = summary.get("channel_ablation", {})
+    if not isinstance(entry, dict) or (entry and not isinstance(entry.get("pairs"), list)):
+        raise UserError(f"{path}: channel_ablation", "expected {pairs: [...], median_causal_share}")
+    return entry
 
 
 def stale_seed_dirs(parents: Iterable[Path], seeds: Sequence[int]) -> list[Path]:
