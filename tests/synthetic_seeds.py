@@ -336,10 +336,14 @@ def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:
         inp.steps.to_csv(sub["dynamics"] / "steps.tsv", sep="\t", index=False)
         inp.heads.to_csv(sub["heads"] / "heads.csv", index=False)
         (sub["heads"] / "summary.json").write_text(
-            json.dumps({
-                "roles": {}, "role_ablation": inp.role_ablation, "agreement": inp.agreement,
-                "channel_ablation": inp.channel_ablation,
-            })  # fmt: skip
+            json.dumps(
+                {
+                    "roles": {},
+                    "role_ablation": inp.role_ablation,
+                    "agreement": inp.agreement,
+                    "channel_ablation": inp.channel_ablation,
+                }
+            )  # fmt: skip
         )
         fig, ax = plt.subplots(figsize=(2, 1.5))
         ax.plot([0, 1], [0, seed])

@@ -196,7 +196,21 @@ def test_each_claim_is_one_unit_and_the_long_table_keeps_its_order():
         column = "variant" if c.versus else "hypothesis"  # one row per rotation, or per hypothesis
         assert list(own[column]) == [side for _, side in c.sides()], name
         assert set(rows["statistic"]) == {name, *c.auxiliary}, name
-    order = ["training", "roles", "role_ablation", "a", "b", "b_inv", "m", "m_inv", "d", "c", "c_inv", "e", "t"]
+    order = [
+        "training",
+        "roles",
+        "role_ablation",
+        "a",
+        "b",
+        "b_inv",
+        "m",
+        "m_inv",
+        "d",
+        "c",
+        "c_inv",
+        "e",
+        "t",
+    ]
     assert list(dict.fromkeys(t["claim"])) == order
     own = t[t["statistic"].isin(["c", "c_inv"])]
     assert list(zip(own["claim"], own["hypothesis"], strict=True)) == [

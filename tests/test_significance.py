@@ -348,16 +348,6 @@ def test_the_planted_pair_is_discovered_and_few_others():
 # --- channel discoveries (pipeline/circuits/channels.py): the same null, the same checks ---------
 
 
-def channel_discoveries(hw, seed: int, draws: int = 64) -> pd.DataFrame:
-    """Every later pair's channel statistic tested (not only the whole-pair discoveries, as the
-    stage does): the channel null's calibration on its own."""
-    gen = torch.Generator().manual_seed(seed)
-    blocks = channels.channel_blocks(draws, hw.d_model, hw.d_head, gen)
-    later, _ = channels.channel_rows(hw, blocks)
-    placebo, _ = channels.channel_rows(hw, blocks, placebo=True)
-    return channels.calibrate_channels(later, placebo, FDR, np.ones(len(later), dtype=bool))[0]
-
-
 @pytest.mark.parametrize("shape", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
 def test_untrained_weights_have_at_most_one_kind_with_a_channel_discovery(shape):
     """Fresh weights, every later pair tested: of the 9 (seed, kind) families at most one has any
@@ -369,7 +359,7 @@ def test_untrained_weights_have_at_most_one_kind_with_a_channel_discovery(shape)
     for seed in range(3):
         fresh = random_model(model_cfg, seed=seed, dtype=torch.float32, perturb_biases=False)
         hw, _ = weights.prepare(fresh.state_dict(), model_cfg)
-        found.append(channel_discoveries(hw, seed).groupby("kind")["discovery"].any())
+        found.append(channels.every_pair_tested(hw, FDR, seed, 64).groupby("kind")["discovery"].any())
     assert pd.concat(found).sum() <= 1, found
 
 
@@ -381,7 +371,7 @@ def test_surrogates_of_the_trained_model_have_channel_discoveries_at_most_at_the
     (surrogate, kind) families has any channel discovery."""
     hw, _ = trained_weights
     found = [
-        channel_discoveries(scoring.surrogate(hw, torch.Generator().manual_seed(i)), 0)
+        channels.every_pair_tested(scoring.surrogate(hw, torch.Generator().manual_seed(i)), FDR, 0, 64)
         .groupby("kind")["discovery"]
         .any()
         for i in range(SURROGATES)

@@ -477,6 +477,18 @@ def calibrate_channels(
     return later, placebo.drop(columns="variant").assign(pair_discovery=False)
 
 
+def every_pair_tested(hw: HeadWeights, fdr: float, seed: int, draws: int) -> pd.DataFrame:
+    """channels.csv's later rows with every pair's channel statistic tested, not only the whole-pair
+    discoveries' (pair_discovery left False): the channel null's calibration on its own, for the
+    untrained and surrogate checks (tests/test_significance.py, tools/calibrate_composition.py)."""
+    hw = hw.to(torch.float64)
+    gen = torch.Generator().manual_seed(streams.seed_of(seed, "channels.null"))
+    blocks = channel_blocks(draws, hw.d_model, hw.d_head, gen)
+    (later, _), (placebo, _) = channel_rows(hw, blocks), channel_rows(hw, blocks, placebo=True)
+    later["pair_discovery"] = False
+    return calibrate_channels(later, placebo, fdr, np.ones(len(later), dtype=bool))[0]
+
+
 def channels_summary(later: pd.DataFrame, placebo: pd.DataFrame) -> dict:
     """summary.json's "channels": per kind, the pairs tested (whole-pair discoveries), their channel
     discoveries, and the tested pairs' median top share and effective channels; and the placebo
