@@ -3,8 +3,10 @@
     python -m stages.report --compare outputs/compare --figures outputs/figures \
         --out outputs/report/index.html
 
-Shows the seeds listed in params.yaml: the compare stage's tables, claims and figures,
-every image under `<figures>/seed<N>/`, the config and the environment.
+Shows the seeds listed in params.yaml: a table of contents, the verdicts on the claims, the
+compare stage's tables and figures, each seed's images under `<figures>/seed<N>/` (its errata
+diagram first, each with its caption: pipeline/present/report.py FIGURES), every statistic
+across seeds (folded), the config and the environment.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ head pair) and, optionally, the heads stage's `heads.csv` (for role labels).
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -47,8 +49,10 @@ def composition_heatmap(scores: pd.DataFrame, kind: str, variants: tuple[str, ..
             finite = np.abs(grid.values[np.isfinite(grid.values)])
             vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
             im = ax.imshow(grid.values, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-            ax.set_xticks(range(grid.shape[1]))
-            ax.set_yticks(range(grid.shape[0]))
+            # every head labelled up to 8 a side; beyond, every 2nd (3rd, ..): at 12 heads the
+            # labels of a 3.8-inch panel would run together
+            ax.set_xticks(range(0, grid.shape[1], math.ceil(grid.shape[1] / 8)))
+            ax.set_yticks(range(0, grid.shape[0], math.ceil(grid.shape[0] / 8)))
             ax.set_xlabel(f"layer {src} head (writes)")
             ax.set_ylabel(f"layer {dst} head (reads)")
             ax.set_title(VARIANT_TITLES.get(variant, variant), fontsize=9)
