@@ -5,8 +5,9 @@
 #   make test-fast   the maths, config and bad-input tier (no real training or dvc runs): the edit-test loop
 #   make mutate  plant named bugs in a copy of the repository, one at a time, and run the tests that
 #                should catch each (tools/mutate.py): a few minutes, so not part of make test
-# torch is pinned to 2.13.0 (its CPU wheel is on these machines' disk); constraints.txt
-# holds that pin while pip resolves the extras, so nothing pulls a CUDA build.
+# torch is pinned to 2.13.0 (its CPU wheel is on these machines' disk) in constraints.txt, not in
+# pyproject.toml (which asks for a range, so `pip install -e .` keeps a notebook's own torch): every
+# install below goes through `-c constraints.txt`, so make gets exactly that wheel, never a CUDA build.
 
 VENV   ?= .venv
 PYTHON ?= python3
@@ -28,7 +29,7 @@ test: lint browser
 # The tier that runs in about a minute: everything not marked slow (real training, real dvc) in these
 # files, less the bad-input catalogue's subprocess reruns (the same cases run in-process here).
 FAST_TESTS := $(patsubst %,tests/test_%.py,strands composition score_ranges errata_diagram params bad_input \
-	weights model patterns data checkpoint ablation compare memory invariant glue)
+	weights model patterns data checkpoint ablation compare memory invariant glue install)
 test-fast: $(VENV)/.installed-dev
 	python -m pytest -q -m "not slow" -k "not real_process and not debug_shows" $(FAST_TESTS) $(PYTEST_ARGS)
 

@@ -5,8 +5,10 @@ process, and prints Hydra's exceptions over several lines. Before composing, DVC
 imports every module under `hydra_plugins/` in its `hydra.plugins_path` (default:
 the repository root), so DVC loads this module. It wraps Hydra's config loading
 for this repository's conf/ only: the composed config is validated by
-`pipeline.params.from_dict` (unknown key, wrong type, impossible value), and any
-failure is raised as one line naming the key, before params.yaml is written.
+`pipeline.params.from_dict` (unknown key, wrong type, impossible value) and its inputs
+by `pipeline.params.require_inputs` (a corpus's package, data.dir and the files under it, a
+local checkpoint), and any failure is raised as one line naming the key, before params.yaml
+is written: a stage would refuse them too, but only after DVC had changed params.yaml.
 
 This patches a Hydra internal (`ConfigLoaderImpl.load_configuration`, hydra-core
 1.3, pinned in pyproject.toml); tests/test_params.py runs the real `dvc exp run`
@@ -15,6 +17,7 @@ to catch a change there.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -32,6 +35,13 @@ def _is_ours(loader: ConfigLoaderImpl) -> bool:
     )
 
 
+def _composing() -> bool:
+    """`pipeline.params.compose` is running in this process (as `pipeline.params`, or as
+    `__main__` under `python -m pipeline.params`): then the values alone are checked here."""
+    modules = (sys.modules.get("pipeline.params"), sys.modules.get("__main__"))
+    return any(getattr(m, "composing", False) is True for m in modules)
+
+
 def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
     if not _is_ours(self):
         return _load_configuration(self, *args, **kwargs)
@@ -43,7 +53,9 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
     try:
         cfg = _load_configuration(self, *args, **kwargs)
         composed = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
-        params.from_dict(OmegaConf.to_container(composed, resolve=True), source="override")
+        checked = params.from_dict(OmegaConf.to_container(composed, resolve=True), source="override")
+        if not _composing():  # DVC's composition (pipeline.params checks its own before writing)
+            params.require_inputs(checked, Path(CONF_DIR).parent)  # a corpus, a path, a checkpoint
     except UserError as e:
         raise ConfigCompositionException(str(e)) from None
     except ConfigCompositionException as e:

@@ -7,12 +7,20 @@ with its traceback. Other exceptions are bugs and keep their traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from pipeline.errors import UserError
 
 EXIT_USER_ERROR = 2
+# A stage run by DVC (which sets DVC_STAGE) that fails: DVC removed its outputs before running
+# it, and a failed `dvc exp run` leaves params.yaml changed; the outputs of the last successful
+# run are still in DVC's cache, and dvc.lock still names them. Said on the error's own line.
+UNDER_DVC = (
+    " (the last run's outputs come back with `dvc checkout`; after a failed `dvc exp run`, "
+    "`git checkout params.yaml dvc.lock && dvc checkout`)"
+)
 
 
 def stage_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
@@ -26,6 +34,45 @@ def stage_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--params", default="params.yaml", help="composed config (default: params.yaml)")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     return parser
+
+
+def progress_mode(hidden: bool = False) -> str | None:
+    """How a long stage (train, dynamics) shows its progress: "bar", a tqdm bar, where stderr is
+    a terminal; "lines", one plain line to stderr per evaluation or checkpoint, where it is not
+    (DVC runs stages without a terminal: a bar there is nothing or a wall of carriage returns,
+    and without lines `dvc repro` says `Running stage 'train@0'` and then nothing for minutes);
+    None with --no-progress (hidden): nothing."""
+    if hidden:
+        return None
+    return "bar" if sys.stderr.isatty() else "lines"
+
+
+def progress_line(desc: str, done: int, total: int, started: float, what: str = "") -> None:
+    """One plain progress line on stderr: `desc: done/total what, elapsed, about N s left`."""
+    import time
+
+    elapsed = time.perf_counter() - started
+    left = f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
+    print(f"{desc}: {done}/{total}{what}, {elapsed:.0f} s{left}", file=sys.stderr, flush=True)
+
+
+def with_progress(items: Sequence, desc: str, mode: str | None, unit: str, label=None) -> Iterator:
+    """`items` as they are (mode None), under a tqdm bar ("bar"), or with a plain line after
+    each item is done ("lines"; `label(item)` adds to it, e.g. the checkpoint's step)."""
+    if mode == "bar":
+        from tqdm import tqdm
+
+        yield from tqdm(items, desc=desc, unit=unit)
+        return
+    if mode is None:
+        yield from items
+        return
+    import time
+
+    started = time.perf_counter()
+    for done, item in enumerate(items, 1):
+        yield item  # the loop's body runs here; the line follows it
+        progress_line(desc, done, len(items), started, f" {unit}s" + (label(item) if label else ""))
 
 
 def use_threads(threads: int | None) -> None:
@@ -81,7 +128,7 @@ def run_cli(
     except UserError as e:
         if getattr(args, "debug", False):
             raise
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}{UNDER_DVC if os.environ.get('DVC_STAGE') else ''}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

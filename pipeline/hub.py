@@ -138,15 +138,29 @@ def weights(snap: Snapshot, key: str, value: str) -> Path:
     return chosen
 
 
+def _in_snapshot(snap: Snapshot, path: Path) -> dict[str, str]:
+    """{"path", "sha256"} with the path relative to the snapshot: origin.json then holds no one's
+    cache location (HF_HOME differs between colleagues), only the repository and commit."""
+    return {"path": path.relative_to(snap.path).as_posix(), "sha256": io.sha256_file(path)}
+
+
+def snapshot_file(record: dict, relative: str) -> Path:
+    """Where a file that origin.json records relative to a snapshot (`record`: its "hub" entry,
+    repository and commit) lies in this machine's cache."""
+    folder = cache_dir() / ("models--" + record["repo"].replace("/", "--"))
+    return folder / "snapshots" / record["commit"] / relative
+
+
 def checkpoint(value: str, key: str = "train.checkpoint") -> dict:
     """origin.json for a checkpoint by name: the snapshot (repository, revision, commit), the
-    weights and the config.json with their sha256, or the `KNOWN` fields when it ships none."""
+    weights and the config.json with their sha256 (paths relative to the snapshot:
+    `snapshot_file`), or the `KNOWN` fields when it ships none."""
     snap = snapshot(value, key)
-    weights_file = io.file_record(weights(snap, key, value))
+    weights_file = _in_snapshot(snap, weights(snap, key, value))
     chosen: dict = {"source": "load", "hub": snap.record(), "checkpoint": weights_file}
     config = snap.path / "config.json"
     if config.is_file():
-        chosen["config"] = io.file_record(config)
+        chosen["config"] = _in_snapshot(snap, config)
     elif snap.spec.repo in KNOWN:
         chosen["config"] = {"known": snap.spec.repo, "fields": KNOWN[snap.spec.repo]}
     else:

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from pipeline.config import Config
+from pipeline.config import Config, require_corpus_package
 from pipeline.errors import UserError, within
 
 CONF_DIR = "conf"
@@ -56,6 +56,41 @@ def from_dict(raw: Any, source: str = "params.yaml") -> Config:
 
 
 _FULL = "python -m pipeline.params writes a full one from conf/"
+
+
+def require_inputs(cfg: Config, root: str | Path = ".") -> None:
+    """Refuse, in one line naming the key and the value, a config whose inputs a stage would
+    refuse: the package of a named corpus, data.dir where data.source reads it (local text,
+    a token file), the files under it, and each seed's local checkpoint with its config.json
+    for train.source = load; paths relative to `root`, the repository.
+
+    Called where a config is composed (`python -m pipeline.params`, and `dvc exp run -S`
+    through hydra_plugins/) before params.yaml is written: a failed experiment would otherwise
+    leave params.yaml changed and stop in a stage. Not in `load`: a stage run by hand checks
+    its own inputs, relative to where it runs. Snapshots in the Hugging Face cache (`hf:`) are
+    the origin and tokenizer stages' to check (they need huggingface_hub)."""
+    root = Path(root)
+    d = cfg.data
+    if d.source == "text" and d.text.corpus is not None:
+        require_corpus_package(d.text.corpus)
+    if d.source == "tokens" or (d.source == "text" and d.text.corpus is None):
+        data_dir = root / d.dir
+        if not data_dir.is_dir():
+            raise UserError("data.dir", f"directory not found (data.source = {d.source!r} reads it)", d.dir)
+        if d.source == "tokens" and not (data_dir / str(d.tokens.path)).is_file():
+            raise UserError("data.tokens.path", f"file not found under data.dir = {d.dir!r}", d.tokens.path)
+        if d.source == "text" and not any(p.is_file() for p in data_dir.glob(str(d.text.glob))):
+            raise UserError("data.text.glob", f"matches no files under data.dir = {d.dir!r}", d.text.glob)
+    t = cfg.train
+    if t.source == "load" and t.checkpoint is not None and not t.checkpoint.startswith("hf:"):
+        for seed in cfg.seeds:  # "{seed}" in it: each seed's own file
+            shown = Path(t.checkpoint_dir) / t.checkpoint.replace("{seed}", str(seed))
+            if not (root / shown).is_file():
+                problem = f"{shown} not found (relative to train.checkpoint_dir = {t.checkpoint_dir!r})"
+                raise UserError("train.checkpoint", problem, t.checkpoint)
+            if not (root / shown.parent / "config.json").is_file():
+                problem = f"{shown.parent / 'config.json'} not found (the checkpoint's config, beside it)"
+                raise UserError("train.checkpoint", problem, t.checkpoint)
 
 
 def _require_every_key(raw: dict, schema: Any, prefix: str = "") -> None:
@@ -99,8 +134,15 @@ def load(path: str | Path = "params.yaml") -> Config:
     return from_dict(raw, source=str(path))
 
 
+# True while `compose` runs: hydra_plugins/ then checks the values alone, not the inputs
+# (`require_inputs`), as `compose` composes configs that need not run here (tests, --check);
+# `main` checks the inputs itself before it writes params.yaml.
+composing = False
+
+
 def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> dict:
     """Compose `conf/` with Hydra overrides into a plain dict (as `dvc exp run -S` does)."""
+    global composing
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -108,11 +150,14 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> d
     conf_dir = Path(conf_dir).resolve()
     if not (conf_dir / f"{CONFIG_NAME}.yaml").is_file():
         raise UserError(str(conf_dir / f"{CONFIG_NAME}.yaml"), "Hydra config not found")
+    composing = True
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
             cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as e:
         raise hydra_error(e) from None
+    finally:
+        composing = False
     out = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(out, dict)
     return out
@@ -161,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             print(f"{args.out} matches {args.conf}/")
             return 0
+        require_inputs(cfg, Path(args.conf).resolve().parent)  # what a stage would refuse, now
         io.write_text(args.out, dump(params))
         print(f"wrote {args.out}")
         return 0

@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import sys
 
-from tqdm import tqdm
-
 from pipeline import io, params
 from pipeline.behaviour import dynamics
-from pipeline.cli import keep_freed_memory, resolve_device, run_cli, stage_parser, use_threads
+from pipeline.cli import (
+    keep_freed_memory,
+    progress_mode,
+    resolve_device,
+    run_cli,
+    stage_parser,
+    use_threads,
+    with_progress,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,16 +35,24 @@ def main(argv: list[str] | None = None) -> int:
         "--seed", type=int, default=0, help="seed of the baselines, nulls and batches (the training seed)"
     )
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress at all (else a bar on a terminal, a line per checkpoint without one, as under DVC)",
+    )
 
     def body(args) -> None:
         cfg = params.load(args.params)
         use_threads(cfg.analysis.threads)
         keep_freed_memory()  # each checkpoint's large temporaries, reused
         device = str(resolve_device(cfg.analysis.device, "analysis.device"))  # before any file is read
-        show = not args.no_progress and sys.stderr.isatty()
-        bar = (lambda xs: tqdm(xs, desc=f"dynamics seed {args.seed}", unit="checkpoint")) if show else None
-        result = dynamics.run(args.checkpoints, args.config, cfg, args.seed, args.tokenized, bar, device)
+        mode = progress_mode(args.no_progress)  # a bar on a terminal, a line a checkpoint under DVC
+
+        def progress(entries):
+            step = lambda e: f" (step {e['step']})"  # noqa: E731
+            return with_progress(entries, f"dynamics seed {args.seed}", mode, "checkpoint", step)
+
+        result = dynamics.run(args.checkpoints, args.config, cfg, args.seed, args.tokenized, progress, device)
         summary = dynamics.summarize(result, cfg.analysis.composition.fdr)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)

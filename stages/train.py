@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from pipeline import checkpoint, io, params
-from pipeline.cli import run_cli, stage_parser
+from pipeline.cli import progress_mode, run_cli, stage_parser
 from pipeline.model import origin, tl_checkpoint, train
 
 
@@ -26,12 +26,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenized", help="the tokenizer stage's directory (data.source = text)")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument(
-        "--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)"
+        "--no-progress",
+        action="store_true",
+        help="no progress at all (else a bar on a terminal, a line per evaluation without one, as under DVC)",
     )
 
     def body(args) -> None:
         cfg = params.load(args.params)
-        progress = not args.no_progress and sys.stderr.isatty()  # no bar in logs
+        progress = progress_mode(args.no_progress)  # a bar on a terminal, a line per evaluation under DVC
         chosen = origin.read(args.origin)
         out = Path(args.out)
         io.clean_stale(out)

@@ -562,6 +562,20 @@ def test_timing_through_training_known_values():
         assert (t["verdict"], t["seeds_holding"], t["mean"]) == ("holds", 3, steps)
 
 
+def test_t_is_untestable_with_one_checkpoint():
+    """A loaded model is its own only checkpoint: every measure "clears" at step 0, which is no
+    order in time; (t) is untestable, not inconclusive at 0."""
+    from dataclasses import replace
+
+    one = syn.steps().iloc[[-1]].assign(step=0, tokens=0)  # discovered under every measure
+    seeds = [replace(syn.seed_inputs(s), steps=one) for s in (0, 1, 2)]
+    assert math.isnan(value(long_table(seeds[0]), claim="t", statistic="t", kind="K", variant="errata_bcda"))
+    result = compare.compare(seeds, CFG, EDGE, FDR)
+    for rotation in ("errata_bcda", "errata_dabc"):
+        t = result.summary["claims"]["t"][rotation]
+        assert (t["verdict"], t["seeds_tested"], t["mean"]) == ("untestable", 0, None), t
+
+
 @pytest.mark.parametrize(
     "bcda, dabc, expected",
     [

@@ -84,6 +84,13 @@ def test_stage_params_exist(name):
             node = node[part]
 
 
+def test_long_stages_report_progress_under_dvc():
+    """DVC runs stages without a terminal: train and dynamics then print a plain line per
+    evaluation or checkpoint (pipeline.cli.progress_mode), unless dvc.yaml silences them."""
+    for name in ("train", "dynamics"):
+        assert "--no-progress" not in DVC["stages"][name]["cmd"], name
+
+
 def test_per_seed_stages_do_not_depend_on_the_seed_list():
     """Growing `seeds` must run only the new seeds' stages."""
     for name, stage in DVC["stages"].items():

@@ -226,3 +226,18 @@ def test_z_growth_is_the_slope_before_the_phase_step():
     s = steps_with([0, 0.2, 0.6, 0.7, 0.7], [1] * 5, z=[1, 4, 7, 0, 0])
     assert phases.z_growth(s, "true") == pytest.approx(3.0, abs=1e-12)
     assert math.isnan(phases.z_growth(steps_with([0] * 5, [1] * 5), "true"))  # no phase change
+
+
+def test_without_a_terminal_the_stage_prints_a_line_per_checkpoint(run, tmp_path, capsys):
+    """Under DVC (no terminal): one plain line on stderr per checkpoint analysed, with its step."""
+    config = str(run["train"] / "config.json")
+    capsys.readouterr()
+    code = import_module("stages.dynamics").main(
+        ["--params", str(run["params"]), "--checkpoints", str(run["train"] / "checkpoints"),
+         "--config", config, "--out", str(tmp_path / "dynamics")]
+    )  # fmt: skip
+    assert code == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dynamics seed 0: ")]
+    assert [line.split(",")[0] for line in lines] == [
+        f"dynamics seed 0: {i}/3 checkpoints (step {s})" for i, s in enumerate((0, 10, 20), 1)
+    ]

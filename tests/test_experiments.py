@@ -108,6 +108,54 @@ def test_readme_exp_show_prints_a_handful_of_metric_columns(base, tmp_path):
     assert {c.split(".")[1] for c in declared if c.startswith("detection_limit_K.")} <= {"seed0", "seed1"}
 
 
+@pytest.mark.parametrize(
+    "overrides,refused",
+    [
+        (["data.text.corpus=gutenberg"], "data.text.corpus = 'gutenberg': unknown corpus"),
+        (
+            ["data.source=tokens", "data.tokens.path=ids.npy", "data.dir=nowhere"],
+            "data.dir = 'nowhere': directory not found",
+        ),
+        (["data.source=tokens", "data.tokens.path=ids.npy"], "data.tokens.path = 'ids.npy': file not found"),
+        (
+            ["train.source=load", "train.checkpoint=seed0/model.safetensors"],
+            "train.checkpoint = 'seed0/model.safetensors': checkpoints/seed0/model.safetensors not found",
+        ),
+    ],
+)
+def test_a_bad_experiment_stops_before_any_stage_and_leaves_git_clean(base, tmp_path, overrides, refused):
+    """A corpus, path or checkpoint a stage would refuse is refused while DVC composes conf/
+    (hydra_plugins/), in one line, before params.yaml is written or any stage runs."""
+    repo = clone(base, tmp_path / "repo", share_cache=False)
+    done = dvc(repo, "exp", "run", *[arg for o in overrides for arg in ("-S", o)], check=False)
+    assert done.returncode != 0 and stages_run(done) == []
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and refused in errors[0], done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert git(repo, "status", "--porcelain").stdout == ""
+    assert dvc(repo, "exp", "list").stdout.strip() == ""  # no experiment recorded
+
+
+def test_an_experiment_that_fails_in_a_stage_says_how_to_get_back(base, tmp_path):
+    """A mistake only training can see (the loss diverges): DVC removed train@0's outputs before
+    running it and left params.yaml changed; the stage's one line says how to get the last run
+    back, and doing so gives a clean workspace with the same outputs."""
+    repo = clone(base, tmp_path / "repo")
+    model = repo / "outputs" / "train" / "seed0" / "model.safetensors"
+    before = model.read_bytes()
+    done = dvc(repo, "exp", "run", "-S", "train.lr=1e30", "-S", "train.grad_clip=1e30", check=False)
+    assert done.returncode != 0 and stages_run(done) == ["train@0"]
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(refusal) == 1 and "train.lr = 1e+30" in refusal[0], done.stderr
+    assert "git checkout params.yaml dvc.lock && dvc checkout" in refusal[0]
+    assert not model.exists()  # DVC removes a stage's outputs before it runs
+    git(repo, "checkout", "params.yaml", "dvc.lock")
+    dvc(repo, "checkout")
+    assert model.read_bytes() == before
+    assert git(repo, "status", "--porcelain").stdout == ""
+    assert up_to_date(repo)
+
+
 def test_shrinking_seeds_leaves_no_stale_seed(shared_dir, tmp_path):
     grown = reproduced(shared_dir, (0, 1))[0]  # seeds [0] reproduced, then seed 1 added
     repo = copy_repo(grown, tmp_path / "repo")

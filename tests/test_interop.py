@@ -130,11 +130,9 @@ def test_transformer_lens_checkpoint_runs_the_whole_pipeline_to_figures(tmp_path
     standard positions, a vocabulary of its own), shrunk, saved as TransformerLens saves
     it (torch.save of its state dict, config.json from its cfg): the real `dvc repro`
     with train.source=load produces every figure and the report."""
-    from dvc_repo import dvc, git, make_repo
+    from dvc_repo import dvc, git, make_repo, set_config
 
-    repo = make_repo(
-        tmp_path / "repo", ["train.source=load", "train.checkpoint=attn-only-2l/model.pth"], commit=False
-    )
+    repo = make_repo(tmp_path / "repo", commit=False)
     config = {
         "n_layers": 2,
         "n_heads": 4,
@@ -151,6 +149,8 @@ def test_transformer_lens_checkpoint_runs_the_whole_pipeline_to_figures(tmp_path
     (repo / "checkpoints" / "attn-only-2l").mkdir(parents=True)
     torch.save(theirs.state_dict(), repo / "checkpoints" / "attn-only-2l" / "model.pth")
     (repo / "checkpoints" / "attn-only-2l" / "config.json").write_text(json.dumps(tl_config_json(theirs)))
+    # after the checkpoint exists: the config step refuses a local checkpoint that does not
+    set_config(repo, ["train.source=load", "train.checkpoint=attn-only-2l/model.pth"])
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "TransformerLens checkpoint")
     dvc(repo, "repro")

@@ -169,3 +169,46 @@ def test_the_paper_setup_is_the_papers_shape_on_natural_code_for_one_gpu():
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match=r"^train\.device = 'cuda': CUDA is not available"):
             train._setup(t)
+
+
+@pytest.mark.parametrize(
+    "overrides,refused",
+    [
+        (["data.text.corpus=gutenberg"], "data.text.corpus = 'gutenberg': unknown corpus: one of kjv, torch"),
+        (["data=text", "data.dir=nowhere"], "data.dir = 'nowhere': directory not found"),
+        (["data=text", "data.text.glob=*.nothing"], "data.text.glob = '*.nothing': matches no files"),
+        (["data=tokens"], "data.tokens.path = 'tokens.npy': file not found under data.dir = 'data'"),
+        (["train=load", "seeds=[0]"], "checkpoints/seed0/model.safetensors not found"),
+    ],
+)
+def test_cli_refuses_inputs_a_stage_would_refuse_before_writing(tmp_path, overrides, refused):
+    """A corpus, a path or a checkpoint that a stage would refuse: one line, nothing written."""
+    out = tmp_path / "params.yaml"
+    done = run_params_cli(*overrides, "--out", str(out))
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert refused in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()
+
+
+def test_inputs_checks_each_seeds_checkpoint_and_its_config(tmp_path):
+    cfg = params.from_dict(params.compose(["train=load", "seeds=[0,1]"], conf_dir=ROOT / "conf"))
+    for seed in (0, 1):
+        (tmp_path / "checkpoints" / f"seed{seed}").mkdir(parents=True)
+        (tmp_path / "checkpoints" / f"seed{seed}" / "model.safetensors").write_bytes(b"x")
+    (tmp_path / "checkpoints" / "seed0" / "config.json").write_text("{}")
+    with pytest.raises(UserError, match=r"checkpoints/seed1/config\.json not found"):
+        params.require_inputs(cfg, tmp_path)
+    (tmp_path / "checkpoints" / "seed1" / "config.json").write_text("{}")
+    params.require_inputs(cfg, tmp_path)
+
+
+def test_inputs_check_the_corpus_package_version(monkeypatch):
+    """The default corpus is the pinned torch wheel's sources: beside another torch (pip install
+    -e . keeps the user's), it is refused at the config step, naming the way out."""
+    from pipeline import config
+
+    cfg = params.from_dict(params.compose(conf_dir=ROOT / "conf"))
+    params.require_inputs(cfg, ROOT)  # this environment: make's pinned wheel
+    monkeypatch.setitem(config.CORPORA, "torch-py", ("torch", "2.11.0"))
+    with pytest.raises(UserError, match=r"torch-py'.*needs torch==2\.11\.0, but .* is installed.*setup=kjv"):
+        params.require_inputs(cfg, ROOT)

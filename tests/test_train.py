@@ -76,6 +76,22 @@ def test_same_seed_gives_byte_identical_artifacts(tmp_path):
     assert sha256(a / "model.safetensors") != sha256(c / "model.safetensors")
 
 
+def test_without_a_terminal_the_stage_prints_a_line_per_evaluation(tmp_path, capsys):
+    """Under DVC (no terminal) training is not silent for minutes: one plain line on stderr per
+    row of curve.tsv, each with the step, the total and the held-out loss; --no-progress: none."""
+    p = str(write_params(tmp_path))
+    assert origin_stage.main(["--seed", "0", "--out", str(tmp_path / "origin"), "--params", p]) == 0
+    argv = ["--seed", "0", "--origin", str(tmp_path / "origin" / "origin.json"), "--params", p]
+    capsys.readouterr()
+    assert stage.main([*argv, "--out", str(tmp_path / "lines")]) == 0  # capsys: stderr is no terminal
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train seed 0: ")]
+    curve = pd.read_csv(tmp_path / "lines" / "curve.tsv", sep="\t")
+    assert [line.split()[3] for line in lines] == [f"{s}/12" for s in curve["step"]]  # steps 0, 5, 10, 12
+    assert all("eval_loss" in line and "\r" not in line for line in lines)
+    assert stage.main([*argv, "--out", str(tmp_path / "quiet"), "--no-progress"]) == 0
+    assert "train seed 0: " not in capsys.readouterr().err
+
+
 def test_curve_and_metrics(tmp_path):
     out = run_stage(tmp_path, 0, "out")
     curve = pd.read_csv(out / "curve.tsv", sep="\t")

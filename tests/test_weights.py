@@ -137,3 +137,30 @@ def test_weights_stage_records_every_step(tmp_path):
     assert json.loads(meta["steps"]) == summary["steps"] and len(summary["steps"]) >= 4
     state, _ = checkpoint.load_state(tmp_path / "out" / "heads.safetensors")
     assert "blocks.0.attn.pos_Q" in state and hw.n_heads == model.cfg.n_heads
+
+
+def test_a_raw_layernorm_checkpoint_is_refused_naming_the_weights_stage(tmp_path, capsys):
+    """The composition stage reads any TransformerLens-named checkpoint, but one that still has
+    LayerNorm parameters would be scored unfolded (TransformerLens's unprocessed scores): it is
+    refused in one line naming the weights stage, whose heads.safetensors of the same model is read."""
+    from pipeline import params as params_mod
+    from stages import composition
+    from stages import weights as weights_stage
+
+    model = random_model("layernorm", positional_embedding_type="standard")
+    raw = tmp_path / "model.pth"
+    torch.save(model.float().state_dict(), raw)  # a raw HookedTransformer-style state dict: ln1.w, ...
+    (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(model.cfg)))
+    p = tmp_path / "params.yaml"
+    p.write_text(params_mod.dump(params_mod.compose(conf_dir=Path(__file__).resolve().parents[1] / "conf")))
+    capsys.readouterr()
+    assert composition.main(["--weights", str(raw), "--out", str(tmp_path / "c"), "--params", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "blocks.0.ln1.b" in err and "python -m stages.weights" in err, err
+    assert not (tmp_path / "c").exists()
+    with pytest.raises(weights.UserError, match="ln_final.w: LayerNorm weights not folded"):
+        weights.from_state_dict({"ln_final.w": torch.ones(16), **random_model().state_dict()})  # any LN key
+    argv = ["--model", str(raw), "--config", str(tmp_path / "config.json"), "--out", str(tmp_path / "w")]
+    assert weights_stage.main([*argv, "--params", str(p)]) == 0
+    hw, _ = weights.load(tmp_path / "w" / "heads.safetensors")  # folded: read without a word
+    assert hw.n_heads == model.cfg.n_heads

@@ -445,8 +445,8 @@ MUTATIONS = (
         "claim-t-one-rotation-twice",
         "claim (t) measures against the same rotation in both of its rows",
         "pipeline/compare/claims.py",
-        'yield Row("t", clear["true"] - clear[v], kind=CLAIM_KIND, variant=v)',
-        'yield Row("t", clear["true"] - clear[ROTATIONS[0]], kind=CLAIM_KIND, variant=v)',
+        'yield Row("t", phases.clear_gap(steps, "true", v, fdr), kind=CLAIM_KIND, variant=v)',
+        'yield Row("t", phases.clear_gap(steps, "true", ROTATIONS[0], fdr), kind=CLAIM_KIND, variant=v)',
         CLAIMS,
     ),
     Mutation(

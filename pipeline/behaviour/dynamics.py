@@ -130,7 +130,8 @@ def analyse(
 ) -> DynamicsResult:
     """The analysis at every checkpoint of `checkpoints` (read_index's entries, files under
     `directory`; config.json at `config_path`); `repeated` and `heldout` are the heads
-    stage's batches. `progress`: wraps the checkpoint loop (tqdm), or None."""
+    stage's batches. `progress`: wraps the checkpoint loop (a tqdm bar, or a line per
+    checkpoint: `pipeline.cli.with_progress`), or None."""
     comps, head_tables, losses = [], [], []
     loop = progress(checkpoints) if progress else checkpoints
     for entry in loop:

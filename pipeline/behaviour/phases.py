@@ -52,6 +52,15 @@ def lags(steps: pd.DataFrame, fdr: float) -> dict[str, float]:
     return {m: clear_step(steps, f"q_{m}", fdr) - phase for m in MEASURES}
 
 
+def clear_gap(steps: pd.DataFrame, later: str, earlier: str, fdr: float) -> float:
+    """Clear step of measure `later` minus that of `earlier`, in steps; NaN where either never
+    clears, and with a single checkpoint (a loaded model is its own only one, step 0): one
+    checkpoint shows no order, so claim (t) is untestable there, not a tie at 0."""
+    if len(steps) < 2:
+        return math.nan
+    return clear_step(steps, f"q_{later}", fdr) - clear_step(steps, f"q_{earlier}", fdr)
+
+
 GROWTH_WINDOW = 500  # steps before the phase step over which z growth is measured
 
 

@@ -89,7 +89,22 @@ def from_state_dict(
         return _stacked(state, dtype)
 
 
+# A checkpoint with LayerNorm parameters is refused, not folded here: folding needs what a bare
+# state dict does not say (whether positions enter after ln1, shortformer, and so are neither
+# scaled nor centred; `prepare`), and one place that folds keeps every stage's scores equal to
+# the pipeline's. Read unfolded, its scores would be TransformerLens's unprocessed ones, not the
+# model's (ln1.w scales each residual direction before W_Q, W_K, W_V read it).
+LAYERNORM = re.compile(r"(blocks\.\d+\.ln\d|ln_final)\.(w|b)$")
+FOLD_FIRST = (
+    "LayerNorm weights not folded in: python -m stages.weights --model CHECKPOINT --config "
+    "CONFIG.json --out DIR folds them, then analyse DIR/heads.safetensors"
+)
+
+
 def _stacked(state: Mapping[str, Tensor], dtype: torch.dtype) -> HeadWeights:
+    unfolded = sorted(k for k in state if LAYERNORM.match(k))
+    if unfolded:
+        raise UserError(unfolded[0], FOLD_FIRST)
     layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
     if not layers:
         raise UserError("blocks", "none (expected keys like blocks.0.attn.W_Q)")
@@ -166,7 +181,9 @@ def save(
 
 
 def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeights, dict[str, str]]:
-    """Read `heads.safetensors` (or any attention-only TransformerLens-named checkpoint)."""
+    """Read `heads.safetensors` (or any attention-only TransformerLens-named checkpoint without
+    LayerNorm; one with it is refused in one line naming the weights stage, which folds it:
+    `LAYERNORM`)."""
     state, metadata = load_state(path)
     return from_state_dict(state, source=str(path), dtype=dtype), metadata
 

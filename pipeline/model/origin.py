@@ -9,7 +9,8 @@ the origin stage writes the same bytes again.
 
 `train.checkpoint=hf:ORG/NAME[@REVISION]` names a snapshot in the local Hugging Face cache
 instead (`pipeline.hub`): origin.json then records the repository, the revision asked for,
-the commit it resolved to, and the weights' and config's sha256. DVC sees the cache
+the commit it resolved to, and the weights' and config's paths inside the snapshot (not in
+anyone's cache: the same origin.json on every machine) with their sha256. DVC sees the cache
 through that file: the origin stage reruns when `train.checkpoint` changes (or with
 `dvc repro -f origin` after a download moved `main`), and everything downstream reruns
 exactly when the recorded bytes differ. Torch-free.
@@ -85,14 +86,19 @@ def read(path: str | Path) -> dict:
 def checked(chosen: dict) -> tuple[Path, Path | dict]:
     """The checkpoint and config.json paths of origin.json, refused if either changed since;
     for a repository known without config.json, its `pipeline.hub.KNOWN` fields instead of a path."""
-    config = chosen["config"]
-    return _unchanged(chosen["checkpoint"]), dict(config["fields"]) if _is_known(config) else _unchanged(
-        config
-    )
+    config, snap = chosen["config"], chosen.get("hub")
+    weights = _unchanged(chosen["checkpoint"], snap)
+    return weights, dict(config["fields"]) if _is_known(config) else _unchanged(config, snap)
 
 
-def _unchanged(entry: dict) -> Path:
-    path = Path(entry["path"])
+def _unchanged(entry: dict, snap: dict | None = None) -> Path:
+    """The file an origin.json entry names, as recorded: under the repository root, or, for a
+    snapshot (`snap`, origin.json's "hub"), relative to it in this machine's Hugging Face cache."""
+    path = hub.snapshot_file(snap, entry["path"]) if snap else Path(entry["path"])
+    if snap and not path.is_file():
+        fetch = f"hf download {snap['repo']} --revision {snap['commit']}"
+        problem = f"not in the Hugging Face cache: run `{fetch}`"
+        raise UserError(str(path), problem)
     if not path.is_file() or io.sha256_file(path) != entry["sha256"]:
         raise UserError(str(path), "changed since the origin stage recorded it: run dvc repro")
     return path

@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline import memory, streams
-from pipeline.cli import resolve_device
+from pipeline.cli import progress_line, resolve_device
 from pipeline.config import Config, ModelConfig, TrainConfig, require_fits_context
 from pipeline.data import datasets
 from pipeline.errors import UserError
@@ -135,13 +135,15 @@ def train(
     cfg: Config,
     seed: int,
     tokenized: str | Path | None = None,
-    progress: bool = True,
+    progress: bool | str | None = True,
     save: SaveCheckpoint | None = None,
 ) -> TrainResult:
     """Train one model on the configured data; evaluate every `train.eval_every` steps and
     hand the weights to `save` at every step of `train.checkpoint_steps()` (before that
     step's update: step s holds the weights after s updates; the last is the final model).
-    `tokenized`: the tokenizer stage's output (data.source = text)."""
+    `tokenized`: the tokenizer stage's output (data.source = text). `progress`: "bar" (or
+    True), a tqdm bar; "lines", a plain line on stderr per evaluation (under DVC, which runs
+    stages without a terminal: `pipeline.cli.progress_mode`); None or False, nothing."""
     t = cfg.train
     device = _setup(t)
     require_memory(memory.training(cfg), device)
@@ -168,8 +170,9 @@ def train(
         torch.Tensor
     ] = []  # training losses since the last evaluation (no .item(): no sync per step)
     start = time.perf_counter()
+    mode = "bar" if progress is True else progress or None
     bar = tqdm(
-        range(t.steps + 1), desc=f"train seed {seed}", disable=not progress, mininterval=1.0, unit="step"
+        range(t.steps + 1), desc=f"train seed {seed}", disable=mode != "bar", mininterval=1.0, unit="step"
     )
     for step in bar:
         if step % t.eval_every == 0 or step == t.steps:
@@ -190,6 +193,9 @@ def train(
                 raise UserError(
                     "train.lr", f"the held-out loss became {row['eval_loss']} at step {step}: {_ADVICE}", t.lr
                 )
+            if mode == "lines":
+                scores = f", eval_loss {row['eval_loss']:.3f}, induction {row['induction']:.2f}"
+                progress_line(f"train seed {seed}", step, t.steps, start, f" steps{scores}")
             losses = []
         if step in saved:  # nothing here draws a random number: the run is the same without it
             save(step, step * t.batch_size * cfg.model.n_ctx, cpu_state(model))
@@ -260,7 +266,7 @@ def run(
     seed: int,
     chosen: dict,
     tokenized: str | Path | None = None,
-    progress: bool = True,
+    progress: bool | str | None = True,
     save: SaveCheckpoint | None = None,
 ) -> TrainResult:
     """Train a new model, or load the checkpoint the origin stage chose (`chosen`); a loaded
