@@ -149,6 +149,12 @@ def main() -> None:
     ap.add_argument("--surrogates", type=int, default=20)
     ap.add_argument("--untrained", type=int, help="this many fresh models of params.yaml's shape instead")
     ap.add_argument("--strengths", type=float, nargs="*", default=[0.1, 0.2, 0.3, 0.5, 1.0])
+    ap.add_argument(
+        "--part",
+        choices=["all", "frobenius", "channels"],
+        default="all",
+        help="the Frobenius measures' checks, the channel statistic's, or both",
+    )
     ap.add_argument("--channel-strengths", type=float, nargs="*", default=[0.1, 0.2, 0.3, 0.5, 0.7, 1.0])
     args = ap.parse_args()
     cfg = params.load(args.params)
@@ -175,12 +181,15 @@ def main() -> None:
     for label, path, config, seed in models:
         hw, positions = load(path, config)
         scores, tested = significance.measured(hw, c, seed, positions)
-        surrogate[label] = surrogate_rates(hw, c, seed, positions, args.surrogates)
-        placebo[label] = {b: v["with_discovery"] for b, v in significance.family_summary(tested).items()}
-        placebo[label]["later K discoveries (true)"] = int(
-            scores[(scores["kind"] == "K") & (scores["variant"] == "true")]["discovery"].sum()
-        )
-        planted.append(power(hw, c, seed, positions, args.strengths).assign(model=label))
+        if args.part != "channels":
+            surrogate[label] = surrogate_rates(hw, c, seed, positions, args.surrogates)
+            placebo[label] = {b: v["with_discovery"] for b, v in significance.family_summary(tested).items()}
+            placebo[label]["later K discoveries (true)"] = int(
+                scores[(scores["kind"] == "K") & (scores["variant"] == "true")]["discovery"].sum()
+            )
+            planted.append(power(hw, c, seed, positions, args.strengths).assign(model=label))
+        if args.part == "frobenius":
+            continue
         fakes = [scoring.surrogate(hw, torch.Generator().manual_seed(i)) for i in range(args.surrogates)]
         channel_surrogate[label] = channel_rates(fakes, c, seed)
         split, split_placebo, _ = channels.measured_channels(hw, scores, c, seed)
@@ -195,6 +204,13 @@ def main() -> None:
         )
         print(f"{label}: done", file=sys.stderr)
     n, fdr = args.surrogates, c.fdr
+    if args.part != "channels":
+        frobenius_tables(surrogate, placebo, planted, n, fdr)
+    if args.part != "frobenius":
+        channel_tables(channel_surrogate, channel_placebo, channel_planted, n)
+
+
+def frobenius_tables(surrogate: dict, placebo: dict, planted: list, n: int, fdr: float) -> None:
     print(
         f"## Surrogates: share of (surrogate, kind) families with any discovery ({n} each; nominal {fdr})\n"
     )
@@ -212,6 +228,9 @@ def main() -> None:
         index=["model", "pair", "strength"], columns="measure", values="cell", aggfunc="first"
     )
     print(wide[list(K_MEASURES)].to_markdown())
+
+
+def channel_tables(channel_surrogate: dict, channel_placebo: dict, channel_planted: list, n: int) -> None:
     print(f"\n## Channels: surrogates' (surrogate, kind) families with a channel discovery ({n} each)\n")
     print(pd.DataFrame(channel_surrogate).round(3).to_markdown())
     print("\n## Channels: placebo families with a channel discovery per block (3 each), later pairs\n")
