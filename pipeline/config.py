@@ -493,6 +493,8 @@ class Config(Section):
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    # the conf/setup/ option that composed it: a label for `dvc exp show` (no stage reads it)
+    setup: str = "code"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
 
     def check(self) -> None:
