@@ -380,7 +380,7 @@ def test_surrogates_of_the_trained_model_have_channel_discoveries_at_most_at_the
     assert share <= FDR, share
 
 
-CHANNEL_BOUND = 6.0  # the channel z above which a planted channel of a discovered pair must be found
+CHANNEL_BOUND = 3.5  # the channel z above which a planted channel of a discovered pair must be found
 
 
 @pytest.mark.slow
@@ -389,14 +389,14 @@ def test_a_planted_channel_is_found_once_the_pair_is_a_discovery(trained_weights
     read a layer-0 head's strongest output channel (planted.plant_key_channel) at growing strength:
     the top channel is the planted (0, 0) from strength 0.3, its share and channel z grow with the
     strength, and the pair is a channel discovery whenever it is a whole-pair discovery and its
-    channel z passes CHANNEL_BOUND; the strongest plant is both (so this cannot pass by never
+    channel z passes CHANNEL_BOUND; the two strongest plants are both (so this cannot pass by never
     reaching it)."""
     hw, c = trained_weights
     raw = significance.raw_tables(hw, c, 0, "shortformer")[0]
     k = raw[(raw["kind"] == "K") & (raw["variant"] == "true")]
     quiet = int(k.groupby("dst_head")["z"].max().idxmin())
     src = int(k[k["dst_head"] == quiet].sort_values("z")["src_head"].iloc[0])
-    shares = []
+    shares, zs, tested = [], [], 0
     for strength in (0.1, 0.3, 0.5, 0.7, 1.0):
         fake = planted.plant_key_channel(hw, src, quiet, strength)
         scores, _ = significance.measured(fake, c, 0, "shortformer")
@@ -404,9 +404,12 @@ def test_a_planted_channel_is_found_once_the_pair_is_a_discovery(trained_weights
         pair = later[(later["kind"] == "K") & (later["src_layer"] == 0) & (later["src_head"] == src)
                      & (later["dst_head"] == quiet)].iloc[0]  # fmt: skip
         shares.append(pair["top_share"])
+        zs.append(pair["z"])
         if strength >= 0.3:
             assert (pair["writer_channel"], pair["reader_channel"]) == (0, 0), (strength, pair)
         if pair["pair_discovery"] and pair["z"] > CHANNEL_BOUND:
+            tested += 1
             assert pair["discovery"], (strength, pair)
-    assert shares == sorted(shares), shares
+    assert shares == sorted(shares) and zs == sorted(zs), (shares, zs)
+    assert tested >= 2, zs  # measured: channel z 3.9 and 4.5 at strengths 0.7 and 1.0
     assert pair["pair_discovery"] and pair["discovery"] and pair["top_share"] > 0.8, pair

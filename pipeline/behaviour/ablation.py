@@ -109,6 +109,23 @@ def _induction(pattern: Tensor, length: int | None) -> Tensor:
     return patterns.induction(pattern, length)
 
 
+def _clean_layer(model: AttnOnlyTransformer, cache: Cache, j: int, length: int | None) -> tuple:
+    """Layer j's clean state for the ablations into it: (block, its input stream [batch, pos,
+    d_model], its heads' induction scores [head], their writes [batch, pos, head, d_model], its
+    output stream [batch, pos, d_model], the sources stacked per block call, the heads per loss
+    pass)."""
+    block = model.blocks[j]
+    resid = cache.resid_pre[j]
+    clean_result = cache.result[j]
+    B, T = resid.shape[:2]
+    return (
+        block, resid, _induction(cache.pattern[j], length), clean_result,
+        resid + clean_result.sum(dim=2) + block.attn.b_O,
+        _sources_per_chunk(B, T, model.cfg.n_heads, clean_result.shape[-1]),
+        _heads_per_loss_chunk(B, T, model.cfg.d_vocab),
+    )  # fmt: skip
+
+
 @torch.no_grad()
 def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None) -> pd.DataFrame:
     """One row per (kind, a, b), b in a later layer than a: COLUMNS (attn_effect, loss_effect,
@@ -120,13 +137,9 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
     H = model.cfg.n_heads
     rows = []
     for j in range(1, model.cfg.n_layers):
-        block = model.blocks[j]
-        resid = cache.resid_pre[j]  # [batch, pos, d_model]
-        clean_induction = _induction(cache.pattern[j], length)  # [head]
-        clean_result = cache.result[j]  # [batch, pos, head, d_model]
-        resid_post = resid + clean_result.sum(dim=2) + block.attn.b_O  # [batch, pos, d_model]
-        step = _sources_per_chunk(B, T, H, clean_result.shape[-1])
-        per_loss = _heads_per_loss_chunk(B, T, model.cfg.d_vocab)
+        block, resid, clean_induction, clean_result, resid_post, step, per_loss = _clean_layer(
+            model, cache, j, length
+        )
         for i in range(j):
             write = cache.result[i]  # [batch, pos, head, d_model]
             for first in range(0, H, step):
@@ -273,16 +286,12 @@ def channel_ablation(
     H = model.cfg.n_heads
     effects: list[tuple[float, float, float]] = [(math.nan,) * 3] * len(cuts)  # each set below
     for j in sorted({cut.dst[0] for cut in cuts}):
-        block = model.blocks[j]
         into = [n for n, cut in enumerate(cuts) if cut.dst[0] == j]  # the cuts into layer j
         for n in into:
             _require_order(cuts[n].src[0], j, model.cfg.n_layers)
-        resid = cache.resid_pre[j]  # [batch, pos, d_model]
-        clean_induction = _induction(cache.pattern[j], length)  # [head]
-        clean_result = cache.result[j]  # [batch, pos, head, d_model]
-        resid_post = resid + clean_result.sum(dim=2) + block.attn.b_O  # [batch, pos, d_model]
-        step = _sources_per_chunk(B, T, H, clean_result.shape[-1])
-        per_loss = _heads_per_loss_chunk(B, T, model.cfg.d_vocab)
+        block, resid, clean_induction, clean_result, resid_post, step, per_loss = _clean_layer(
+            model, cache, j, length
+        )
         for first in range(0, len(into), step):
             chunk = into[first : first + step]
             m = len(chunk)
