@@ -158,8 +158,13 @@ def test_a_raw_layernorm_checkpoint_is_refused_naming_the_weights_stage(tmp_path
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "blocks.0.ln1.b" in err and "python -m stages.weights" in err, err
     assert not (tmp_path / "c").exists()
+    only_final = tmp_path / "final.safetensors"  # any LayerNorm key, in any file weights.load reads
+    weights.save(only_final, weights.from_state_dict(random_model().state_dict()))
+    state, _ = checkpoint.load_state(only_final)
+    d_model = state["blocks.0.attn.W_O"].shape[-1]
+    checkpoint.save_state(only_final, {**state, "ln_final.w": torch.ones(d_model)})
     with pytest.raises(weights.UserError, match="ln_final.w: LayerNorm weights not folded"):
-        weights.from_state_dict({"ln_final.w": torch.ones(16), **random_model().state_dict()})  # any LN key
+        weights.load(only_final)
     argv = ["--model", str(raw), "--config", str(tmp_path / "config.json"), "--out", str(tmp_path / "w")]
     assert weights_stage.main([*argv, "--params", str(p)]) == 0
     hw, _ = weights.load(tmp_path / "w" / "heads.safetensors")  # folded: read without a word

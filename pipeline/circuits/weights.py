@@ -89,8 +89,8 @@ def from_state_dict(
         return _stacked(state, dtype)
 
 
-# A checkpoint with LayerNorm parameters is refused, not folded here: folding needs what a bare
-# state dict does not say (whether positions enter after ln1, shortformer, and so are neither
+# A checkpoint file with LayerNorm parameters is refused by `load`, not folded there: folding needs
+# what a bare state dict does not say (whether positions enter after ln1, shortformer, and so are neither
 # scaled nor centred; `prepare`), and one place that folds keeps every stage's scores equal to
 # the pipeline's. Read unfolded, its scores would be TransformerLens's unprocessed ones, not the
 # model's (ln1.w scales each residual direction before W_Q, W_K, W_V read it).
@@ -102,9 +102,6 @@ FOLD_FIRST = (
 
 
 def _stacked(state: Mapping[str, Tensor], dtype: torch.dtype) -> HeadWeights:
-    unfolded = sorted(k for k in state if LAYERNORM.match(k))
-    if unfolded:
-        raise UserError(unfolded[0], FOLD_FIRST)
     layers = sorted({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
     if not layers:
         raise UserError("blocks", "none (expected keys like blocks.0.attn.W_Q)")
@@ -185,6 +182,9 @@ def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeig
     LayerNorm; one with it is refused in one line naming the weights stage, which folds it:
     `LAYERNORM`)."""
     state, metadata = load_state(path)
+    unfolded = sorted(k for k in state if LAYERNORM.match(k))
+    if unfolded:  # `from_state_dict` reads the head matrices of any state dict as they are
+        raise UserError(f"{path}: {unfolded[0]}", FOLD_FIRST)
     return from_state_dict(state, source=str(path), dtype=dtype), metadata
 
 
