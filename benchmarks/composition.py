@@ -25,6 +25,9 @@ Methods, on the same weights in the same run:
             that is 9504 pairs x 3 kinds of 768^3 products, so it runs on a seeded subset of
             pairs and its full time is extrapolated (marked ~). Max |diff| of every method is
             measured against dense on the pairs dense computed.
+  channels  the channel tables the composition stage adds (`channels.channel_rows` of the later
+            and the placebo pairs, every kind, `null_samples` 64 rotation draws), as a share of
+            full's time (issue 32: at most a third more).
   full      `composition_scores` at the default CompositionConfig: all kinds and variants,
             the random-matrix baselines and the rotated-writer null (z). Reported on its own line.
             On (c) it runs on the first `full_layers` layers (all their pairs, the same per-pair
@@ -186,6 +189,19 @@ def child(
         if device:
             result["gpu"] = torch.cuda.get_device_name()
             result["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+
+    elif method == "channels":
+        from pipeline.circuits import channels
+
+        hw = from_state_dict(state)
+
+        def run() -> None:  # the composition stage's channel tables: later and placebo pairs, 3 kinds
+            gen = torch.Generator().manual_seed(0)
+            blocks = channels.channel_blocks(CompositionConfig().null_samples, hw.d_model, hw.d_head, gen)
+            channels.channel_rows(hw, blocks)
+            channels.channel_rows(hw, blocks, placebo=True)
+
+        result["wall_s"] = _best_of(run, repeats)
 
     elif method == "tl":
         from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -352,6 +368,11 @@ def bench(
                 threads=n,
                 layers=full_layers,
             )
+    # the channel tables the composition stage adds (pipeline/circuits/channels.py), same layers
+    runs["channels"] = _spawn(
+        "channels", shape, weights, tmp / "channels.npy", repeats=3 if small else 1, threads=threads,
+        layers=full_layers,
+    )  # fmt: skip
     if cuda:  # the same analysis on the GPU (analysis.device=cuda), in the same run
         runs["full_cuda"] = _spawn(
             "full_cuda", shape, weights, tmp / "full_cuda.npy", repeats=3, threads=threads, layers=full_layers
@@ -394,6 +415,12 @@ def bench(
     lines.append(
         f"  ours, full composition_scores (3 kinds x 5 variants, baseline 200, null 64): "
         f"{mark}{full['wall_s'] * full_scale:.2f} s, peak {full['peak_mb'] - idle:.0f} MB"
+    )
+    split = runs["channels"]
+    lines.append(
+        f"  ours, the channel tables (channels.py: later and placebo pairs, 3 kinds, null 64): "
+        f"{mark}{split['wall_s'] * full_scale:.2f} s, peak {split['peak_mb'] - idle:.0f} MB, "
+        f"{split['wall_s'] / full['wall_s']:.2f} x the full composition_scores"
     )
     if full_threads:
         more = runs["full_threads"]
