@@ -19,8 +19,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
-from pipeline import io
-from pipeline.errors import UserError
+from . import io
+from .errors import UserError
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 # Buffers a HookedTransformer keeps in its state dict: the causal mask and a constant.

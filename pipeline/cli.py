@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
-from pipeline.errors import UserError
+from .errors import UserError
 
 EXIT_USER_ERROR = 2
 # A stage run by DVC (which sets DVC_STAGE) that fails: DVC removed its outputs before running

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
 
-from pipeline.errors import UserError, require, under
-from pipeline.tables import ERRATA
+from .errors import UserError, require, under
+from .tables import ERRATA
 
 POSITIONAL_EMBEDDINGS = ("standard", "shortformer")
 NORMALIZATIONS = (None, "LN")

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import io
-from pipeline.config import require_hub_name
-from pipeline.errors import UserError
+from . import io
+from .config import require_hub_name
+from .errors import UserError
 
 PREFIX = "hf:"
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import UserError
+from .errors import UserError
 
 TMP_MARK = ".tmp-"
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from pipeline.config import Config, DataConfig, HeadsConfig, ModelConfig, TrainConfig
-from pipeline.errors import UserError
+from .config import Config, DataConfig, HeadsConfig, ModelConfig, TrainConfig
+from .errors import UserError
 
 FLOAT32, FLOAT64, INT64 = 4, 8, 8
 DTYPES = {FLOAT32: "float32", FLOAT64: "float64"}

@@ -22,8 +22,8 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from pipeline.config import Config, require_corpus_package
-from pipeline.errors import UserError, within
+from .config import Config, require_corpus_package
+from .errors import UserError, within
 
 CONF_DIR = "conf"
 CONFIG_NAME = "config"
@@ -182,8 +182,8 @@ def dump(params: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pipeline import io
-    from pipeline.cli import run_cli
+    from . import io
+    from .cli import run_cli
 
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.params",

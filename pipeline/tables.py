@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.errors import UserError
+from .errors import UserError
 
 if TYPE_CHECKING:  # pandas is imported where a table is read: the config schemas import this module
     import pandas as pd

@@ -57,10 +57,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline.memory import ABLATION_CHUNK
-from pipeline.model import patterns
-from pipeline.model.transformer import AttnOnlyTransformer, BlockOutput, Cache, next_token_loss
-from pipeline.tables import ABLATION_COLUMNS, KINDS
+from ..memory import ABLATION_CHUNK
+from ..model import patterns
+from ..model.transformer import AttnOnlyTransformer, BlockOutput, Cache, next_token_loss
+from ..tables import ABLATION_COLUMNS, KINDS
 
 # the heads stage adds heldout_loss_effect and takes pattern_effect from the held-out text's run
 COLUMNS = [c for c in ABLATION_COLUMNS if c != "heldout_loss_effect"]

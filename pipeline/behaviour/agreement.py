@@ -41,7 +41,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from pipeline.tables import CAUSAL_THRESHOLDS, INVARIANT, KINDS, VARIANTS, threshold_key
+from ..tables import CAUSAL_THRESHOLDS, INVARIANT, KINDS, VARIANTS, threshold_key
 
 EFFECTS = ("heldout_loss_effect", "loss_effect", "attn_effect", "pattern_effect")
 THRESHOLDED = ("pattern_effect",)  # ranked again at each of CAUSAL_THRESHOLDS (its scale: [0, 1] for Q, K)

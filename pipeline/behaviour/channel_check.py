@@ -34,14 +34,14 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
-from pipeline.behaviour import ablation, heads
-from pipeline.circuits import channels
-from pipeline.circuits.weights import HeadWeights
-from pipeline.config import HeadsConfig
-from pipeline.data import datasets
-from pipeline.errors import UserError
-from pipeline.model.transformer import AttnOnlyTransformer
-from pipeline.tables import ABLATION_COLUMNS
+from ..circuits import channels
+from ..circuits.weights import HeadWeights
+from ..config import HeadsConfig
+from ..data import datasets
+from ..errors import UserError
+from ..model.transformer import AttnOnlyTransformer
+from ..tables import ABLATION_COLUMNS
+from . import ablation, heads
 
 PAIR = ("src_layer", "src_head", "dst_layer", "dst_head")
 EFFECTS = ABLATION_COLUMNS[5:]  # attn_effect, loss_effect, heldout_loss_effect, pattern_effect

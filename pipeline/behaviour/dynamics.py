@@ -29,15 +29,14 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import checkpoint
-from pipeline.behaviour import heads, phases
-from pipeline.circuits import significance, weights
-from pipeline.config import Config
-from pipeline.data import datasets
-from pipeline.errors import UserError
-from pipeline.model import tl_checkpoint
-from pipeline.model.transformer import next_token_loss
-from pipeline.tables import (
+from .. import checkpoint
+from ..circuits import significance, weights
+from ..config import Config
+from ..data import datasets
+from ..errors import UserError
+from ..model import tl_checkpoint
+from ..model.transformer import next_token_loss
+from ..tables import (
     DYNAMICS_COLUMNS,
     DYNAMICS_HEADS_COLUMNS,
     MEASURES,
@@ -45,6 +44,7 @@ from pipeline.tables import (
     STEPS_COLUMNS,
     excess,
 )
+from . import heads, phases
 
 PAIR_KIND = "K"  # an induction head's keys read what the previous-token head wrote
 

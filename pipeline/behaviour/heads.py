@@ -45,11 +45,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import memory, streams
-from pipeline.behaviour import ablation, agreement
-from pipeline.circuits import strands
-from pipeline.circuits.weights import HeadWeights, power_of_two_scaled
-from pipeline.config import (
+from .. import memory, streams
+from ..circuits import strands
+from ..circuits.weights import HeadWeights, power_of_two_scaled
+from ..config import (
     DataConfig,
     HeadsConfig,
     ModelConfig,
@@ -57,11 +56,12 @@ from pipeline.config import (
     require_fits_context,
     require_window_fits,
 )
-from pipeline.data import datasets
-from pipeline.errors import UserError
-from pipeline.model import patterns, tl_checkpoint
-from pipeline.model.transformer import AttnOnlyTransformer
-from pipeline.tables import ABLATED_ROLES, ABLATION_COLUMNS, PATTERN_SCORES, ROLE_EFFECTS, ROLES
+from ..data import datasets
+from ..errors import UserError
+from ..model import patterns, tl_checkpoint
+from ..model.transformer import AttnOnlyTransformer
+from ..tables import ABLATED_ROLES, ABLATION_COLUMNS, PATTERN_SCORES, ROLE_EFFECTS, ROLES
+from . import ablation, agreement
 
 # The primary role. Some scores nest: a previous-token head also fills the recent window,
 # and an induction head attends to the first token where nothing matches (measured on the

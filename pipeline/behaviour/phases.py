@@ -26,7 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from pipeline.tables import INDUCTION_THRESHOLD, MEASURES
+from ..tables import INDUCTION_THRESHOLD, MEASURES
 
 
 def phase_step(steps: pd.DataFrame, threshold: float = INDUCTION_THRESHOLD) -> float:

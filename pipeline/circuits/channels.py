@@ -116,12 +116,12 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import streams
-from pipeline.circuits import significance
-from pipeline.circuits.scoring import PAIR_COLUMNS, ZERO_RTOL, haar_blocks, later_pairs
-from pipeline.circuits.weights import HeadWeights
-from pipeline.config import CompositionConfig
-from pipeline.tables import CHANNEL_STATISTICS, CHANNELS_COLUMNS, KINDS, SIGNIFICANCE_COLUMNS
+from .. import streams
+from ..config import CompositionConfig
+from ..tables import CHANNEL_STATISTICS, CHANNELS_COLUMNS, KINDS, SIGNIFICANCE_COLUMNS
+from . import significance
+from .scoring import PAIR_COLUMNS, ZERO_RTOL, haar_blocks, later_pairs
+from .weights import HeadWeights
 
 # --- one circuit's SVD from its factors ------------------------------------------------
 
@@ -389,7 +389,7 @@ def channel_rows(
 ) -> tuple[pd.DataFrame, dict[str, Tensor]]:
     """Uncalibrated channels.csv rows of every kind (KINDS order; pairs in `scoring.later_pairs`
     order, or `placebo_pairs`'), and each kind's normalised shares [n_pairs, d_head, d_head]."""
-    from pipeline.circuits.scoring import placebo_pairs  # the pair lists live with the scores
+    from .scoring import placebo_pairs  # the pair lists live with the scores
 
     pairs = (placebo_pairs if placebo else later_pairs)(hw.n_layers, hw.n_heads)
     index = tuple(torch.as_tensor(x) for x in pairs)

@@ -79,8 +79,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import streams
-from pipeline.circuits.scoring import (
+from .. import streams
+from ..config import CompositionConfig
+from ..tables import KINDS, RAW_SCORES_COLUMNS, VARIANTS
+from .scoring import (
     PairStats,
     baseline,
     haar_blocks,
@@ -88,8 +90,8 @@ from pipeline.circuits.scoring import (
     nan_if_zero,
     raw_scores_table,
 )
-from pipeline.circuits.scoring import summarize as summarize  # re-exported: composition.summarize
-from pipeline.circuits.strands import (
+from .scoring import summarize as summarize  # re-exported: composition.summarize
+from .strands import (
     Strand,
     all_pairs_norms,
     gram_vector_length,
@@ -99,9 +101,7 @@ from pipeline.circuits.strands import (
     shrink_left,
     shrink_right,
 )
-from pipeline.circuits.weights import HeadWeights, power_of_two_scaled
-from pipeline.config import CompositionConfig
-from pipeline.tables import KINDS, RAW_SCORES_COLUMNS, VARIANTS
+from .weights import HeadWeights, power_of_two_scaled
 
 COLUMNS = list(RAW_SCORES_COLUMNS)
 _BLOCK = (

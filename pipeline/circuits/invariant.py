@@ -106,8 +106,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline import streams
-from pipeline.circuits.scoring import (
+from .. import streams
+from ..config import CompositionConfig
+from ..tables import INVARIANT, KINDS, RAW_SCORES_COLUMNS
+from .scoring import (
     PairStats,
     baseline,
     haar_blocks,
@@ -115,10 +117,8 @@ from pipeline.circuits.scoring import (
     nan_if_zero,
     raw_scores_table,
 )
-from pipeline.circuits.strands import shrink_left, shrink_right
-from pipeline.circuits.weights import POSITIONS, HeadWeights
-from pipeline.config import CompositionConfig
-from pipeline.tables import INVARIANT, KINDS, RAW_SCORES_COLUMNS
+from .strands import shrink_left, shrink_right
+from .weights import POSITIONS, HeadWeights
 
 COLUMNS = [c for c in RAW_SCORES_COLUMNS if c != "variant"]
 RANK_RTOL = 1e-10  # eigenvalues of G_l at or below RANK_RTOL * its largest count as zero

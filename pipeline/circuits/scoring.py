@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from pipeline.tables import KINDS, MEASURES, VARIANTS
+from ..tables import KINDS, MEASURES, VARIANTS
 
 ZERO_RTOL = 1e-8  # a strand with ||A B|| <= ZERO_RTOL ||A|| ||B|| counts as zero
 LABELS = ("kind", "variant")  # a raw-scores table's columns that name the measure of a row

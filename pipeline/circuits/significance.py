@@ -70,8 +70,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from pipeline.config import CompositionConfig
-from pipeline.tables import join_measures
+from ..config import CompositionConfig
+from ..tables import join_measures
 
 MAD_NORMAL = 1.4826  # 1 / Phi^-1(3/4): a standard normal's MAD times this is 1
 FAMILY = ["kind", "variant"]  # BH's family, and the null's: one kind of one measure
@@ -313,7 +313,7 @@ def raw_tables(
     measure's rows (scores.csv's five variants, then invariant.csv's as variant "invariant") for the
     later pairs and for the pairs that cannot compose, with the same seed (the same null draws);
     `device`: where the products run (`composition.composition_scores`)."""
-    from pipeline.circuits import composition, invariant  # torch: imported where the scores are computed
+    from . import composition, invariant  # torch: imported where the scores are computed
 
     scores, placebo = (
         join_measures(

@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from pipeline.checkpoint import TL_BUFFERS, load_state, save_state
-from pipeline.config import ModelConfig
-from pipeline.errors import UserError, within
+from ..checkpoint import TL_BUFFERS, load_state, save_state
+from ..config import ModelConfig
+from ..errors import UserError, within
 
 HEAD_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pipeline.behaviour import phases
-from pipeline.compare.read import SeedInputs
-from pipeline.tables import (
+from ..behaviour import phases
+from ..tables import (
     ABLATED_ROLES,
     CAUSAL_THRESHOLDS,
     ERRATA,
@@ -35,6 +34,7 @@ from pipeline.tables import (
     VARIANTS,
     threshold_key,
 )
+from .read import SeedInputs
 
 CLAIM_KIND = "K"  # the errata is about induction heads' K-composition
 # claim (c): what K-composition predicts is the later head's attention, so the ablation's effect on
@@ -306,7 +306,7 @@ def claim_b(seed: Seed) -> Iterator[Row]:
 def claim_m(seed: Seed) -> Iterator[Row]:
     """K discoveries, corrected minus each rotation's; per kind and measure, the discoveries, the
     placebo pairs' false-positive rate, the raw rule's count and the detection limit beside them."""
-    from pipeline.circuits import significance  # numpy and pandas only
+    from ..circuits import significance  # numpy and pandas only
 
     scored, placebo = seed.scored, seed.inp.placebo
     limits = significance.detection_limits(scored, placebo, seed.fdr)

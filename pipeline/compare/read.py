@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline import io
-from pipeline.errors import UserError
-from pipeline.tables import (
+from .. import io
+from ..errors import UserError
+from ..tables import (
     ABLATED_ROLES,
     CHANNELS_COLUMNS,
     CURVE_COLUMNS,

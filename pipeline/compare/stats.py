@@ -40,12 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pipeline import tables
-from pipeline.compare.claims import CLAIM_KIND, CLAIMS, NONE, PRIMARY_EFFECT, Row, Seed
-from pipeline.compare.read import TRAIN_METRICS, SeedInputs
-from pipeline.config import CompareConfig
-from pipeline.errors import UserError
-from pipeline.tables import (
+from .. import tables
+from ..config import CompareConfig
+from ..errors import UserError
+from ..tables import (
     ABLATED_ROLES,
     CAUSAL_THRESHOLDS,
     CURVE_COLUMNS,
@@ -57,6 +55,8 @@ from pipeline.tables import (
     excess,
     threshold_key,
 )
+from .claims import CLAIM_KIND, CLAIMS, NONE, PRIMARY_EFFECT, Row, Seed
+from .read import TRAIN_METRICS, SeedInputs
 
 GROUP_KEYS = list(tables.GROUP_KEYS)
 C_BASELINE_AT = 0.05  # the causal threshold at which summary.json sets (c) beside the role-only ranker

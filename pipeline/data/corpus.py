@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.config import CORPORA as PACKAGES
-from pipeline.config import TextDataConfig, require_corpus_package
-from pipeline.errors import UserError
+from ..config import CORPORA as PACKAGES
+from ..config import TextDataConfig, require_corpus_package
+from ..errors import UserError
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline import io, streams
-from pipeline.config import CopiesConfig, DataConfig, ModelConfig
-from pipeline.errors import UserError
+from .. import io, streams
+from ..config import CopiesConfig, DataConfig, ModelConfig
+from ..errors import UserError
 
 # --- copies of earlier spans (synthetic and text) ----------------------------------
 #

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline import hub
-from pipeline.config import DataConfig
-from pipeline.data import corpus
-from pipeline.errors import UserError
+from .. import hub
+from ..config import DataConfig
+from ..errors import UserError
+from . import corpus
 
 BYTES = 256  # the byte-level alphabet: the smallest vocabulary
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import hub, io
-from pipeline.config import TrainConfig
-from pipeline.errors import UserError
+from .. import hub, io
+from ..config import TrainConfig
+from ..errors import UserError
 
 
 def checkpoint_path(t: TrainConfig, seed: int) -> Path:

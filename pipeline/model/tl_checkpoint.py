@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from pipeline import io
-from pipeline.checkpoint import TL_BUFFERS, load_state
-from pipeline.config import LN_EPS, ModelConfig
-from pipeline.errors import UserError, within
-from pipeline.model.transformer import AttnOnlyTransformer
+from .. import io
+from ..checkpoint import TL_BUFFERS, load_state
+from ..config import LN_EPS, ModelConfig
+from ..errors import UserError, within
+from .transformer import AttnOnlyTransformer
 
 # HookedTransformerConfig fields we write beside a checkpoint (and read back).
 TL_FIELDS = (

@@ -19,14 +19,14 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline import memory, streams
-from pipeline.cli import progress_line, resolve_device
-from pipeline.config import Config, ModelConfig, TrainConfig, require_fits_context
-from pipeline.data import datasets
-from pipeline.errors import UserError
-from pipeline.model import origin, patterns, tl_checkpoint
-from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss
-from pipeline.tables import CURVE_COLUMNS, INDUCTION_THRESHOLD
+from .. import memory, streams
+from ..cli import progress_line, resolve_device
+from ..config import Config, ModelConfig, TrainConfig, require_fits_context
+from ..data import datasets
+from ..errors import UserError
+from ..tables import CURVE_COLUMNS, INDUCTION_THRESHOLD
+from . import origin, patterns, tl_checkpoint
+from .transformer import AttnOnlyTransformer, next_token_loss
 
 # called with (step, tokens seen, state dict on the CPU) at each of train.checkpoint_steps()
 SaveCheckpoint = Callable[[int, int, dict[str, torch.Tensor]], None]

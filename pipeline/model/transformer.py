@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipeline.config import LN_EPS, ModelConfig
-from pipeline.tables import KINDS
+from ..config import LN_EPS, ModelConfig
+from ..tables import KINDS
 
 
 def _holder(**params: nn.Parameter) -> nn.Module:

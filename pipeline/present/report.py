@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline import io
-from pipeline.compare.claims import CLAIMS, HYPOTHESIS_LABELS, NONE, PRIMARY_EFFECT, STATISTICS
-from pipeline.errors import UserError
-from pipeline.tables import CAUSAL_THRESHOLDS, DIMENSIONS, KINDS, MEASURES, threshold_key
+from .. import io
+from ..compare.claims import CLAIMS, HYPOTHESIS_LABELS, NONE, PRIMARY_EFFECT, STATISTICS
+from ..errors import UserError
+from ..tables import CAUSAL_THRESHOLDS, DIMENSIONS, KINDS, MEASURES, threshold_key
 
 MIME = {
     ".png": "image/png",

@@ -16,7 +16,7 @@ matplotlib.use("Agg")  # headless, and the same bytes on every run
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from pipeline import io  # noqa: E402
+from ... import io  # noqa: E402
 
 plt.rcParams["svg.hashsalt"] = "attn-circuits"  # stable element ids in SVG
 FORMATS = ("png", "svg")

@@ -24,7 +24,7 @@ import pandas as pd
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 
-from pipeline.errors import UserError
+from ...errors import UserError
 
 ORDER = ("K", "Q", "V")  # K first: the composition the errata is about
 MAX_PAIRS = 24  # panels at most; beyond, the pairs with the lowest calibrated z are left out

@@ -13,8 +13,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from pipeline.compare.claims import CLAIM_KIND, PRIMARY_EFFECT
-from pipeline.tables import HYPOTHESES, INVARIANT, MEASURES, ROLES
+from ...compare.claims import CLAIM_KIND, PRIMARY_EFFECT
+from ...tables import HYPOTHESES, INVARIANT, MEASURES, ROLES
 
 VARIANT_LABELS = {
     "true": "corrected",

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from pipeline.tables import KINDS, VARIANTS, excess
+from ...tables import KINDS, VARIANTS, excess
 
 KIND_COLORS = {
     "Q": "#1f77b4",

@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from pipeline import io
-from pipeline.behaviour import phases
-from pipeline.errors import UserError
-from pipeline.tables import INDUCTION_THRESHOLD, MEASURES
+from ... import io
+from ...behaviour import phases
+from ...errors import UserError
+from ...tables import INDUCTION_THRESHOLD, MEASURES
 
 MEASURE_STYLE = {  # the two denominator hypotheses share a z, so they share a colour
     "true": ("corrected (true)", "black", "-"),

@@ -16,8 +16,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from pipeline.errors import UserError
-from pipeline.tables import KINDS, VARIANTS, excess
+from ...errors import UserError
+from ...tables import KINDS, VARIANTS, excess
 
 ROLE_COLORS = {
     "previous_token": "#1f77b4",
