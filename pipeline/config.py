@@ -197,11 +197,18 @@ class CopiesConfig(Section):
     min_span: int = 4  # copied spans are this many tokens long
     max_span: int = 10
     min_distance: int = 2  # a copy's source is at least this far back (and at most the whole context)
+    # Text and token streams only: the rate falls linearly from `rate` at this fraction of
+    # train.steps to 0 at `anneal_end`, and stays 0 after it (1.0 and 1.0: copies throughout), so
+    # the last part of training sees the text as it is (pipeline/data/datasets.py `copy_rate`).
+    anneal_start: float = 1.0
+    anneal_end: float = 1.0
 
     def check(self) -> None:
         _fraction(self, "rate")
         _positive(self, "min_span", "max_span", "min_distance")
         _ordered(self, "min_span", "max_span")
+        _fraction(self, "anneal_start", "anneal_end")
+        _ordered(self, "anneal_start", "anneal_end")
 
 
 @dataclass
@@ -272,6 +279,9 @@ class DataConfig(Section):
             _required(self.text.glob, "text.glob", "data.source = 'text' and text.corpus is null")
         if self.source == "tokens":
             _required(self.tokens.path, "tokens.path", "data.source = 'tokens'")
+        if self.source == "synthetic":  # its sequences are written once, before training
+            start = self.copies.anneal_start
+            require(start == 1.0, "copies.anneal_start", "applies to text and token streams only", start)
 
 
 # --- train -------------------------------------------------------------------------

@@ -50,10 +50,11 @@ class _Copier:
         self.distance = np.zeros(n, dtype=np.int64)
         self.left = np.zeros(n, dtype=np.int64)  # tokens left to copy
 
-    def write(self, x: np.ndarray, t: int, background: np.ndarray) -> None:
-        """x[:, t]: a copied token where a copy runs, else `background` [n]."""
+    def write(self, x: np.ndarray, t: int, background: np.ndarray, rate: float | None = None) -> int:
+        """x[:, t]: a copied token where a copy runs, else `background` [n]. Returns how many
+        copied tokens it wrote. `rate`: instead of copies.rate (the annealed rate)."""
         c, rng, n = self.copies, self.rng, len(self.rows)
-        start = (self.left <= 0) & (rng.random(n) < c.rate)
+        start = (self.left <= 0) & (rng.random(n) < (c.rate if rate is None else rate))
         if t >= c.min_distance and start.any():
             span = t - c.min_distance + 1  # distances min_distance .. t
             self.distance = np.where(
@@ -63,15 +64,29 @@ class _Copier:
         copying = self.left > 0
         x[:, t] = np.where(copying, x[self.rows, np.maximum(t - self.distance, 0)], background)
         self.left = self.left - copying
+        return int(copying.sum())
 
 
-def with_copies(windows: np.ndarray, copies: CopiesConfig, rng: np.random.Generator) -> np.ndarray:
-    """`windows` [n, n_ctx] with copies of earlier spans written over them."""
+def with_copies(
+    windows: np.ndarray, copies: CopiesConfig, rng: np.random.Generator, rate: float | None = None
+) -> tuple[np.ndarray, int]:
+    """`windows` [n, n_ctx] with copies of earlier spans written over them (at `rate`, else
+    copies.rate), and the number of copied tokens."""
     x = np.array(windows, dtype=np.int64)
     copier = _Copier(len(x), copies, rng)
-    for t in range(x.shape[1]):
-        copier.write(x, t, x[:, t].copy())
-    return x
+    copied = sum(copier.write(x, t, x[:, t].copy(), rate) for t in range(x.shape[1]))
+    return x, copied
+
+
+def copy_rate(copies: CopiesConfig, step: int, steps: int) -> float:
+    """The copy rate at training step `step` of `steps`: copies.rate until anneal_start x steps,
+    falling linearly to 0 at anneal_end x steps, 0 after (a step function when the two agree)."""
+    f = step / steps
+    if f < copies.anneal_start:
+        return copies.rate
+    if f >= copies.anneal_end:
+        return 0.0
+    return copies.rate * (copies.anneal_end - f) / (copies.anneal_end - copies.anneal_start)
 
 
 # --- synthetic ---------------------------------------------------------------------
@@ -171,7 +186,8 @@ class Rows:
     def __init__(self, rows: np.ndarray):
         self.rows = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
 
-    def batch(self, size: int, generator: torch.Generator) -> torch.Tensor:
+    def batch(self, size: int, generator: torch.Generator, rate: float | None = None) -> torch.Tensor:
+        """`rate` is not used: these sequences were written, copies and all, before training."""
         idx = torch.randint(0, len(self.rows), (size,), generator=generator)
         return self.rows[idx]  # [batch, n_ctx]
 
@@ -182,13 +198,18 @@ class Stream:
 
     def __init__(self, tokens: np.ndarray, n_ctx: int, copies: CopiesConfig | None = None):
         self.tokens, self.n_ctx, self.copies = tokens, n_ctx, copies
+        self.tokens_drawn = self.tokens_copied = 0  # over every batch so far: the copies' share
 
-    def batch(self, size: int, generator: torch.Generator) -> torch.Tensor:
+    def batch(self, size: int, generator: torch.Generator, rate: float | None = None) -> torch.Tensor:
+        """`rate`: the copy rate for this batch (the annealed one), else copies.rate. The same
+        draws are taken from `generator` whatever the rate, so a schedule changes no window."""
         starts = torch.randint(0, len(self.tokens) - self.n_ctx + 1, (size,), generator=generator).tolist()
         windows = np.stack([np.asarray(self.tokens[s : s + self.n_ctx]) for s in starts]).astype(np.int64)
         if self.copies is not None and self.copies.rate > 0:
             drawn = int(torch.randint(0, 2**62, (1,), generator=generator))  # from the batches stream
-            windows = with_copies(windows, self.copies, np.random.default_rng(drawn))
+            windows, copied = with_copies(windows, self.copies, np.random.default_rng(drawn), rate)
+            self.tokens_copied += copied
+        self.tokens_drawn += windows.size
         return torch.from_numpy(windows)  # [batch, n_ctx]
 
 

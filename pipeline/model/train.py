@@ -169,6 +169,7 @@ def train(
     losses: list[
         torch.Tensor
     ] = []  # training losses since the last evaluation (no .item(): no sync per step)
+    last_quarter = (0, 0)  # the stream's (drawn, copied) counts when the last quarter of the steps begins
     start = time.perf_counter()
     mode = "bar" if progress is True else progress or None
     bar = tqdm(
@@ -201,7 +202,10 @@ def train(
             save(step, step * t.batch_size * cfg.model.n_ctx, cpu_state(model))
         if step == t.steps:
             break
-        batch = dataset.train.batch(t.batch_size, batches).to(device)  # [batch, n_ctx]
+        if step == t.steps - t.steps // 4 and isinstance(dataset.train, datasets.Stream):
+            last_quarter = (dataset.train.tokens_drawn, dataset.train.tokens_copied)
+        rate = datasets.copy_rate(cfg.data.copies, step, t.steps)  # annealed to 0 where configured
+        batch = dataset.train.batch(t.batch_size, batches, rate).to(device)  # [batch, n_ctx]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, t)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"):
@@ -213,7 +217,21 @@ def train(
         losses.append(loss.detach())
     seconds = time.perf_counter() - start
     curve = pd.DataFrame(rows, columns=CURVE_COLUMNS)
-    return TrainResult(model.cpu(), curve, _summary(curve), dataset.manifest, seconds, eval_seconds)
+    metrics = _summary(curve)
+    if isinstance(dataset.train, datasets.Stream):  # text and token streams: copies counted as written
+        metrics.update(_copy_shares(dataset.train, last_quarter))
+    return TrainResult(model.cpu(), curve, metrics, dataset.manifest, seconds, eval_seconds)
+
+
+def _copy_shares(stream: datasets.Stream, last_quarter: tuple[int, int]) -> dict:
+    """The share of the training tokens that were copies, over the run and over its last quarter
+    (`last_quarter`: the stream's counts when that quarter began)."""
+    drawn, copied = stream.tokens_drawn, stream.tokens_copied
+    late_drawn, late_copied = drawn - last_quarter[0], copied - last_quarter[1]
+    return {
+        "copy_share": copied / drawn if drawn else 0.0,
+        "copy_share_last_quarter": late_copied / late_drawn if late_drawn else 0.0,
+    }
 
 
 _ADVICE = "lower it, raise train.warmup_steps or lower train.grad_clip"
