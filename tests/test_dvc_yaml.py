@@ -39,6 +39,16 @@ def packages_of(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def absolute(node: ast.ImportFrom, path: Path) -> str:
+    """The module an import names, a relative one (`from ..config import X` inside pipeline/,
+    which is installed as attn_circuits) resolved against the package of `path`."""
+    if node.level == 0:
+        return node.module or ""
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]  # pipeline/circuits/x.py -> pipeline.circuits
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
 @cache
 def imported_by(path: Path) -> frozenset[str]:
     """Modules of pipeline/ that importing `path` imports, transitively (function-level imports too)."""
@@ -47,8 +57,9 @@ def imported_by(path: Path) -> frozenset[str]:
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute(node, path)
+            names = [module] + [f"{module}.{a.name}" for a in node.names]
         for name in names:
             if name.split(".")[0] == "pipeline" and module_file(name):
                 found.update([name, *packages_of(name)])

@@ -35,17 +35,30 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def absolute(node: ast.ImportFrom, path: Path) -> str:
+    """The module an import names; a relative one (pipeline/ is installed as attn_circuits, its
+    modules import each other relatively: `from ..config import X`) resolved against `path`'s package."""
+    if node.level == 0:
+        return node.module or ""
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]  # pipeline/circuits/x.py -> pipeline.circuits
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
 def imports(path: Path) -> set[str]:
     """The pipeline modules a file imports, function-level imports too."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("pipeline.")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "pipeline":
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute(node, path)
+            if module.split(".")[0] != "pipeline":
+                continue
             for a in node.names:  # `from pipeline.circuits import weights` imports a module
-                sub = f"{node.module}.{a.name}"
+                sub = f"{module}.{a.name}"
                 as_module = PIPELINE.parent.joinpath(*sub.split("."))
-                found.add(sub if as_module.with_suffix(".py").exists() or as_module.is_dir() else node.module)
+                found.add(sub if as_module.with_suffix(".py").exists() or as_module.is_dir() else module)
     return {m for m in found if m != "pipeline"}
 
 
