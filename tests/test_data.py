@@ -224,6 +224,30 @@ def test_copies_are_written_into_training_windows_only(tmp_path):
     assert torch.equal(plain.eval, copied.eval) and copied.manifest["copies"]["rate"] == 1.0
 
 
+def test_the_copy_rate_falls_linearly_to_zero_over_the_annealed_part_of_training():
+    copies = CopiesConfig(rate=0.1, anneal_start=0.5, anneal_end=0.75)
+    rates = [datasets.copy_rate(copies, step, 100) for step in (0, 49, 50, 60, 74, 75, 99)]
+    assert rates == pytest.approx([0.1, 0.1, 0.1, 0.06, 0.004, 0.0, 0.0])
+    step_down = CopiesConfig(rate=0.1, anneal_start=0.75, anneal_end=0.75)
+    assert [datasets.copy_rate(step_down, s, 100) for s in (74, 75)] == [0.1, 0.0]
+    assert datasets.copy_rate(CopiesConfig(rate=0.1), 99, 100) == 0.1  # the default: copies throughout
+
+
+def test_the_stream_counts_the_copied_tokens_it_writes(tmp_path):
+    cfg = tokenized(tmp_path, corpus="kjv", max_chars=50_000)
+    # rate 1, spans as long as the window from distance 3: exactly positions 3..31 are copies
+    copying = replace(cfg, copies=CopiesConfig(rate=1.0, min_span=32, max_span=32, min_distance=3))
+    stream = datasets.load(copying, ModelConfig(d_vocab=400, n_ctx=32), 0, 8, tmp_path / "tok").train
+    gen = torch.Generator().manual_seed(0)
+    stream.batch(16, gen)
+    assert (stream.tokens_drawn, stream.tokens_copied) == (16 * 32, 16 * 29)
+    before = gen.get_state()
+    plain = stream.batch(16, gen, rate=0.0)  # annealed to zero: no copies, the same draws
+    assert (stream.tokens_drawn, stream.tokens_copied) == (32 * 32, 16 * 29)
+    gen.set_state(before)
+    assert not torch.equal(plain[:, 3:], plain[:, :-3]) and torch.equal(plain, stream.batch(16, gen, rate=0.0))
+
+
 def test_the_probe_repeats_held_out_spans_and_is_seeded(tmp_path):
     cfg = tokenized(tmp_path, corpus="kjv", max_chars=50_000)
     ds = datasets.load(cfg, ModelConfig(d_vocab=400, n_ctx=32), 0, 8, tmp_path / "tok", need_train=False)
