@@ -10,7 +10,10 @@ it without importing torch or the code of other stages (DVC deps stay exact).
 
 from __future__ import annotations
 
+import functools
+import math
 import re
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
 
@@ -52,10 +55,16 @@ HUB_SPEC = re.compile(r"hf:(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>
 
 
 def require_hub_name(value: str, key: str) -> re.Match:
-    """A snapshot's name, `hf:ORG/NAME[@REVISION]`, parsed; else a one-line refusal naming `key`."""
+    """A snapshot's name, `hf:ORG/NAME[@REVISION]`, parsed; else a one-line refusal naming `key`.
+    A revision is a branch, tag or commit as git spells one: no part of it empty or starting
+    with "." (so `..`, `.` and `main/..` never name a folder of the cache)."""
     found = HUB_SPEC.fullmatch(value)
     problem = "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a snapshot in the Hugging Face cache)"
     require(found is not None, key, problem, value)
+    revision = found["revision"]
+    if revision is not None and any(part == "" or part.startswith(".") for part in revision.split("/")):
+        problem = f"revision {revision!r} is not a branch, tag or commit (a part is empty or starts with '.')"
+        raise UserError(key, problem, value)
     return found
 
 
@@ -100,20 +109,48 @@ def _fraction(section: object, *names: str) -> None:
         require(0.0 <= value <= 1.0, name, "must be in [0, 1]", value)
 
 
+@functools.cache
+def _float_fields(section: type) -> tuple[tuple[str, bool], ...]:
+    """(name, is_list) of every field of a section annotated float, float | None or list[float]."""
+    hints = typing.get_type_hints(section)
+    found = []
+    for f in fields(section):
+        hint = hints[f.name]
+        if float in (hint, *typing.get_args(hint)) and typing.get_origin(hint) is not list:
+            found.append((f.name, False))
+        elif typing.get_origin(hint) is list and typing.get_args(hint) == (float,):
+            found.append((f.name, True))
+    return tuple(found)
+
+
+def _finite(section: object) -> None:
+    """The one rule for float settings: each is a finite number. No setting of ours means
+    anything at inf or NaN (a rate, a fraction, a learning rate, a decay, a threshold), and a
+    comparison lets them through or blames another key: `weight_decay: .inf` passes `>= 0` and
+    the training loss then becomes NaN, which the train stage blames on train.lr."""
+    for name, is_list in _float_fields(type(section)):
+        value = getattr(section, name)
+        for where, x in [(f"{name}[{i}]", x) for i, x in enumerate(value)] if is_list else [(name, value)]:
+            if isinstance(x, float):  # None: unset
+                require(math.isfinite(x), where, "must be a finite number (not inf or NaN)", x)
+
+
 class Section:
-    """A config section: `check()` validates its own values, naming keys relative to it."""
+    """A config section: `check()` validates its own values, naming keys relative to it; before
+    it, every float setting is refused at inf or NaN (`_finite`)."""
 
     def check(self) -> None:  # overridden where a section has rules
         pass
 
     def validate(self, prefix: str = "") -> None:
-        """Check every nested section, then this one's own rules (which may read them), with
-        keys under `prefix` (none at the root)."""
+        """Check every nested section, then this one's float settings and own rules (which may
+        read them), with keys under `prefix` (none at the root)."""
         for f in fields(self):  # type: ignore[arg-type]
             child = getattr(self, f.name)
             if isinstance(child, Section):
                 child.validate(f"{prefix}.{f.name}" if prefix else f.name)
         with under(prefix):
+            _finite(self)
             self.check()
 
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
+import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,7 @@ import torch
 import yaml
 
 from pipeline import params
+from pipeline.config import Config
 from pipeline.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,3 +218,57 @@ def test_inputs_check_the_corpus_package_version(monkeypatch):
     monkeypatch.setitem(config.CORPORA, "torch-py", ("torch", "2.11.0"))
     with pytest.raises(UserError, match=r"torch-py'.*needs torch==2\.11\.0, but .* is installed.*setup=kjv"):
         params.require_inputs(cfg, ROOT)
+
+
+def float_keys(schema: type = Config, prefix: str = "") -> list[str]:
+    """Every float setting of the schema, dotted (a list[float] by its first element)."""
+    keys = []
+    for f in dataclasses.fields(schema):
+        hint = typing.get_type_hints(schema)[f.name]
+        child = f.default_factory() if callable(f.default_factory) else None
+        if dataclasses.is_dataclass(child):
+            keys += float_keys(type(child), f"{prefix}{f.name}.")
+        elif hint == list[float]:
+            keys.append(f"{prefix}{f.name}[0]")
+        elif float in (hint, *typing.get_args(hint)):
+            keys.append(f"{prefix}{f.name}")
+    return keys
+
+
+def test_float_keys_cover_the_ones_the_issue_names():
+    keys = float_keys()
+    named = {"train.weight_decay", "train.lr", "train.betas[0]", "model.init_range",
+             "analysis.composition.fdr",
+             "analysis.heads.thresholds.induction", "analysis.figures.edge_z"}  # fmt: skip
+    assert named <= set(keys)
+    assert len(keys) >= 20
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_every_float_setting_refuses_inf_and_nan_naming_its_own_key(value):
+    """One rule for every float key of the schema (pipeline/config.py `_finite`): params.yaml
+    with `.inf` or `.nan` there is refused in one line naming that key, not a later one."""
+    good = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for key in float_keys():
+        raw = copy.deepcopy(good)
+        *parents, last = key.replace("[0]", "").split(".")
+        node = functools.reduce(lambda d, k: d[k], parents, raw)
+        if key.endswith("[0]"):
+            node[last][0] = value
+        else:
+            node[last] = value
+        with pytest.raises(UserError) as caught:
+            params.from_dict(raw)
+        text = str(caught.value)
+        assert text.startswith(f"params.yaml: {key} = {value!r}: must be a finite number"), text
+        assert "\n" not in text
+
+
+@pytest.mark.parametrize(
+    "override", ["train.weight_decay=inf", "train.grad_clip=nan", "train.betas=[0.9,inf]"]
+)
+def test_an_infinite_override_names_its_key(override):
+    """`dvc exp run -S` and `python -m pipeline.params` overrides (Hydra parses inf and nan as floats)."""
+    key = override.split("=")[0] + ("[1]" if "betas" in override else "")
+    with pytest.raises(UserError, match=rf"^override: {re.escape(key)} = (inf|nan): must be a finite number"):
+        params.from_dict(params.compose([override], conf_dir=ROOT / "conf"), source="override")
