@@ -47,7 +47,7 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
         return _load_configuration(self, *args, **kwargs)
     from omegaconf import OmegaConf
 
-    from pipeline import params
+    from pipeline import config, params
     from pipeline.errors import UserError
 
     try:
@@ -56,6 +56,8 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
         checked = params.from_dict(OmegaConf.to_container(composed, resolve=True), source="override")
         if not _composing():  # DVC's composition (pipeline.params checks its own before writing)
             params.require_inputs(checked, Path(CONF_DIR).parent)  # a corpus, a path, a checkpoint
+            for line in config.notes(checked):  # a checkpoint while training from scratch
+                print(line, file=sys.stderr)
     except UserError as e:
         raise ConfigCompositionException(str(e)) from None
     except ConfigCompositionException as e:

@@ -563,6 +563,27 @@ class Config(Section):
             require(self.model.d_vocab == vocab, "model.d_vocab", problem, self.model.d_vocab)
 
 
+def notes(cfg: Config, section: str = "") -> list[str]:
+    """One-line notes (for stderr) on names a config gives that nothing reads: a checkpoint while
+    train.source = train (a model is trained from scratch), a pretrained tokenizer while
+    data.source is not text. Notes, not refusals: keeping a name while switching the source off
+    and on is how `train=load` is toggled, and editing an unused checkpoint reruns only the origin
+    stages (docs/bad-inputs.md). `section`: only the notes on keys under it ("train", "data")."""
+    found = []
+    t, d = cfg.train, cfg.data
+    if t.source != "load" and t.checkpoint is not None:
+        found.append(
+            f"note: train.checkpoint = {t.checkpoint!r} is unused: train.source = {t.source!r} trains "
+            "a model from scratch (train=load, or train.source=load, loads the checkpoint)"
+        )
+    if d.source != "text" and d.tokenizer.pretrained is not None:
+        found.append(
+            f"note: data.tokenizer.pretrained = {d.tokenizer.pretrained!r} is unused: data.source = "
+            f"{d.source!r} is not tokenized (data.source=text reads text through it)"
+        )
+    return [n for n in found if n.startswith(f"note: {section}")]
+
+
 def require_fits_context(key: str, length: int, n_ctx: int, whose: str) -> None:
     """The one rule for every repeated probe `[first, span, span]`: it fits in the context."""
     need = 1 + 2 * length

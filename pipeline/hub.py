@@ -21,6 +21,7 @@ Torch-free: the origin and tokenizer stages import it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,16 +96,59 @@ def snapshot(value: str, key: str) -> Snapshot:
     advice = f"run `{spec.download()}` first (nothing is downloaded at run time)"
     if not folder.is_dir():
         raise UserError(key, f"{spec.repo} is not in the Hugging Face cache {cache}: {advice}", value)
-    try:
-        path = Path(
-            snapshot_download(spec.repo, revision=spec.revision, local_files_only=True, cache_dir=cache)
-        )
+    commit = _commit(folder, spec, key, value)
+    try:  # the library's own lookup of that commit (it also refuses a snapshot it knows is incomplete)
+        path = Path(snapshot_download(spec.repo, revision=commit, local_files_only=True, cache_dir=cache))
     except LocalEntryNotFoundError:
         revision = spec.revision or "main"
         raise UserError(
             key, f"revision {revision} of {spec.repo} is not in the cache {cache}: {advice}", value
         ) from None
-    return Snapshot(spec, path, path.name)
+    return Snapshot(spec, path, commit)
+
+
+COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit as the cache names its snapshots
+
+
+def _commit(folder: Path, spec: Spec, key: str, value: str) -> str:
+    """The commit `spec`'s revision resolves to in the cache folder of its repository: a commit
+    hash, or the one a file under refs/ holds (`main`; a branch or tag; `refs/pr/1`, cached as
+    refs/refs/pr/1). Refused in one line: a revision that names a folder of refs/ (`refs/pr`), a
+    ref that is empty or not a commit hash (an interrupted or disk-full write: the cache is
+    damaged, and `hf download` writes it again), and a commit with no snapshot."""
+    revision = spec.revision or "main"
+    advice = f"run `{spec.download()}` first (nothing is downloaded at run time)"
+    if COMMIT.fullmatch(revision):
+        commit = revision
+    else:
+        refs = folder / "refs"
+        ref = refs / revision  # `parse` refused a part that is empty or starts with ".": no way out of refs/
+        if ref.is_dir():
+            inside = sorted(p.relative_to(refs).as_posix() for p in ref.rglob("*") if p.is_file())
+            problem = f"revision {revision} names a folder (refs/{revision}), not a branch, tag or commit"
+            problem += f": name one of {', '.join(inside[:4])}" if inside else ""
+            raise UserError(key, problem, value)
+        if not ref.exists():
+            problem = f"revision {revision} of {spec.repo} is not in the cache {folder.parent}: {advice}"
+            raise UserError(key, problem, value)
+        try:
+            commit = ref.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            commit, reason = "", f"unreadable ({getattr(e, 'strerror', None) or type(e).__name__})"
+        else:
+            reason = "empty" if not commit else f"not a commit hash ({commit[:20]!r})"
+        if not COMMIT.fullmatch(commit):
+            problem = (
+                f"the Hugging Face cache is damaged: {ref} is {reason} (an interrupted or disk-full "
+                f"download): run `{spec.download()}` to write it again"
+            )
+            raise UserError(key, problem, value)
+    if not (folder / "snapshots" / commit).is_dir():
+        named = (
+            f"revision {revision} (commit {commit[:12]})" if commit != revision else f"commit {commit[:12]}"
+        )
+        raise UserError(key, f"{named} of {spec.repo} is not in the cache {folder.parent}: {advice}", value)
+    return commit
 
 
 def _one(snap: Snapshot, found: list[Path], what: str, key: str, value: str) -> Path | None:

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from .config import Config, require_corpus_package
+from .config import Config, notes, require_corpus_package
 from .errors import UserError, within
 
 CONF_DIR = "conf"
@@ -207,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{args.out} matches {args.conf}/")
             return 0
         require_inputs(cfg, Path(args.conf).resolve().parent)  # what a stage would refuse, now
+        for line in notes(cfg):  # names nothing reads (a checkpoint while training from scratch)
+            print(line, file=sys.stderr)
         io.write_text(args.out, dump(params))
         print(f"wrote {args.out}")
         return 0

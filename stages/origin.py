@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import io, params
+from pipeline import config, io, params
 from pipeline.cli import run_cli, stage_parser
 from pipeline.model import origin
 
@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> None:
         cfg = params.load(args.params)
         chosen = origin.choose(cfg.train, args.seed)
+        for line in config.notes(cfg, "train"):  # a checkpoint named while training from scratch
+            print(line, file=sys.stderr)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         io.write_json(out / "origin.json", chosen)

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from pipeline import io, params
+from pipeline import config, io, params
 from pipeline.cli import run_cli, stage_parser
 from pipeline.data import tokenizer
 
@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> None:
         cfg = params.load(args.params)
         result, manifest = tokenizer.from_config(cfg.data, cfg.model.n_ctx)
+        for line in config.notes(cfg, "data"):  # a pretrained tokenizer named for data it never reads
+            print(line, file=sys.stderr)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
         tokens = result.tokens if result else np.zeros(0, dtype=np.uint16)

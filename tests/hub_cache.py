@@ -4,7 +4,7 @@ touch the network.
 
     models--ORG--NAME/
         blobs/<sha256>                    the files' bytes
-        refs/main                         the commit `main` resolves to
+        refs/main                         the commit `main` resolves to (refs/refs/pr/1: `refs/pr/1`'s)
         snapshots/<commit>/<file>         symlinks to ../../blobs/<sha256>
 
 - NeelNanda's format (TransformerLens's attn-only-2l): config.json in his spelling
@@ -42,7 +42,7 @@ def add_snapshot(
         blob = hashlib.sha256(data).hexdigest()
         (folder / "blobs" / blob).write_bytes(data)
         os.symlink(Path("..") / ".." / "blobs" / blob, snap / name)
-    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)  # refs/refs/pr/1 for a pull request
     (folder / "refs" / ref).write_text(commit)
     return snap
 
@@ -81,6 +81,15 @@ def tokenizer_json(text: str, vocab_size: int) -> bytes:
     from pipeline.data import tokenizer
 
     return tokenizer.train(text.splitlines(keepends=True), vocab_size).to_str().encode()
+
+
+def word_level_tokenizer(words: list[str]) -> bytes:
+    """A word-level tokenizer.json without an unknown token: it loads, and encodes only `words`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok.to_str().encode()
 
 
 def socket_guard(directory: Path) -> Path:

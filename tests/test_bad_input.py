@@ -118,8 +118,9 @@ def weights_args(tmp: Path, good: Good, model: Path | None = None, config: Path 
             "--config", str(config or good.config), "--out", str(tmp / "out")]  # fmt: skip
 
 
-def composition_args(tmp: Path, good: Good, weights: Path) -> list[str]:
-    return ["--params", str(write_params(tmp, good)), "--weights", str(weights), "--out", str(tmp / "out")]
+def composition_args(tmp: Path, good: Good, weights: Path, changes: dict | None = None) -> list[str]:
+    p = write_params(tmp, good, changes)
+    return ["--params", str(p), "--weights", str(weights), "--out", str(tmp / "out")]
 
 
 def heads_args(tmp: Path, good: Good, changes: dict | None = None, model: Path | None = None,
@@ -331,6 +332,16 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         "heads",
         lambda t, g: heads_args(t, g, {"analysis.heads.thresholds.induction": 1.5}),
         ("analysis.heads.thresholds.induction = 1.5", "[0, 1]"),
+    ),
+    "infinite-weight-decay": (  # passed `>= 0`; the loss became NaN and the train stage blamed train.lr
+        "train",
+        lambda t, g: train_args(t, g, {"train.weight_decay": float("inf")}),
+        ("train.weight_decay = inf", "must be a finite number"),
+    ),
+    "nan-fdr": (
+        "composition",
+        lambda t, g: composition_args(t, g, g.weights, {"analysis.composition.fdr": float("nan")}),
+        ("analysis.composition.fdr = nan", "must be a finite number"),
     ),
     "threshold-below-0": (
         "figures",
@@ -1002,9 +1013,78 @@ def entry(stage: str) -> Callable[[list[str]], int]:
     return import_module("pipeline.params" if stage == "params" else f"stages.{stage}").main
 
 
+# --- the Hugging Face cache (pipeline/hub.py): a real cache in the library's layout under tmp/hub ----
+
+HUB_REPO = "org/tiny-attn-only"
+
+
+def hub_origin(tmp: Path, good: Good, value: str, spoil: Callable[[Path], object] | None = None) -> list[str]:
+    """The origin stage for `train.checkpoint = value` on a cache holding HUB_REPO's main and its
+    pull request refs/pr/1 (the origin stage records files by sha256: any bytes serve), `spoil`ed."""
+    from hub_cache import add_snapshot
+
+    add_snapshot(tmp / "hub", HUB_REPO, {"config.json": b"{}", "model_final.pth": b"main"})
+    add_snapshot(tmp / "hub", HUB_REPO, {"config.json": b"{}", "model_final.pth": b"pr"}, ref="refs/pr/1")
+    if spoil:
+        spoil(tmp / "hub" / ("models--" + HUB_REPO.replace("/", "--")))
+    p = write_params(tmp, good, {"train.source": "load", "train.checkpoint": value})
+    return ["--params", str(p), "--seed", "0", "--out", str(tmp / "out")]
+
+
+def hub_tokenizer(tmp: Path, good: Good) -> list[str]:
+    """The tokenizer stage with a word-level tokenizer.json that has no unknown token."""
+    from hub_cache import add_snapshot, word_level_tokenizer
+
+    add_snapshot(
+        tmp / "hub", "org/words", {"tokenizer.json": word_level_tokenizer(["in", "the", "beginning"])}
+    )
+    lines = {"a.txt": b"in the beginning\n" * 100 + b"in the end\n" + b"in the beginning\n" * 100}
+    return text_corpus(tmp, good, lines, **{"data.tokenizer.pretrained": "hf:org/words"})
+
+
+HUB_CASES = {
+    "hub-revision-dot-dot": (  # was an IsADirectoryError
+        "origin",
+        lambda t, g: hub_origin(t, g, f"hf:{HUB_REPO}@.."),
+        (f"train.checkpoint = 'hf:{HUB_REPO}@..'", "revision '..' is not a branch, tag or commit"),
+    ),
+    "hub-revision-names-a-folder": (  # a pull request's ref asked for without its number
+        "origin",
+        lambda t, g: hub_origin(t, g, f"hf:{HUB_REPO}@refs/pr"),
+        ("revision refs/pr names a folder (refs/refs/pr)", "name one of refs/pr/1"),
+    ),
+    "hub-empty-ref": (  # was recorded as commit 'snapshots', with whichever snapshot's weights
+        "origin",
+        lambda t, g: hub_origin(t, g, f"hf:{HUB_REPO}", lambda repo: (repo / "refs" / "main").write_text("")),
+        ("the Hugging Face cache is damaged", "refs/main is empty", f"run `hf download {HUB_REPO}`"),
+    ),
+    "hub-tokenizer-cannot-encode": (  # was a tokenizers traceback at encode time
+        "tokenizer",
+        hub_tokenizer,
+        (
+            "data.tokenizer.pretrained = 'hf:org/words'",
+            "cannot encode the text",
+            "Missing [UNK] token",
+            "'in the end'",
+        ),
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("case", list(HUB_CASES))
+def test_bad_hub_input_is_one_line_naming_it_and_writes_nothing(case, good, tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # as HF_HUB_CACHE sets it
+    refused_without_a_trace(*HUB_CASES[case], good, tmp_path, capsys)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(case, good, tmp_path, capsys):
-    stage, build, names = CASES[case]
+    refused_without_a_trace(*CASES[case], good, tmp_path, capsys)
+
+
+def refused_without_a_trace(stage, build, names, good, tmp_path, capsys) -> None:
     argv = build(tmp_path, good)
     before = snapshot(tmp_path)
     capsys.readouterr()

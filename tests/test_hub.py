@@ -21,6 +21,7 @@ from hub_cache import (
     socket_guard,
     tl_state,
     tokenizer_json,
+    word_level_tokenizer,
 )
 from huggingface_hub import constants
 
@@ -137,6 +138,132 @@ def test_a_malformed_name_is_refused_by_the_config(value):
         TrainConfig(source="load", checkpoint=value).validate()
 
 
+def neel_files(seed: int) -> dict[str, bytes]:
+    return {
+        "config.json": json.dumps(neel_config(NEEL)).encode(),
+        "model_final.pth": pth(tl_state(NEEL, seed)),
+    }
+
+
+def refs_of(cache: Path, repo: str = TINY_REPO) -> Path:
+    return cache / ("models--" + repo.replace("/", "--")) / "refs"
+
+
+@pytest.mark.parametrize("revision", ["..", ".", "main/..", "refs//pr"])
+def test_a_revision_that_would_walk_the_cache_is_refused_by_the_config(revision):
+    """Before huggingface_hub sees it: `@..` opened refs/.. and ended in IsADirectoryError."""
+    value = f"hf:{R}@{revision}"
+    with pytest.raises(
+        UserError, match=r"is not a branch, tag or commit \(a part is empty or starts with '\.'\)"
+    ):
+        TrainConfig(source="load", checkpoint=value).validate()
+    with pytest.raises(UserError, match=r"^train\.checkpoint = .*not a branch, tag or commit"):
+        hub.checkpoint(value)
+
+
+def test_a_revision_that_names_a_folder_of_refs_is_refused_naming_the_refs_inside(cache):
+    """A pull request's ref is cached as refs/refs/pr/1: `@refs/pr/1` reads its snapshot, `@refs/pr`
+    (a folder) is one line naming the refs it holds, never an IsADirectoryError."""
+    main = add_snapshot(cache, R, neel_files(7))
+    pr = add_snapshot(cache, R, neel_files(8), ref="refs/pr/1")
+    assert (refs_of(cache) / "refs" / "pr" / "1").read_text() == pr.name
+    assert hub.checkpoint(f"hf:{R}@refs/pr/1")["hub"] == {
+        "repo": R,
+        "revision": "refs/pr/1",
+        "commit": pr.name,
+    }
+    assert hub.checkpoint(f"hf:{R}")["hub"]["commit"] == main.name
+    for revision, folder in (("refs/pr", "refs/refs/pr"), ("refs", "refs/refs")):
+        with pytest.raises(UserError) as e:
+            hub.checkpoint(f"hf:{R}@{revision}")
+        text = str(e.value)
+        assert text == (
+            f"train.checkpoint = 'hf:{R}@{revision}': revision {revision} names a folder ({folder}), "
+            "not a branch, tag or commit: name one of refs/pr/1"
+        )
+
+
+@pytest.mark.parametrize(
+    "content,reason",
+    [(b"", "is empty"), (b"\n", "is empty"), (b"0123abc", "is not a commit hash ('0123abc')"),
+     (b"\xff\xfe\x00", "is unreadable (UnicodeDecodeError)")],
+)  # fmt: skip
+def test_an_empty_or_garbled_ref_is_a_damaged_cache_named_with_its_repair(cache, content, reason):
+    """An interrupted or disk-full write leaves refs/main empty: huggingface_hub then returns the
+    snapshots/ folder itself, and the origin stage recorded commit 'snapshots' with whichever
+    weights it found there. Now one line: the damaged ref and the command that writes it again."""
+    add_snapshot(cache, R, neel_files(9))
+    add_snapshot(cache, R, neel_files(10), ref="v1")
+    for revision, command in ((None, f"hf download {R}"), ("v1", f"hf download {R} --revision v1")):
+        ref = refs_of(cache) / (revision or "main")
+        good = ref.read_bytes()
+        ref.write_bytes(content)
+        value = f"hf:{R}" + (f"@{revision}" if revision else "")
+        with pytest.raises(UserError) as e:
+            hub.checkpoint(value)
+        text = str(e.value)
+        assert text.startswith(
+            f"train.checkpoint = {value!r}: the Hugging Face cache is damaged: {ref} {reason}"
+        )
+        assert text.endswith(f"run `{command}` to write it again") and "\n" not in text
+        ref.write_bytes(good)
+        assert hub.checkpoint(value)["hub"]["commit"] == good.decode()  # repaired: read again
+
+
+def test_a_ref_to_a_commit_the_cache_lacks_names_both(cache):
+    add_snapshot(cache, R, neel_files(11))
+    (refs_of(cache) / "main").write_text("f" * 40)
+    with pytest.raises(UserError, match=rf"revision main \(commit ffffffffffff\) of {R} is not in the cache"):
+        hub.checkpoint(f"hf:{R}")
+    with pytest.raises(
+        UserError, match=rf"commit eeeeeeeeeeee of {R} is not in the cache .*--revision e{{40}}`"
+    ):
+        hub.checkpoint(f"hf:{R}@{'e' * 40}")
+
+
+def test_a_tokenizer_that_cannot_encode_the_text_is_one_line_at_the_tokenizer_stage(cache, tmp_path):
+    """The reason (tokenizers' own words) and the first line it fails on, naming
+    data.tokenizer.pretrained: from the sample tried first, and from the whole text's encoding
+    for a word past the sample."""
+    from tokenizers import Tokenizer
+
+    from pipeline.config import DataConfig, TextDataConfig, TokenizerConfig
+    from pipeline.data import tokenizer
+
+    words = ["in", "the", "beginning", "god", "created"]
+    add_snapshot(cache, "org/words", {"tokenizer.json": word_level_tokenizer(words)})
+    (tmp_path / "data").mkdir()
+    common = ["in the beginning\n"] * 300
+    pretrained = TokenizerConfig(pretrained="hf:org/words")
+    data = DataConfig(
+        source="text", dir=str(tmp_path / "data"), eval_fraction=0.3, text=TextDataConfig(glob="*.txt"),
+        tokenizer=pretrained,
+    )  # fmt: skip
+    refusal = (
+        "data.tokenizer.pretrained = 'hf:org/words': its tokenizer.json cannot encode the text: "
+        "WordLevel error: Missing [UNK] token from the vocabulary (on the line 'god created the heaven')"
+    )
+    tok = Tokenizer.from_str(word_level_tokenizer(words).decode())
+    assert tokenizer.SAMPLE_LINES < 300
+    for lines, sampled in (([common[0], "god created the heaven\n", *common], True),
+                           ([*common, "god created the heaven\n", *common], False)):  # fmt: skip
+        text = "".join(lines)
+        (tmp_path / "data" / "a.txt").write_text(text)
+        with pytest.raises(UserError) as e:
+            tokenizer.from_config(data, n_ctx=8)
+        assert str(e.value) == refusal
+        cut = tokenizer.split_point(text, data.eval_fraction)
+        if sampled:
+            with pytest.raises(UserError, match="cannot encode the text"):
+                tokenizer.require_encodes(tok, text, cut, "hf:org/words")
+        else:  # past the sample: only the whole text's encoding meets it
+            tokenizer.require_encodes(tok, text, cut, "hf:org/words")
+    # and a text it can encode goes through
+    (tmp_path / "data" / "a.txt").write_text("in the beginning god created\n" * 200)
+    result, manifest = tokenizer.from_config(data, n_ctx=8)
+    assert manifest["pretrained"]["repo"] == "org/words" and set(result.tokens.tolist()) == {0, 1, 2, 3, 4}
+
+
 def test_tokenizer_without_tokenizer_json_names_the_download(cache):
     add_snapshot(cache, "EleutherAI/gpt-neox-20b", {"config.json": b"{}"})
     with pytest.raises(
@@ -174,6 +301,23 @@ def test_origin_stage_respects_hf_home_in_a_fresh_process(tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "run `hf download org/absent` first" in proc.stderr
+
+
+def test_origin_stage_notes_a_checkpoint_named_while_training_from_scratch(tmp_path, capsys):
+    """train.checkpoint=hf:... without train=load trains from scratch: origin.json says so, and the
+    stage says why on one line of stderr (run under DVC, where params.yaml may have been edited)."""
+    from pipeline import params
+    from stages import origin as origin_stage
+
+    cfg = params.compose(["setup=synthetic", f"train.checkpoint=hf:{TINY_REPO}"], conf_dir=ROOT / "conf")
+    (tmp_path / "params.yaml").write_text(params.dump(cfg))
+    argv = ["--params", str(tmp_path / "params.yaml"), "--seed", "0", "--out", str(tmp_path / "out")]
+    assert origin_stage.main(argv) == 0
+    assert json.loads((tmp_path / "out" / "origin.json").read_text()) == {"source": "train"}
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: train.checkpoint = 'hf:{TINY_REPO}' is unused: train.source = 'train' trains a model from "
+        "scratch (train=load, or train.source=load, loads the checkpoint)"
+    ]
 
 
 def test_the_socket_guard_refuses_connections(tmp_path):

@@ -272,3 +272,29 @@ def test_an_infinite_override_names_its_key(override):
     key = override.split("=")[0] + ("[1]" if "betas" in override else "")
     with pytest.raises(UserError, match=rf"^override: {re.escape(key)} = (inf|nan): must be a finite number"):
         params.from_dict(params.compose([override], conf_dir=ROOT / "conf"), source="override")
+
+
+NOTE = (
+    "note: train.checkpoint = 'hf:org/tiny' is unused: train.source = 'train' trains a model from scratch "
+    "(train=load, or train.source=load, loads the checkpoint)"
+)
+
+
+def test_a_checkpoint_named_while_training_from_scratch_is_a_note_where_the_config_is_composed(
+    tmp_path, capsys
+):
+    """Not a refusal (docs/bad-inputs.md: an unused checkpoint may stay while train=load is toggled,
+    and editing it reruns only the origin stages), but never silent: one line on stderr from
+    `python -m pipeline.params` and from DVC's composition (hydra_plugins/), none with train=load."""
+    out = tmp_path / "params.yaml"
+    done = run_params_cli("train.checkpoint=hf:org/tiny", "--out", str(out))
+    assert done.returncode == 0 and done.stderr.splitlines() == [NOTE], done.stderr
+    assert yaml.safe_load(out.read_text())["train"]["checkpoint"] == "hf:org/tiny"
+    from hydra import compose, initialize_config_dir
+
+    capsys.readouterr()
+    for overrides, notes in ((["train.checkpoint=hf:org/tiny"], [NOTE]),
+                             (["train=load", "train.checkpoint=hf:org/tiny"], [])):  # fmt: skip
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+            compose(config_name="config", overrides=overrides)  # as DVC composes: the plugin's checks
+        assert capsys.readouterr().err.splitlines() == notes

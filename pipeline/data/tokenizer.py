@@ -9,7 +9,9 @@ parts, training tokens first; the manifest says where the held-out part starts.
 
 `data.tokenizer.pretrained=hf:ORG/NAME` encodes the text with a model's own tokenizer.json
 from the local Hugging Face cache instead (pipeline/hub.py): a public checkpoint's head
-scores and ablation then read the held-out text in its own vocabulary. The stage refuses a
+scores and ablation then read the held-out text in its own vocabulary. It is tried on a
+sample of the text first: one that cannot encode it (a word-level model without an unknown
+token) is refused in one line naming it, the reason and the line. The stage refuses a
 held-out part too short for one evaluation window (`model.n_ctx` tokens), naming
 `data.eval_fraction`: a text with no line break after the split point has none.
 
@@ -62,20 +64,59 @@ def train(lines: list[str], vocab_size: int):
     return tok
 
 
-def encode(tok, lines: list[str]) -> np.ndarray:
-    """Token ids of `lines` concatenated [n] (the pre-tokenizer splits at line breaks anyway)."""
-    ids = [i for enc in tok.encode_batch(lines, add_special_tokens=False) for i in enc.ids]
-    return np.asarray(ids, dtype=np.uint16)
+def encode(tok, lines: list[str], pretrained: str | None = None) -> np.ndarray:
+    """Token ids of `lines` concatenated [n] (the pre-tokenizer splits at line breaks anyway).
+    `pretrained`: the `data.tokenizer.pretrained` value `tok` came from; a text it cannot encode
+    is then one line naming it, the reason and the first line that fails (`require_encodes`)."""
+    try:
+        encoded = tok.encode_batch(lines, add_special_tokens=False)
+    except Exception as e:  # tokenizers raises a bare Exception (a WordLevel model without unk_token)
+        if pretrained is None:
+            raise
+        raise _cannot_encode(tok, lines, pretrained, e) from None
+    return np.asarray([i for enc in encoded for i in enc.ids], dtype=np.uint16)
 
 
-def tokenize(text: str, vocab_size: int, eval_fraction: float, tok=None) -> Tokenized:
-    """Train on the training part of `text` (or use `tok`, a pretrained tokenizer), then encode
-    both parts (module doc)."""
+SAMPLE_LINES = 200  # lines of each part of the text a pretrained tokenizer is tried on first
+
+
+def require_encodes(tok, text: str, cut: int, pretrained: str) -> None:
+    """Try a pretrained tokenizer on a sample of the text (the first `SAMPLE_LINES` lines of the
+    training and the held-out part) before encoding all of it: a tokenizer.json that loads but
+    cannot encode (a word-level model without an unknown token meets a word it lacks) fails here
+    in one line, not in a tokenizers traceback after minutes of encoding."""
+    for part in (text[:cut], text[cut:]):
+        encode(tok, part.splitlines(keepends=True)[:SAMPLE_LINES], pretrained)
+
+
+def _cannot_encode(tok, lines: list[str], pretrained: str, error: Exception) -> UserError:
+    """The refusal for a pretrained tokenizer that failed on `lines`: the reason (tokenizers'
+    message) and the first line it fails on, found by encoding them one at a time."""
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    for line in lines:
+        try:
+            tok.encode(line, add_special_tokens=False)
+        except Exception:  # the same failure, located
+            reason += f" (on the line {line.strip()[:60]!r})"
+            break
+    return UserError(
+        "data.tokenizer.pretrained", f"its tokenizer.json cannot encode the text: {reason}", pretrained
+    )
+
+
+def tokenize(
+    text: str, vocab_size: int, eval_fraction: float, tok=None, pretrained: str | None = None
+) -> Tokenized:
+    """Train on the training part of `text` (or use `tok`, the pretrained tokenizer of
+    `data.tokenizer.pretrained` = `pretrained`, tried on a sample first: `require_encodes`), then
+    encode both parts (module doc)."""
     cut = split_point(text, eval_fraction)
     train_lines = text[:cut].splitlines(keepends=True)
+    if tok is not None and pretrained is not None:
+        require_encodes(tok, text, cut, pretrained)
     tok = tok or train(train_lines, vocab_size)
-    train_ids = encode(tok, train_lines)
-    eval_ids = encode(tok, text[cut:].splitlines(keepends=True))
+    train_ids = encode(tok, train_lines, pretrained)
+    eval_ids = encode(tok, text[cut:].splitlines(keepends=True), pretrained)
     return Tokenized(
         tokenizer_json=tok.to_str(pretty=True),
         tokens=np.concatenate([train_ids, eval_ids]),
@@ -143,7 +184,7 @@ def from_config(data: DataConfig, n_ctx: int) -> tuple[Tokenized | None, dict]:
         key, value = ("corpus", data.text.corpus) if data.text.corpus else ("glob", data.text.glob)
         raise UserError(f"data.text.{key}", "no text to tokenize (empty files)", value)
     tok, record = pretrained(data.tokenizer.pretrained) if data.tokenizer.pretrained else (None, None)
-    result = tokenize(text, data.tokenizer.vocab_size, data.eval_fraction, tok)
+    result = tokenize(text, data.tokenizer.vocab_size, data.eval_fraction, tok, data.tokenizer.pretrained)
     require_heldout(result, data.eval_fraction, n_ctx)
     manifest = {
         "source": "text",
