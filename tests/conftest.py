@@ -3,6 +3,7 @@ the modules on every core, a module per worker at a time, `--dist loadfile`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,3 +15,20 @@ def shared_dir(tmp_path_factory, request) -> Path:
     where `dvc_repo.reproduced` builds the reproduced tiny projects once a run."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if hasattr(request.config, "workerinput") else base
+
+
+@pytest.fixture(scope="session")
+def bridge_class():
+    """TransformerLens 4.x's `TransformerBridge`, with `boot_native` attached: the `interop4` tests'
+    oracle. 4.x cannot share a venv with 3.9 (the `interop` extra), so `make test` runs the
+    `interop4` tests in their own venv, `.venv-tl4`, with ATTN_CIRCUITS_REQUIRE_TL4=1: there (and
+    under CI) a missing 4.x fails the test, where a skip would hide it."""
+    try:
+        import transformer_lens.model_bridge.sources  # noqa: F401  (attaches boot_native to the class)
+        from transformer_lens.model_bridge import TransformerBridge
+    except ImportError as e:
+        problem = f"TransformerLens 4.x is not installed ({e}): make test runs these tests in .venv-tl4"
+        if os.environ.get("CI") or os.environ.get("ATTN_CIRCUITS_REQUIRE_TL4"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+    return TransformerBridge

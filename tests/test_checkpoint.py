@@ -118,7 +118,18 @@ def test_config_we_cannot_run_is_refused_naming_the_field(tmp_path, change, key)
 
 # every row of tl_checkpoint.UNSUPPORTED, in its order: a value it refuses, and the message
 REFUSED = {
+    "model_type": (
+        "gpt2",
+        "a Hugging Face transformers config.json (save_pretrained): TransformerLens 4.x wraps such a "
+        "model with its MLPs; only attention-only models are read (HookedTransformerConfig or "
+        "TransformerBridgeConfig fields)",
+    ),
     "attn_only": (False, "not an attention-only model (it has MLPs)"),
+    "architecture": (
+        "GPT2LMHeadModel",
+        "a TransformerBridge of a Hugging Face architecture: only TransformerLensNative "
+        "(boot_native) is read",
+    ),
     "use_attn_scale": (False, "attention scores must be divided by sqrt(d_head)"),
     "attention_dir": ("bidirectional", "only causal attention is supported"),
     "final_rms": (True, "RMS norm is not supported"),

@@ -26,7 +26,10 @@ from ..errors import UserError
 
 
 def checkpoint_path(t: TrainConfig, seed: int) -> Path:
-    """`train.checkpoint` under `train.checkpoint_dir`, with "{seed}" replaced by the seed."""
+    """`train.checkpoint` under `train.checkpoint_dir`, with "{seed}" replaced by the seed; a
+    directory stands for the model.safetensors in it (TransformerLens 4.x's form: the weights
+    under TransformerBridge's names and a TransformerBridgeConfig config.json, read by
+    `pipeline.model.tl_checkpoint`)."""
     if t.checkpoint is None:  # TrainConfig.check requires it for source = load
         raise UserError("train.checkpoint", "required when train.source = 'load'")
     relative = t.checkpoint.replace("{seed}", str(seed))
@@ -35,6 +38,11 @@ def checkpoint_path(t: TrainConfig, seed: int) -> Path:
     if not path.resolve().is_relative_to(root.resolve()):
         problem = f"must stay inside train.checkpoint_dir = {t.checkpoint_dir!r} (a DVC dependency)"
         raise UserError("train.checkpoint", problem, t.checkpoint)
+    if path.is_dir():  # a saved model's directory (save_pretrained's, bridge_checkpoint's): its weights file
+        if not (path / "model.safetensors").is_file():
+            problem = f"{path} is a directory without model.safetensors: name the weights file"
+            raise UserError("train.checkpoint", problem, t.checkpoint)
+        path = path / "model.safetensors"
     if not path.is_file():
         problem = f"{path} not found (relative to train.checkpoint_dir = {t.checkpoint_dir!r})"
         raise UserError("train.checkpoint", problem, t.checkpoint)

@@ -8,6 +8,15 @@ TransformerLens's `convert_neel_model_config` does) and refuses, naming the fiel
 setting our model does not compute the same way (MLPs, RMS norm, rotary positions, a
 custom attention scale, ...). A repository that ships no config.json (`pipeline.hub.KNOWN`)
 gets its sizes from the weights' shapes (`inferred_config`).
+
+TransformerLens 4.x replaced `HookedTransformer` by `TransformerBridge`; its attention-only
+models are the native architecture (`TransformerBridge.boot_native`), whose config is a
+`TransformerBridgeConfig` (HookedTransformerConfig's field names, plus `architecture`) and whose
+state dict names the `nn.Linear` layers (`blocks.0.attn.q.weight` `[n_heads * d_head, d_model]`).
+`bridge_state_dict` reads a live bridge, and `read_checkpoint` reads a bridge's files, through
+one name mapping (`BRIDGE_NAMES`); `bridge_checkpoint` writes ours in that form, except for
+shortformer positions, which 4.x cannot represent (docs/public-models.md, "TransformerLens 4.x").
+Nothing here imports transformer_lens.
 """
 
 from __future__ import annotations
@@ -21,10 +30,13 @@ from typing import Any
 import torch
 
 from .. import io
-from ..checkpoint import TL_BUFFERS, load_state
+from ..checkpoint import TL_BUFFERS, load_state, save_state
 from ..config import LN_EPS, ModelConfig
 from ..errors import UserError, within
 from .transformer import AttnOnlyTransformer
+
+# TransformerLens 4.x's own architecture (TransformerBridge.boot_native): the one that can be attention-only.
+NATIVE = "TransformerLensNative"
 
 # HookedTransformerConfig fields we write beside a checkpoint (and read back).
 TL_FIELDS = (
@@ -70,7 +82,21 @@ _Reason = str | Callable[[Mapping[str, Any]], str]  # the problem, or how to wor
 # config) is what our model computes, the problem otherwise). One table: each refusal is one
 # row, and one case of tests/test_checkpoint.py.
 UNSUPPORTED: tuple[tuple[str, Any, Callable[[Any, Mapping[str, Any]], bool], _Reason], ...] = (
+    (
+        "model_type",
+        None,
+        lambda v, raw: v is None,
+        "a Hugging Face transformers config.json (save_pretrained): TransformerLens 4.x wraps such "
+        "a model with its MLPs; only attention-only models are read (HookedTransformerConfig or "
+        "TransformerBridgeConfig fields)",
+    ),
     ("attn_only", True, lambda v, raw: v is True, "not an attention-only model (it has MLPs)"),
+    (
+        "architecture",
+        None,
+        lambda v, raw: v in (None, NATIVE),
+        f"a TransformerBridge of a Hugging Face architecture: only {NATIVE} (boot_native) is read",
+    ),
     ("use_attn_scale", True, lambda v, raw: v is True, "attention scores must be divided by sqrt(d_head)"),
     ("attention_dir", "causal", lambda v, raw: v == "causal", "only causal attention is supported"),
     ("final_rms", False, _off, "RMS norm is not supported"),
@@ -143,8 +169,26 @@ def neel_translated(raw: dict) -> dict:
     return out
 
 
+def bridge_translated(raw: dict) -> dict:
+    """A TransformerBridgeConfig dict (it has `architecture`) in HookedTransformerConfig's
+    meanings; any other dict unchanged.
+
+    Two things differ in the native architecture (TransformerLens 4.3): an absent
+    normalization_type is "LN" (our reader's absent is None), and the scores are divided by
+    `attn_scale` when `use_attn_scale and attn_scale > 0`, else by sqrt(d_head), even when
+    use_attn_scale is false, where HookedTransformer divides by 1
+    (model_bridge/sources/native/model.py, `NativeAttention.__init__`)."""
+    if "architecture" not in raw or raw.get("architecture") not in (None, NATIVE):
+        return raw  # a HookedTransformerConfig, or a bridge of another architecture (refused by name)
+    out = {"normalization_type": "LN", **raw}
+    scale = raw.get("attn_scale", -1.0)
+    native_scale = raw.get("use_attn_scale", True) and isinstance(scale, int | float) and scale > 0
+    out.update(use_attn_scale=True, attn_scale=scale if native_scale else None)
+    return out
+
+
 def _model_config(raw: dict) -> ModelConfig:
-    raw = neel_translated(raw)
+    raw = bridge_translated(neel_translated(raw))
     problem = _unsupported(raw)
     if problem:
         key, value, why = problem
@@ -239,14 +283,23 @@ def read_checkpoint(
     model_path: str | Path, config: str | Path | Mapping[str, Any]
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """config.json (or the known fields of a repository without one) and the checkpoint's state
-    dict, checked against it (`check_state`)."""
+    dict, checked against it (`check_state`); a TransformerBridge's state dict is renamed to
+    HookedTransformer's names first (`from_bridge_state`)."""
     state, _ = load_state(model_path)
     if isinstance(config, Mapping):
         source = f"the shapes in {model_path}"
+        if is_bridge_state(state):  # [n_heads * d_head, d_model] cannot say n_heads
+            problem = (
+                "a TransformerBridge state dict: n_heads cannot be read from its shapes (needs config.json)"
+            )
+            raise UserError(str(model_path), problem)
         with within(str(model_path)):
             cfg = from_tl_config(inferred_config(state, config), source)
     else:
         cfg, source = read_tl_config(config), str(config)
+        if is_bridge_state(state):
+            with within(str(model_path)):
+                state = from_bridge_state(state, cfg, source)
     with torch.device("meta"):  # only the expected names and shapes: allocates nothing
         expected = AttnOnlyTransformer(cfg).state_dict()
     return cfg, check_state(state, expected, str(model_path), source)
@@ -266,3 +319,144 @@ def build_model(
     model = AttnOnlyTransformer(cfg).to(dtype)  # float64 weights reach a float64 analysis unrounded
     model.load_state_dict(state)
     return model
+
+
+# --- TransformerLens 4.x: TransformerBridge (native architecture) ------------------------------
+
+# The state dict of `TransformerBridge.boot_native(cfg)` (TransformerLens 4.3: its `state_dict()`,
+# and the keys `utilities/tl_checkpoint_conversion.py`'s `convert_tl_checkpoint` writes) against
+# ours, per layer l: (the bridge's name, ours). Attention weights are nn.Linear's [out, in],
+# heads concatenated head-major: q.weight [n_heads * d_head, d_model], o.weight
+# [d_model, n_heads * d_head]; unembed.weight is [d_vocab, d_model].
+BRIDGE_NAMES = (
+    ("embed.weight", "embed.W_E"),
+    ("pos_embed.weight", "pos_embed.W_pos"),
+    *((f"blocks.{{l}}.attn.{x.lower()}.weight", f"blocks.{{l}}.attn.W_{x}") for x in "QKVO"),
+    *((f"blocks.{{l}}.attn.{x.lower()}.bias", f"blocks.{{l}}.attn.b_{x}") for x in "QKVO"),
+    ("blocks.{l}.ln1.weight", "blocks.{l}.ln1.w"),
+    ("blocks.{l}.ln1.bias", "blocks.{l}.ln1.b"),
+    ("ln_final.weight", "ln_final.w"),
+    ("ln_final.bias", "ln_final.b"),
+    ("unembed.weight", "unembed.W_U"),
+    ("unembed.bias", "unembed.b_U"),
+)
+_FROM_BRIDGE = {re.compile(re.escape(b).replace(r"\{l\}", r"(\d+)") + "$"): ours for b, ours in BRIDGE_NAMES}
+
+
+def is_bridge_state(state: Mapping[str, torch.Tensor]) -> bool:
+    """A TransformerBridge's state dict (`embed.weight`), not a HookedTransformer's (`embed.W_E`)."""
+    return "embed.weight" in state and "embed.W_E" not in state
+
+
+def _from_bridge_tensor(
+    ours: str, t: torch.Tensor, cfg: ModelConfig, bridge: str, source: str
+) -> torch.Tensor:
+    """One bridge tensor in our layout (`ours` names it); refuses a shape that does not split into
+    cfg's heads, which a reshape alone would not notice (any factoring of n_heads * d_head fits)."""
+    H, d = cfg.n_heads, cfg.d_head
+    kind = ours.rsplit(".", 1)[-1]
+    if kind in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V"):
+        # o.weight is [d_model, heads * d_head]; q, k, v weights and biases [heads * d_head, ...]
+        head_dim = 1 if kind == "W_O" else 0
+        if t.ndim != (1 if kind.startswith("b_") else 2) or t.shape[head_dim] != H * d:
+            heads = f"n_heads x d_head = {H} x {d} from {source}"
+            raise UserError(bridge, f"shape {list(t.shape)} disagrees with {heads}")
+    if kind in ("W_Q", "W_K", "W_V"):
+        return t.reshape(H, d, -1).transpose(1, 2)  # [heads * d_head, d_model] -> [heads, d_model, d_head]
+    if kind == "W_O":
+        return t.T.reshape(H, d, -1)  # [d_model, heads * d_head] -> [heads, d_head, d_model]
+    if kind in ("b_Q", "b_K", "b_V"):
+        return t.reshape(H, d)  # [heads * d_head] -> [heads, d_head]
+    if kind == "W_U":
+        return t.T  # nn.Linear's [d_vocab, d_model] -> [d_model, d_vocab]
+    return t
+
+
+def from_bridge_state(
+    state: Mapping[str, torch.Tensor], cfg: ModelConfig, source: str = "config.json"
+) -> dict[str, torch.Tensor]:
+    """A TransformerBridge (native) state dict under HookedTransformer's names and shapes
+    (`BRIDGE_NAMES`); an MLP or an unknown key is refused by name. Tensors are views of `state`'s."""
+    out: dict[str, torch.Tensor] = {}
+    for name, t in state.items():
+        if ".mlp." in name or ".ln2." in name:
+            raise UserError(name, "not an attention-only model (it has MLP weights)")
+        for pattern, ours in _FROM_BRIDGE.items():
+            if m := pattern.match(name):
+                target = ours.replace("{l}", m[1]) if m.groups() else ours
+                out[target] = _from_bridge_tensor(target, t, cfg, name, source)
+                break
+        else:
+            raise UserError(
+                name, "unexpected key: not a TransformerBridge state dict of an attention-only model"
+            )
+    return out
+
+
+def bridge_state_dict(bridge: Any) -> tuple[dict[str, torch.Tensor], dict]:
+    """A TransformerLens 4.x `TransformerBridge`'s weights under HookedTransformer's names
+    (`from_bridge_state`, checked against our model: `check_state`) and its config as
+    HookedTransformerConfig fields (`tl_config`'s, as our config.json; LNPre is read as LN with
+    w = 1, b = 0), or a one-line refusal naming the field our model would compute differently (a
+    bridge with MLPs, a Hugging Face architecture, RMS norm, rotary positions, ...). The tensors
+    share the bridge's storage.
+
+    Reads `bridge.cfg.to_dict()` and `bridge.state_dict()` only: transformer_lens is not imported."""
+    with within("TransformerBridge"):
+        raw = bridge_translated(dict(bridge.cfg.to_dict()))
+        cfg = from_tl_config(raw, "the bridge's cfg")
+        state = from_bridge_state(bridge.state_dict(), cfg, "the bridge's cfg")
+        with torch.device("meta"):
+            expected = AttnOnlyTransformer(cfg).state_dict()
+        return check_state(state, expected, "state_dict()", "the bridge's cfg"), tl_config(cfg)
+
+
+SHORTFORMER_4X = (
+    "shortformer positions (added to the queries' and keys' inputs only) have no TransformerLens 4.x "
+    "form: its native model adds positions to the residual stream (standard) or rotates queries "
+    "and keys (rotary); load the HookedTransformer checkpoint in TransformerLens 3.9 instead"
+)
+
+
+def bridge_checkpoint(
+    model: ModelConfig, state: Mapping[str, torch.Tensor]
+) -> tuple[dict, dict[str, torch.Tensor]]:
+    """Our checkpoint as TransformerLens 4.x loads it: a TransformerBridgeConfig dict for
+    `TransformerBridge.boot_native(config)`, and the state dict its `load_state_dict(...,
+    strict=True)` takes (contiguous tensors, `BRIDGE_NAMES`). Shortformer positions are refused."""
+    if model.positional_embedding_type == "shortformer":
+        raise UserError("positional_embedding_type", SHORTFORMER_4X, model.positional_embedding_type)
+    H, d = model.n_heads, model.d_head
+    to_bridge = {ours: b for b, ours in BRIDGE_NAMES}
+    out: dict[str, torch.Tensor] = {}
+    for name, t in state.items():
+        if name.endswith(TL_BUFFERS):
+            continue
+        generic = re.sub(r"^blocks\.\d+\.", "blocks.{l}.", name)
+        if generic not in to_bridge:
+            raise UserError(name, "has no TransformerBridge (native, attention-only) counterpart")
+        target = to_bridge[generic].replace("{l}", name.split(".")[1]) if generic != name else to_bridge[name]
+        kind = name.rsplit(".", 1)[-1]
+        if kind in ("W_Q", "W_K", "W_V"):
+            t = t.transpose(1, 2).reshape(H * d, -1)  # [heads, d_model, d_head] -> [heads * d_head, d_model]
+        elif kind == "W_O":
+            t = t.reshape(H * d, -1).T  # [heads, d_head, d_model] -> [d_model, heads * d_head]
+        elif kind in ("b_Q", "b_K", "b_V"):
+            t = t.reshape(H * d)
+        elif kind == "W_U":
+            t = t.T
+        out[target] = t.detach().contiguous()
+    return {**tl_config(model), "architecture": NATIVE}, out
+
+
+def write_bridge_checkpoint(
+    directory: str | Path, model: ModelConfig, state: Mapping[str, torch.Tensor]
+) -> Path:
+    """config.json and model.safetensors in TransformerLens 4.x's form (`bridge_checkpoint`), written
+    whole into `directory` or not at all. In 4.x: `bridge = TransformerBridge.boot_native(config)`,
+    then `bridge.load_state_dict(safetensors.torch.load_file(".../model.safetensors"))`."""
+    config, bridge_state = bridge_checkpoint(model, state)
+    with io.atomic_dir(directory) as tmp:
+        save_state(tmp / "model.safetensors", bridge_state, {"format": "TransformerBridge"})
+        io.write_json(tmp / "config.json", config)
+    return Path(directory)
