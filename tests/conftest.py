@@ -4,6 +4,7 @@ the modules on every core, a module per worker at a time, `--dist loadfile`)."""
 from __future__ import annotations
 
 import os
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
@@ -24,11 +25,15 @@ def bridge_class():
     `interop4` tests in their own venv, `.venv-tl4`, with ATTN_CIRCUITS_REQUIRE_TL4=1: there (and
     under CI) a missing 4.x fails the test, where a skip would hide it."""
     try:
-        import transformer_lens.model_bridge.sources  # noqa: F401  (attaches boot_native to the class)
-        from transformer_lens.model_bridge import TransformerBridge
-    except ImportError as e:
-        problem = f"TransformerLens 4.x is not installed ({e}): make test runs these tests in .venv-tl4"
+        found = version("transformer-lens")
+    except PackageNotFoundError:
+        found = None
+    if found is None or int(found.split(".")[0]) < 4:  # 3.9 has a TransformerBridge too, not 4.x's
+        problem = f"needs TransformerLens 4.x, found {found}: make test runs these tests in .venv-tl4"
         if os.environ.get("CI") or os.environ.get("ATTN_CIRCUITS_REQUIRE_TL4"):
             pytest.fail(problem)
         pytest.skip(problem)
+    import transformer_lens.model_bridge.sources  # noqa: F401  (attaches boot_native to the class)
+    from transformer_lens.model_bridge import TransformerBridge
+
     return TransformerBridge

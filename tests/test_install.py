@@ -41,9 +41,12 @@ def test_every_make_install_goes_through_the_constraints():
     makefile = (ROOT / "Makefile").read_text()
     pip = re.search(r"^PIP\s*:=(.*)$", makefile, re.M)
     assert pip and "-m pip install" in pip.group(1) and "-c constraints.txt" in pip.group(1)
+    tl4 = re.search(r"^PIP_TL4\s*:=(.*)$", makefile, re.M)  # TransformerLens 4.x's own venv, same pin
+    assert tl4 and "-m pip install" in tl4.group(1) and "-c constraints.txt" in tl4.group(1)
     commands = [line for line in makefile.splitlines() if not line.lstrip().startswith("#")]
     installs = [line for line in commands if "pip install" in line or "$(PIP)" in line]
     assert all("$(PIP)" in line or line.startswith("PIP") for line in installs), installs
+    assert "\t$(PIP_TL4) -e '.[dev,interop4]'" in makefile
     for target in ("repro", "test"):  # both install first (test through lint's .installed-dev)
         assert re.search(rf"^{target}:.*(\.installed|lint)", makefile, re.M), target
     assert "make test" in (ROOT / ".ci" / "run").read_text()
