@@ -402,13 +402,12 @@ def bridge_state_dict(bridge: Any) -> tuple[dict[str, torch.Tensor], dict]:
     share the bridge's storage.
 
     Reads `bridge.cfg.to_dict()` and `bridge.state_dict()` only: transformer_lens is not imported."""
-    with within("TransformerBridge"):
-        raw = bridge_translated(dict(bridge.cfg.to_dict()))
-        cfg = from_tl_config(raw, "the bridge's cfg")
-        state = from_bridge_state(bridge.state_dict(), cfg, "the bridge's cfg")
-        with torch.device("meta"):
-            expected = AttnOnlyTransformer(cfg).state_dict()
-        return check_state(state, expected, "state_dict()", "the bridge's cfg"), tl_config(cfg)
+    cfg = from_tl_config(bridge_translated(dict(bridge.cfg.to_dict())), "bridge.cfg")
+    with within("bridge.state_dict()"):
+        state = from_bridge_state(bridge.state_dict(), cfg, "bridge.cfg")
+    with torch.device("meta"):
+        expected = AttnOnlyTransformer(cfg).state_dict()
+    return check_state(state, expected, "bridge.state_dict()", "bridge.cfg"), tl_config(cfg)
 
 
 SHORTFORMER_4X = (
