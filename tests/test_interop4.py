@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from stages import composition as composition_stage
 from stages import weights as weights_stage
 
 pytestmark = pytest.mark.interop4
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 # tests/test_interop.py's shape and weights (seed 1, float32, biases std 0.1), standard positions
 SHAPE = {"n_layers": 2, "n_heads": 4, "d_head": 8, "d_model": 32, "n_ctx": 16, "d_vocab": 50}
@@ -156,13 +158,19 @@ def test_the_api_on_a_bridge_equals_the_composition_stages_files(tmp_path, bridg
     train = tmp_path / "train"
     checkpoint.save_state(io.ensure_dir(train) / "model.safetensors", model.state_dict())
     io.write_json(train / "config.json", tl_checkpoint.tl_config(model.cfg))
-    argv = ["--model", str(train / "model.safetensors"), "--config", str(train / "config.json")]
+    argv = ["--params", str(PARAMS), "--model", str(train / "model.safetensors")]
+    argv += ["--config", str(train / "config.json")]
     assert weights_stage.main([*argv, "--out", str(tmp_path / "weights")]) == 0
     heads = str(tmp_path / "weights" / "heads.safetensors")
     stage = tmp_path / "composition"
-    assert composition_stage.main(["--weights", heads, "--seed", "3", "--out", str(stage)]) == 0
+    assert (
+        composition_stage.main(
+            ["--params", str(PARAMS), "--weights", heads, "--seed", "3", "--out", str(stage)]
+        )
+        == 0
+    )
 
-    result = api.composition(bridge_of(bridge_class, model), seed=3, config=params.load("params.yaml"))
+    result = api.composition(bridge_of(bridge_class, model), seed=3, config=params.load(PARAMS))
     mine = tmp_path / "api"
     for name in ("scores", "invariant", "placebo", "channels", "channels_placebo"):
         io.write_csv(mine / f"{name}.csv", getattr(result, name))
