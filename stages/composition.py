@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import checkpoint, io, params, tables
-from pipeline.circuits import channels, scoring, significance, weights
+from pipeline import checkpoint, io, params
+from pipeline.circuits import analysis, weights
 from pipeline.cli import keep_freed_memory, resolve_device, run_cli, stage_parser, use_threads
 
 
@@ -37,30 +37,19 @@ def main(argv: list[str] | None = None) -> int:
         use_threads(cfg.analysis.threads)
         keep_freed_memory()  # the null's large temporaries, reused
         device = str(resolve_device(cfg.analysis.device, "analysis.device"))  # before any file is read
-        c = cfg.analysis.composition
         hw, metadata = weights.load(args.weights)
         positions = weights.positions_of(metadata, source=args.weights)  # as the weights stage recorded
-        measured, placebo = significance.measured(hw, c, args.seed, positions, device)
-        scores, inv = tables.split_measures(measured)
-        split, split_placebo, shares = channels.measured_channels(hw, scores, c, args.seed, device)
+        result = analysis.composition(hw, cfg.analysis.composition, args.seed, positions, device)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)
-        io.write_csv(out / "scores.csv", scores)
-        io.write_csv(out / "invariant.csv", inv)
-        io.write_csv(out / "placebo.csv", placebo)
-        io.write_csv(out / "channels.csv", split)
-        io.write_csv(out / "channels_placebo.csv", split_placebo)
+        io.write_csv(out / "scores.csv", result.scores)
+        io.write_csv(out / "invariant.csv", result.invariant)
+        io.write_csv(out / "placebo.csv", result.placebo)
+        io.write_csv(out / "channels.csv", result.channels)
+        io.write_csv(out / "channels_placebo.csv", result.channels_placebo)
         meta = {"seed": args.seed, "rows": "channels.csv"}
-        checkpoint.save_state(out / "channels.safetensors", shares, meta)
-        summary = {
-            "fdr": c.fdr,
-            **scoring.summarize(measured, placebo),
-            # the raw z a lone composing pair needs, per kind and measure (from the placebo pairs alone)
-            "detection_limits": significance.detection_limits(measured, placebo, c.fdr),
-            "placebo_families": significance.family_summary(placebo),
-            "channels": channels.channels_summary(split, split_placebo),
-        }
-        io.write_json(out / "summary.json", summary)
+        checkpoint.save_state(out / "channels.safetensors", result.shares, meta)
+        io.write_json(out / "summary.json", result.summary)
 
     return run_cli(parser, body, argv)
 
