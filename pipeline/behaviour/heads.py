@@ -82,6 +82,7 @@ ROLE_SCORE = {
 SCORES = (*PATTERN_SCORES, "copying", "qk_positivity")
 FLAGS = tuple(f"is_{role}" for role in ROLE_SCORE)
 COLUMNS = ["layer", "head", "role", *SCORES, *FLAGS]
+NOT_FINITE = "attention patterns or losses are not finite on the evaluation batches: weights too large"
 
 
 @dataclass
@@ -260,20 +261,56 @@ def analyse_batches(
     model = model.to(device)  # in place; a no-op on the CPU
     if len(repeated) != len(heldout):
         raise ValueError(f"{len(repeated)} probe batches but {len(heldout)} held-out ones")
+    table, example = head_table(model, hw, repeated[0], heldout[0], cfg, scores, sources)
+    effects, batches = ablation_tables(model, repeated, heldout, cfg, sources[0])
+    ablated = role_ablation(model, table, repeated, heldout, cfg, seed)
+    return HeadsResult(table, effects, example, batches, ablated)
+
+
+@torch.no_grad()
+def head_table(
+    model: AttnOnlyTransformer,
+    hw: HeadWeights,
+    repeated: Tensor,
+    heldout: Tensor,
+    cfg: HeadsConfig,
+    scores: pd.DataFrame,
+    sources: tuple[str, str] = ("model", "weights"),
+) -> tuple[pd.DataFrame, dict[str, Tensor]]:
+    """heads.csv (`COLUMNS`: every head's scores and roles) from one probe batch `repeated` and one
+    held-out batch `heldout` on the model's device, and the first probe sequence with its patterns;
+    `scores`: the composition stage's scores.csv (qk_positivity's sources)."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if (L, H) != (hw.n_layers, hw.n_heads):
         problem = (
             f"has {hw.n_layers} layers x {hw.n_heads} heads, but {sources[0]} has {L} layers x {H} heads"
         )
         raise UserError(sources[1], problem)
-    values, example = pattern_scores(model, repeated[0], heldout[0], cfg.repeat_length, cfg.window_length)
+    values, example = pattern_scores(model, repeated, heldout, cfg.repeat_length, cfg.window_length)
     values["copying"] = copying(hw)
     values["qk_positivity"] = qk_positivity(hw, best_sources(scores))
     layer, head = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
     table = pd.DataFrame({"layer": layer.ravel(), "head": head.ravel()})
     for name in SCORES:
         table[name] = values[name].to(torch.float64).reshape(-1).numpy()
-    table = classify(table, cfg.thresholds)
+    # finite weights can still overflow a forward pass; a NaN here would silently take no role
+    patterned = table[["prev_token", "current_token", "first_token", "recent_mass", "induction"]]
+    if not np.isfinite(patterned.to_numpy()).all():
+        raise UserError(sources[0], NOT_FINITE)
+    return classify(table, cfg.thresholds), example
+
+
+@torch.no_grad()
+def ablation_tables(
+    model: AttnOnlyTransformer,
+    repeated: Sequence[Tensor],
+    heldout: Sequence[Tensor],
+    cfg: HeadsConfig,
+    source: str = "model",
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The path ablation of every (earlier, later) head pair on each pair of batches (probe b,
+    held-out batch b; `pipeline.behaviour.ablation`): (ablation.csv, each effect's mean over the
+    batches; ablation_batches.csv, every batch). Batches on the model's device."""
     per_batch = []
     for b, (probe, text) in enumerate(zip(repeated, heldout, strict=True)):
         on_probe = ablation.path_ablation(model, probe, cfg.repeat_length)
@@ -288,16 +325,10 @@ def analyse_batches(
     batches = pd.concat(per_batch, ignore_index=True)[["batch", *ABLATION_COLUMNS]]
     pair = list(ABLATION_COLUMNS[:5])
     effects = batches.groupby(pair, sort=False)[list(ABLATION_COLUMNS[5:])].mean().reset_index()
-    # finite weights can still overflow a forward pass; a NaN here would silently take no role
-    must_be_finite = [
-        table[["prev_token", "current_token", "first_token", "recent_mass", "induction"]].to_numpy(),
-        effects[["attn_effect", "loss_effect", "heldout_loss_effect", "pattern_effect"]].to_numpy(),
-    ]
-    if not all(np.isfinite(x).all() for x in must_be_finite):
-        problem = "attention patterns or losses are not finite on the evaluation batches: weights too large"
-        raise UserError(sources[0], problem)
-    ablated = role_ablation(model, table, repeated, heldout, cfg, seed)
-    return HeadsResult(table, effects, example, batches, ablated)
+    measured = effects[["attn_effect", "loss_effect", "heldout_loss_effect", "pattern_effect"]]
+    if not np.isfinite(measured.to_numpy()).all():  # as head_table's: a NaN would take no edge
+        raise UserError(source, NOT_FINITE)
+    return effects, batches
 
 
 def role_ablation(
