@@ -11,6 +11,8 @@ The library behind the DVC stages, in the order the data travels:
 - `behaviour/`: what the heads do on text (`heads`, `ablation`, `channel_check`, `agreement`,
   `dynamics`, `phases`);
 - `compare/`: the claims across seeds; `present/`: figures and the HTML report;
+- `api`: one model in a notebook (`attn_circuits.api`: a TransformerLens model, a state dict or a
+  path in, pandas tables out), on the stages' own functions; nothing imports it;
 
 all over a ground of shared modules: `errors`, `io`, `cli`, `config`, `params`, `tables`,
 `streams`, `memory`, `checkpoint`, `hub`. No module imports one on a floor above its own.
