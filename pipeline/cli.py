@@ -7,6 +7,8 @@ with its traceback. Other exceptions are bugs and keep their traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -73,6 +75,86 @@ def with_progress(items: Sequence, desc: str, mode: str | None, unit: str, label
     for done, item in enumerate(items, 1):
         yield item  # the loop's body runs here; the line follows it
         progress_line(desc, done, len(items), started, f" {unit}s" + (label(item) if label else ""))
+
+
+# How the library's long calls show their progress (`progress_bar`): "bar", "lines" or None, as
+# `progress_mode` says; "auto" where no stage set it (a notebook or a script: `_auto_mode`).
+_MODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("progress", default="auto")
+LINE_EVERY = 10.0  # seconds between two plain lines ("lines": under DVC, no terminal)
+
+
+@contextlib.contextmanager
+def showing_progress(mode: str | None) -> Iterator[None]:
+    """Show the progress of the library's long calls inside as `mode` says ("bar", "lines" or
+    None: `progress_mode`); a stage sets it once around its work, from --no-progress."""
+    token = _MODE.set(mode)
+    try:
+        yield
+    finally:
+        _MODE.reset(token)
+
+
+def _auto_mode() -> str | None:
+    """A call outside any stage: a bar where someone watches (stderr is a terminal, or a Jupyter
+    kernel: tqdm.auto draws a widget there), plain lines under DVC, else (a test, a pipe) nothing."""
+    if sys.stderr.isatty() or "ipykernel" in sys.modules:
+        return "bar"
+    return "lines" if os.environ.get("DVC_STAGE") else None
+
+
+class Progress:
+    """A long call's progress over `total` steps, with its time estimate: a tqdm.auto bar on
+    stderr (a widget in a notebook), or a plain line at most every `LINE_EVERY` seconds, or
+    nothing (`showing_progress`). Never stdout, and it reads nothing the call computes, so no result
+    changes; its cost is a clock read per `update`.
+
+        with progress_bar(total, "composition K", "block") as bar:
+            for ...: ...; bar.update()
+    """
+
+    def __init__(self, total: int, desc: str, unit: str):
+        import time
+
+        self.mode = _MODE.get()
+        self.mode = _auto_mode() if self.mode == "auto" else self.mode
+        self.total, self.desc, self.unit, self.done = total, desc, unit, 0
+        self.started = self.last = time.perf_counter()
+        self.bar = None
+        if self.mode == "bar":
+            from tqdm.auto import tqdm
+
+            # leave=None: a finished bar stays (its total and time) unless nested in another (dynamics)
+            self.bar = tqdm(
+                total=total, desc=desc, unit=unit, file=sys.stderr, leave=None, dynamic_ncols=True
+            )
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.mode == "lines":
+            import time
+
+            now = time.perf_counter()
+            if now - self.last >= LINE_EVERY or (self.done >= self.total and self.last > self.started):
+                self.last = now  # a last line at the end only after an earlier one: quick calls stay quiet
+                progress_line(self.desc, self.done, self.total, self.started, f" {self.unit}s")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def progress_bar(total: int, desc: str, unit: str = "step") -> Progress:
+    """The progress of a long call of the library (`Progress`): the composition null's products,
+    the channel tables, the path, channel and role ablations."""
+    return Progress(total, desc, unit)
 
 
 def use_threads(threads: int | None) -> None:

@@ -20,6 +20,7 @@ from pipeline.cli import (
     progress_mode,
     resolve_device,
     run_cli,
+    showing_progress,
     stage_parser,
     use_threads,
     with_progress,
@@ -52,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
             step = lambda e: f" (step {e['step']})"  # noqa: E731
             return with_progress(entries, f"dynamics seed {args.seed}", mode, "checkpoint", step)
 
-        result = dynamics.run(args.checkpoints, args.config, cfg, args.seed, args.tokenized, progress, device)
+        # the calls inside each checkpoint (the composition null, the path ablation): a bar of their
+        # own on a terminal; under DVC the line per checkpoint is the stage's only line
+        with showing_progress(None if mode == "lines" else mode):
+            result = dynamics.run(
+                args.checkpoints, args.config, cfg, args.seed, args.tokenized, progress, device
+            )
         summary = dynamics.summarize(result, cfg.analysis.composition.fdr)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)

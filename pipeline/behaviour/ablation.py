@@ -57,6 +57,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..cli import progress_bar
 from ..memory import ABLATION_CHUNK
 from ..model import patterns
 from ..model.transformer import AttnOnlyTransformer, BlockOutput, Cache, next_token_loss
@@ -136,6 +137,8 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
     B, T = tokens.shape
     H = model.cfg.n_heads
     rows = []
+    L = model.cfg.n_layers
+    bar = progress_bar(H * L * (L - 1) // 2, "path ablation", "source head")  # every (a, later layer)
     for j in range(1, model.cfg.n_layers):
         block, resid, clean_induction, clean_result, resid_post, step, per_loss = _clean_layer(
             model, cache, j, length
@@ -176,6 +179,8 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
                         # one copy each off a GPU
                         attn, loss, moved = attn_effect.tolist(), loss_effect.tolist(), changed[s].tolist()
                         rows.extend((kind, i, a, j, b, attn[b], loss[b], moved[b]) for b in range(H))
+                bar.update(n)
+    bar.close()
     frame = pd.DataFrame(rows, columns=COLUMNS)
     order = {kind: n for n, kind in enumerate(KINDS)}
     frame = frame.sort_values(COLUMNS[:5], key=lambda c: c.map(order) if c.name == "kind" else c)
@@ -285,6 +290,7 @@ def channel_ablation(
     B, T = tokens.shape
     H = model.cfg.n_heads
     effects: list[tuple[float, float, float]] = [(math.nan,) * 3] * len(cuts)  # each set below
+    bar = progress_bar(len(cuts), "channel ablation", "cut")
     for j in sorted({cut.dst[0] for cut in cuts}):
         into = [n for n, cut in enumerate(cuts) if cut.dst[0] == j]  # the cuts into layer j
         for n in into:
@@ -319,6 +325,8 @@ def channel_ablation(
             values = zip(attn.tolist(), loss.tolist(), moved.tolist(), strict=True)  # one copy each off a GPU
             for n, effect in zip(chunk, values, strict=True):
                 effects[n] = effect
+            bar.update(m)
+    bar.close()
     rows_out = [(*cut.src, *cut.dst, *effect) for cut, effect in zip(cuts, effects, strict=True)]
     return pd.DataFrame(rows_out, columns=COLUMNS[1:])
 
@@ -358,6 +366,7 @@ def heads_loss_effects(
     clean = next_token_loss(model.logits_from(embedded, 0, pos), tokens)
     clean_blocks = [model.blocks[0](embedded, pos, cache=True)]  # clean blocks, as far as a set needs
     effects = []
+    bar = progress_bar(len(head_sets), "role ablation", "head set")
     for heads in head_sets:
         first = min(layer for layer, _ in heads)
         while len(clean_blocks) <= first:
@@ -368,6 +377,8 @@ def heads_loss_effects(
             resid = _mean_ablated_writes(out, [h for l, h in heads if l == layer])
         ablated = next_token_loss(model.logits_from(resid, len(model.blocks), pos), tokens)
         effects.append(float(ablated - clean))
+        bar.update()
+    bar.close()
     return effects
 
 

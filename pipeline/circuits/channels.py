@@ -117,6 +117,7 @@ import torch
 from torch import Tensor
 
 from .. import streams
+from ..cli import progress_bar
 from ..config import CompositionConfig
 from ..tables import CHANNEL_STATISTICS, CHANNELS_COLUMNS, KINDS, SIGNIFICANCE_COLUMNS
 from . import significance
@@ -395,25 +396,27 @@ def channel_rows(
     index = tuple(torch.as_tensor(x) for x in pairs)
     writer = writer_circuit(hw)
     parts, tables = [], {}
-    for kind in KINDS:
-        reader = reader_circuit(hw, kind)
-        shares = pair_shares(writer, reader, index)  # [n, d_head, d_head]
-        i, h, j, g = index
-        null_mean, null_sd = top_share_null(writer.s[i, h], reader.s[j, g], blocks)
-        norms = torch.linalg.vector_norm(writer.s[i, h], dim=-1) * torch.linalg.vector_norm(
-            reader.s[j, g], dim=-1
-        )
-        scores = shares.sum((-2, -1)).sqrt() / norms  # the true scores [n]
-        p = normalised(shares).masked_fill((scores <= ZERO_RTOL)[:, None, None], torch.nan)
-        tables[kind] = p
-        frame = _summary_rows(p.cpu(), pairs)
-        top, mean, sd = (x.cpu().numpy() for x in (top_share(p).log(), null_mean, null_sd))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            z = np.where(sd > 0, (top - mean) / sd, np.nan)
-        stats = {c: np.nan for c in CHANNEL_STATISTICS}
-        if kind == "K" and not placebo:
-            stats = {c: v.cpu().numpy() for c, v in rotation_statistics(hw, index).items()}
-        parts.append(frame.assign(kind=kind, null_mean=mean, null_std=sd, z=z, **stats))
+    with progress_bar(len(KINDS), f"channels{' placebo' if placebo else ''} null", "kind") as bar:
+        for kind in KINDS:
+            reader = reader_circuit(hw, kind)
+            shares = pair_shares(writer, reader, index)  # [n, d_head, d_head]
+            i, h, j, g = index
+            null_mean, null_sd = top_share_null(writer.s[i, h], reader.s[j, g], blocks)
+            norms = torch.linalg.vector_norm(writer.s[i, h], dim=-1) * torch.linalg.vector_norm(
+                reader.s[j, g], dim=-1
+            )
+            scores = shares.sum((-2, -1)).sqrt() / norms  # the true scores [n]
+            p = normalised(shares).masked_fill((scores <= ZERO_RTOL)[:, None, None], torch.nan)
+            tables[kind] = p
+            frame = _summary_rows(p.cpu(), pairs)
+            top, mean, sd = (x.cpu().numpy() for x in (top_share(p).log(), null_mean, null_sd))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                z = np.where(sd > 0, (top - mean) / sd, np.nan)
+            stats = {c: np.nan for c in CHANNEL_STATISTICS}
+            if kind == "K" and not placebo:
+                stats = {c: v.cpu().numpy() for c, v in rotation_statistics(hw, index).items()}
+            parts.append(frame.assign(kind=kind, null_mean=mean, null_std=sd, z=z, **stats))
+            bar.update()
     return pd.concat(parts, ignore_index=True), tables
 
 

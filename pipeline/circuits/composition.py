@@ -80,6 +80,7 @@ import torch
 from torch import Tensor
 
 from .. import streams
+from ..cli import progress_bar
 from ..config import CompositionConfig
 from ..tables import KINDS, RAW_SCORES_COLUMNS, VARIANTS
 from .scoring import (
@@ -339,21 +340,27 @@ def _pair_block(w: _Writers, r: _Readers) -> dict[str, tuple[Tensor, Tensor, Ten
     return {v: (scores[v], *mean_std(nulls[v], -1)) for v in VARIANTS}
 
 
+def _reader_blocks(L: int, H: int, d_head: int, S: int, placebo: bool) -> list[tuple[int, int, int, int]]:
+    """(writer layer i, first reader layer, last reader layer + 1, reader heads per block) of
+    `_kind_tensors`' loop: the later layers, or (placebo) the writer's own layer and earlier ones;
+    blocks of `step` reader heads bound the null's memory."""
+    step = max(1, _BLOCK // (H * S * d_head * d_head))
+    return [(i, *((0, i + 1) if placebo else (i + 1, L)), step) for i in range(L if placebo else L - 1)]
+
+
 def _kind_tensors(
-    hw: HeadWeights, kind: str, Z: Tensor, placebo: bool = False
+    hw: HeadWeights, kind: str, Z: Tensor, placebo: bool = False, bar=None
 ) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
     """Per variant: (score, null_mean, null_std), each [L, H, L, H], NaN unless dst_layer > src_layer
-    (placebo: NaN unless dst_layer <= src_layer, the pairs that cannot compose; `scoring.placebo_pairs`)."""
+    (placebo: NaN unless dst_layer <= src_layer, the pairs that cannot compose; `scoring.placebo_pairs`).
+    `bar`: a `pipeline.cli.Progress`, updated once per block of reader heads."""
     L, H, d_head, S = hw.n_layers, hw.n_heads, hw.d_head, Z.shape[0]
     A, B = reader_factors(hw.W_Q, hw.W_K, hw.W_V, hw.W_O, kind)
     C, D = writer_factors(hw.W_V, hw.W_O)
     out = {
         v: tuple(torch.full((L, H, L, H), torch.nan, dtype=torch.float64) for _ in range(3)) for v in VARIANTS
     }
-    step = max(1, _BLOCK // (H * S * d_head * d_head))  # reader heads per block: bounds memory
-    for i in range(L if placebo else L - 1):
-        # the reader layers: later ones, or (placebo) the writer's own layer and earlier ones
-        first, last = (0, i + 1) if placebo else (i + 1, L)
+    for i, first, last, step in _reader_blocks(L, H, d_head, S, placebo):
         writers = _Writers.of(C[i], D[i], Z)
         A_later = A[first:last].reshape(-1, *A.shape[-2:])  # [(last - first) H, d_model, d_head]
         B_later = B[first:last].reshape(-1, *B.shape[-2:])
@@ -366,6 +373,8 @@ def _kind_tensors(
                     # written in place: keeping small per-block results alive between the
                     # large temporaries fragments the heap (glibc) and inflates memory
                     target[i].view(H, L * H)[:, columns] = values.cpu()  # a no-op on the CPU
+            if bar is not None:
+                bar.update()
     return out
 
 
@@ -388,9 +397,12 @@ def composition_scores(
     gen = torch.Generator().manual_seed(streams.seed_of(seed, "composition.null"))
     Z = haar_blocks(cfg.null_samples, d_model, min(d_model, 2 * d_head), gen)
     hw, Z = hw.to(device), Z.to(device)  # no copies on the CPU
+    blocks = _reader_blocks(hw.n_layers, hw.n_heads, d_head, cfg.null_samples, placebo)
+    total = len(KINDS) * sum(-(-(last - first) * hw.n_heads // step) for _, first, last, step in blocks)
     measures = {}
-    for kind in KINDS:
-        tensors = _kind_tensors(hw, kind, Z, placebo)
-        for v in VARIANTS:
-            measures[kind, v] = PairStats(*tensors[v], *base[v])
+    with progress_bar(total, f"composition{' placebo' if placebo else ''} null", "block") as bar:
+        for kind in KINDS:
+            tensors = _kind_tensors(hw, kind, Z, placebo, bar)
+            for v in VARIANTS:
+                measures[kind, v] = PairStats(*tensors[v], *base[v])
     return raw_scores_table(measures, COLUMNS, placebo)

@@ -107,6 +107,7 @@ import torch
 from torch import Tensor
 
 from .. import streams
+from ..cli import progress_bar
 from ..config import CompositionConfig
 from ..tables import INVARIANT, KINDS, RAW_SCORES_COLUMNS
 from .scoring import (
@@ -339,24 +340,29 @@ def invariant_scores(
 
     nan = lambda: torch.full((L, H, L, H), torch.nan, dtype=torch.float64)  # noqa: E731
     out = {kind: {f.name: nan() for f in fields(PairStats)} for kind in KINDS}
-    for j in sorted({j for _, j in layer_pairs}):
-        if fr[j].rank == 0:
-            continue
-        k = min(d_head, fr[j].rank)
-        for kind in KINDS:
-            r_out = fr[j + 1 if kind == "V" else j].rank
-            if r_out == 0:
-                continue
-            readers = _readers(*(x.to(device) for x in _reader_factors(hw, fr, j, kind)), k)
-            for i in (i for i, jj in layer_pairs if jj == j):
-                if fr[i].rank == 0:
+    writers_of = {j: [i for i, jj in layer_pairs if jj == j] for j in sorted({j for _, j in layer_pairs})}
+    desc = f"invariant{' placebo' if placebo else ''} null"
+    with progress_bar(len(KINDS) * len(layer_pairs), desc, "layer pair") as bar:
+        for j, writer_layers in writers_of.items():
+            k = min(d_head, fr[j].rank)
+            for kind in KINDS:
+                r_out = fr[j + 1 if kind == "V" else j].rank
+                if fr[j].rank == 0 or r_out == 0:
+                    bar.update(len(writer_layers))
                     continue
-                writers = _writers((fr[i].R @ hw.W_V[i]).to(device), (hw.W_O[i] @ fr[j].R_pinv).to(device), k)
-                t = out[kind]
-                t["score"][i, :, j] = _pair_scores(writers, readers).cpu()  # .cpu(): a no-op on the CPU
-                null_mean, null_std = _null(writers, readers, blocks[fr[j].rank])
-                t["null_mean"][i, :, j], t["null_std"][i, :, j] = null_mean.cpu(), null_std.cpu()
-                base = baselines[(fr[i].rank, fr[j].rank, r_out)]
-                t["baseline_mean"][i, :, j], t["baseline_std"][i, :, j] = base
+                readers = _readers(*(x.to(device) for x in _reader_factors(hw, fr, j, kind)), k)
+                for i in writer_layers:
+                    if fr[i].rank > 0:
+                        W_V, W_O = (fr[i].R @ hw.W_V[i]).to(device), (hw.W_O[i] @ fr[j].R_pinv).to(device)
+                        writers = _writers(W_V, W_O, k)
+                        t = out[kind]
+                        t["score"][i, :, j] = _pair_scores(
+                            writers, readers
+                        ).cpu()  # .cpu(): a no-op on the CPU
+                        null_mean, null_std = _null(writers, readers, blocks[fr[j].rank])
+                        t["null_mean"][i, :, j], t["null_std"][i, :, j] = null_mean.cpu(), null_std.cpu()
+                        base = baselines[(fr[i].rank, fr[j].rank, r_out)]
+                        t["baseline_mean"][i, :, j], t["baseline_std"][i, :, j] = base
+                    bar.update()
 
     return raw_scores_table({(kind,): PairStats(**out[kind]) for kind in KINDS}, COLUMNS, placebo)
