@@ -47,6 +47,11 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
         return _load_configuration(self, *args, **kwargs)
     from omegaconf import OmegaConf
 
+    # DVC's process has no repository on sys.path, and only `attn_circuits` is installed (perhaps
+    # from another checkout): the schema checked is this checkout's pipeline/, beside conf/.
+    root = str(Path(CONF_DIR).parent)
+    if root not in sys.path:
+        sys.path.append(root)
     from pipeline import config, params
     from pipeline.errors import UserError
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -1128,8 +1129,9 @@ PROGRESS_LINE = re.compile(r"(train|dynamics) seed \d+: \d+/\d+ ")
 
 def run_module(stage: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     module = "pipeline.params" if stage == "params" else f"stages.{stage}"
+    env = os.environ | {"PYTHONPATH": str(ROOT)}  # stages/ and pipeline/ are the checkout's, not installed
     return subprocess.run(
-        [sys.executable, "-m", module, *argv], cwd=cwd, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", module, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
 
 
