@@ -208,12 +208,31 @@ def test_inputs_checks_each_seeds_checkpoint_and_its_config(tmp_path):
     params.require_inputs(cfg, tmp_path)
 
 
-def test_inputs_check_the_corpus_package_version(monkeypatch):
-    """The default corpus is the pinned torch wheel's sources: beside another torch (pip install
-    -e . keeps the user's), it is refused at the config step, naming the way out."""
-    from pipeline import config
+def test_the_default_setup_anneals_its_copies_away_before_the_last_quarter():
+    """setup=kjv-anneal, the default (issue 33): the KJV, copies at 0.07 falling to zero over 70-75%
+    of 2,000 steps. Copies are at most 25% of the training tokens and none in the last quarter:
+    measured on the copy process itself, step by step, as the train stage counts them."""
+    import numpy as np
+
+    from pipeline.data import datasets
 
     cfg = params.from_dict(params.compose(conf_dir=ROOT / "conf"))
+    c, steps = cfg.data.copies, cfg.train.steps
+    assert (cfg.setup, cfg.data.text.corpus, steps) == ("kjv-anneal", "kjv", 2000)
+    windows = np.zeros((64, cfg.model.n_ctx), dtype=np.int64)
+    rng = np.random.default_rng(0)
+    copied = [datasets.with_copies(windows, c, rng, datasets.copy_rate(c, s, steps))[1] for s in range(steps)]
+    share = np.array(copied) / windows.size
+    assert 0.2 < share.mean() <= 0.25  # 24% (docs/training.md)
+    assert share[steps - steps // 4 :].max() == 0.0 and share[: int(0.7 * steps)].mean() > 0.3
+
+
+def test_inputs_check_the_corpus_package_version(monkeypatch):
+    """The code setup's corpus is the pinned torch wheel's sources: beside another torch (pip
+    install -e . keeps the user's), it is refused at the config step, naming the way out."""
+    from pipeline import config
+
+    cfg = params.from_dict(params.compose(["setup=code"], conf_dir=ROOT / "conf"))
     params.require_inputs(cfg, ROOT)  # this environment: make's pinned wheel
     monkeypatch.setitem(config.CORPORA, "torch-py", ("torch", "2.11.0"))
     with pytest.raises(UserError, match=r"torch-py'.*needs torch==2\.11\.0, but .* is installed.*setup=kjv"):
