@@ -541,7 +541,7 @@ class Config(Section):
     train: TrainConfig = field(default_factory=TrainConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     # the conf/setup/ option that composed it: a label for `dvc exp show` (no stage reads it)
-    setup: str = "code"
+    setup: str = "kjv-anneal"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
 
     def check(self) -> None:
