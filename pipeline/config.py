@@ -569,19 +569,20 @@ def notes(cfg: Config, section: str = "") -> list[str]:
     data.source is not text. Notes, not refusals: keeping a name while switching the source off
     and on is how `train=load` is toggled, and editing an unused checkpoint reruns only the origin
     stages (docs/bad-inputs.md). `section`: only the notes on keys under it ("train", "data")."""
-    found = []
-    t, d = cfg.train, cfg.data
-    if t.source != "load" and t.checkpoint is not None:
+    found = []  # only the asked section's keys are read: a stage's DVC params name what it reads
+    if section in ("", "train") and cfg.train.source != "load" and cfg.train.checkpoint is not None:
+        t = cfg.train
         found.append(
             f"note: train.checkpoint = {t.checkpoint!r} is unused: train.source = {t.source!r} trains "
             "a model from scratch (train=load, or train.source=load, loads the checkpoint)"
         )
-    if d.source != "text" and d.tokenizer.pretrained is not None:
+    if section in ("", "data") and cfg.data.source != "text" and cfg.data.tokenizer.pretrained is not None:
+        d = cfg.data
         found.append(
             f"note: data.tokenizer.pretrained = {d.tokenizer.pretrained!r} is unused: data.source = "
             f"{d.source!r} is not tokenized (data.source=text reads text through it)"
         )
-    return [n for n in found if n.startswith(f"note: {section}")]
+    return found
 
 
 def require_fits_context(key: str, length: int, n_ctx: int, whose: str) -> None:
