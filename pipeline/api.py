@@ -330,6 +330,17 @@ def _scores(w: Weights, given: Composition | None, seed: int, config: Any) -> Co
     return analysis.composition(w.heads, cfg, seed, w.positions, str(w.device))
 
 
+def _heads_inputs(
+    model: Any, tokens: Any, seed: int, probe: Any, config: Any, device: Any, settings: dict, what: str
+) -> tuple[HeadsConfig, Weights, AttnOnlyTransformer, list[Tensor], list[Tensor]]:
+    """What `heads`, `roles` and `path_ablation` each start from: the heads settings, the weights,
+    our model built from them, and the (probe, held-out) batches."""
+    h = _settings(HeadsConfig, "heads", config, settings)
+    w, built = _runnable(model, device, what)
+    probes, heldout = _batches(w, tokens, probe, h, seed)
+    return h, w, built, probes, heldout
+
+
 def heads(
     model: Any,
     tokens: Any,
@@ -347,9 +358,9 @@ def heads(
     probes [first, span, span], one per batch (default: spans of `tokens`, run `seed`'s probe
     stream); `composition`: this model's (`composition`; computed with `seed` if not given);
     `seed`: the probe and the role ablation's placebo sets. `settings`: `HeadsConfig` fields."""
-    h = _settings(HeadsConfig, "heads", config, settings)
-    w, built = _runnable(model, device, "heads")
-    probes, heldout = _batches(w, tokens, probe, h, seed)
+    h, w, built, probes, heldout = _heads_inputs(
+        model, tokens, seed, probe, config, device, settings, "heads"
+    )
     found = _scores(w, composition, seed, config)
     result = heads_analysis.analyse_batches(
         built, w.heads, probes, heldout, h, found.scores, (w.source, w.source), seed, str(w.device)
@@ -371,9 +382,9 @@ def roles(
     """heads.csv alone (no ablation): every head's attention scores on the first batch of `tokens`
     and its probe, its copying and QK positivity from the weights, its roles
     (`behaviour.heads.head_table`). Arguments as `heads`'."""
-    h = _settings(HeadsConfig, "heads", config, settings)
-    w, built = _runnable(model, device, "roles")
-    probes, heldout = _batches(w, tokens, probe, h, seed)
+    h, w, built, probes, heldout = _heads_inputs(
+        model, tokens, seed, probe, config, device, settings, "roles"
+    )
     found = _scores(w, composition, seed, config)
     first = (probes[0].to(w.device), heldout[0].to(w.device))
     return heads_analysis.head_table(built, w.heads, *first, h, found.scores, (w.source, w.source))[0]
@@ -392,9 +403,9 @@ def path_ablation(
     """ablation.csv alone: every (earlier, later) head pair's path ablation, each effect's mean over
     the batches of `tokens` (`every_batch`: ablation_batches.csv, every batch;
     `behaviour.heads.ablation_tables`). Arguments as `heads`'."""
-    h = _settings(HeadsConfig, "heads", config, settings)
-    w, built = _runnable(model, device, "path_ablation")
-    probes, heldout = _batches(w, tokens, probe, h, seed)
+    h, w, built, probes, heldout = _heads_inputs(
+        model, tokens, seed, probe, config, device, settings, "path_ablation"
+    )
     on = [t.to(w.device) for t in probes], [t.to(w.device) for t in heldout]
     effects, batches = heads_analysis.ablation_tables(built, *on, h, w.source)
     return batches if every_batch else effects
