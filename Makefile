@@ -6,6 +6,9 @@
 #   make test-fast   the maths, config and bad-input tier (no real training or dvc runs): the edit-test loop
 #   make mutate  plant named bugs in a copy of the repository, one at a time, and run the tests that
 #                should catch each (tools/mutate.py): a few minutes, so not part of make test
+#   make mutate-blind   mutmut plants every mutation it can in pipeline/ and stages/ and runs the tests
+#                that reach each; prints the score per subpackage and the tests that assert nothing
+#                (hours on 2 cores the first time; a rerun tests only what changed): docs/testing.md
 # torch is pinned to 2.13.0 (its CPU wheel is on these machines' disk) in constraints.txt, not in
 # pyproject.toml (which asks for a range, so `pip install -e .` keeps a notebook's own torch): every
 # install below goes through `-c constraints.txt`, so make gets exactly that wheel, never a CUDA build.
@@ -19,7 +22,7 @@ TL4_BIN  := $(abspath $(VENV_TL4))/bin
 PIP_TL4  := $(TL4_BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 export PATH := $(BIN):$(PATH)
 
-.PHONY: repro test test-fast lint browser install install-dev bench mutate clean-outputs
+.PHONY: repro test test-fast lint browser install install-dev bench mutate mutate-blind clean-outputs
 
 repro: $(VENV)/.installed
 	dvc repro
@@ -84,6 +87,20 @@ bench: $(VENV)/.installed-dev
 # repository (never this one), killed when a test of that behaviour fails; exits 1 below 90%.
 mutate: $(VENV)/.installed-dev
 	python tools/mutate.py $(MUTATE_ARGS)
+
+# Blind mutation testing: mutmut 3 (pyproject.toml [tool.mutmut]) rewrites pipeline/ and stages/ into
+# mutants/ and tests each mutant with the fast tier's tests that call the mutated function (traced once;
+# its results stay in mutants/, so a rerun tests only new or changed mutants). One torch thread per
+# worker: the workers already fill the cores. MUTANTS='pipeline.circuits.*' limits a run to some.
+# Then the score per subpackage (equivalent mutants excused in tests/mutation_equivalents.toml) and the
+# tests that pass with the module they call hollowed out (tools/hollow_tests.py).
+MUTATE_WORKERS ?= 2
+MUTANTS ?=
+mutate-blind: $(VENV)/.installed-dev
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 mutmut run --max-children $(MUTATE_WORKERS) $(MUTANTS)
+	python tools/mutation_score.py --check; score=$$?; \
+	python tools/hollow_tests.py --workers $(MUTATE_WORKERS); hollow=$$?; \
+	exit $$(( score || hollow ))
 
 clean-outputs:
 	rm -rf outputs

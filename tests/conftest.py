@@ -10,6 +10,16 @@ from pathlib import Path
 import pytest
 
 
+def pytest_configure(config):
+    """mutmut (`make mutate-blind`) learns which tests call which function from one traced run,
+    with MUTANT_UNDER_TEST=stats. A stage these tests start in a subprocess, in a temporary
+    directory, cannot report its calls back and would fail looking for mutmut's config there, so
+    children run the original code during that run (the tracing process keeps its own copy of the
+    setting: mutmut's trampoline falls back to it). While a mutant is tested, children see it."""
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        del os.environ["MUTANT_UNDER_TEST"]
+
+
 @pytest.fixture(scope="session")
 def shared_dir(tmp_path_factory, request) -> Path:
     """A directory every worker of this run sees (the workers' common base temp directory):

@@ -210,6 +210,7 @@ def test_settings_override_the_defaults_and_unknown_ones_are_named(tmp_path):
         api.composition(w, fdr=2.0)
 
 
+@pytest.mark.slow  # its fixture reproduces the tiny project with real dvc
 def test_bad_inputs_are_one_line_naming_what_is_wrong(repo):
     heads_file = repo / "outputs/weights/seed0/heads.safetensors"
     with pytest.raises(UserError, match=r"^model = 'int': expected a TransformerLens HookedTransformer"):

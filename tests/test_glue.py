@@ -395,6 +395,7 @@ def dots(ax) -> list[tuple[float, float]]:
 # --- the planted bugs themselves --------------------------------------------------------------
 
 
+@pytest.mark.source
 def test_every_planted_bug_still_matches_the_code():
     """`make mutate` is outside the suite, so a refactor could silently leave a mutation planting
     nothing: each one's old text must still occur exactly once, and each test it names must exist."""

@@ -169,6 +169,7 @@ WRITES = re.compile(
 )
 
 
+@pytest.mark.source
 def test_every_write_goes_through_pipeline_io():
     """Outside pipeline/io.py, a line that writes a file must be a call of pipeline.io
     (temp file + os.replace)."""

@@ -56,6 +56,7 @@ def stream_names_in_code() -> set[str]:
     return names
 
 
+@pytest.mark.source
 def test_every_stream_is_declared_and_used():
     assert stream_names_in_code() == set(STREAMS)
 
