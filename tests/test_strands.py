@@ -3,6 +3,7 @@ survive cyclic rotation, the Frobenius norm does not (the errata's bug)."""
 
 from __future__ import annotations
 
+import math
 from functools import reduce
 
 import pytest
@@ -15,7 +16,9 @@ from pipeline.circuits.strands import (
     all_pairs_norms,
     eigenvalues,
     fold_outer,
+    gram_vector_length,
     gram_vectors,
+    grams_are_cheaper,
     materialize,
     norm,
     rotate,
@@ -172,3 +175,110 @@ def test_bad_shapes_are_rejected() -> None:
         rotate(random_strand(0, [3, 2, 4]), 1)
     with pytest.raises(ValueError, match="square"):
         trace(random_strand(0, [3, 2, 4]))
+
+
+def test_matmul_chains_the_factors() -> None:
+    a, b = random_strand(5, [4, 2, 6]), random_strand(6, [6, 3, 5, 2])
+    ab = a @ b
+    assert len(ab) == 5 and ab.dims == (4, 2, 6, 3, 5, 2)
+    assert all(x is y for x, y in zip(ab.factors, a.factors + b.factors, strict=True))
+    torch.testing.assert_close(materialize(ab), dense(a) @ dense(b), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(7, 3), (3, 7), (2, 5, 3)])  # tall, wide, batched tall
+def test_fold_outer_of_one_factor_keeps_its_singular_values(shape: tuple[int, ...]) -> None:
+    A = torch.randn(*shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    folded = fold_outer(Strand((A,)))
+    assert len(folded) == 1
+    (R,) = folded.factors
+    m, r = shape[-2:]
+    assert R.shape == (*shape[:-2], min(m, r), r)
+    if m > r:
+        assert (torch.tril(R, diagonal=-1) == 0).all()  # triangular
+    else:
+        assert R is A  # nothing to gain
+    torch.testing.assert_close(R.mT @ R, A.mT @ A, rtol=1e-10, atol=1e-10)  # R^T R = A^T A
+    torch.testing.assert_close(singular_values(Strand((A,))), torch.linalg.svdvals(A)[..., : min(m, r)])
+
+
+@pytest.mark.parametrize("n", [1, 5, 128, 129, 300])
+def test_gram_vector_length_counts_the_upper_tiles(n: int) -> None:
+    # row i of G is kept from the first column of its 128-row tile on: n - 128 * (i // 128) entries
+    assert gram_vector_length(n) == sum(n - 128 * (i // 128) for i in range(n))
+    assert gram_vectors(random_strand(8, [3, 2, n]), "left").shape == (gram_vector_length(n),)
+
+
+def test_gram_vector_length_known_values() -> None:
+    assert gram_vector_length(5) == 25  # one tile: the whole 5 x 5 matrix
+    assert gram_vector_length(300) == 128 * 300 + 128 * 172 + 44 * 44  # == 62352
+
+
+def packed(G: torch.Tensor) -> torch.Tensor:
+    """G [..., n, n] packed as `gram_vectors` documents: rows in tiles of 128, each from the
+    tile's diagonal block to the right."""
+    n = G.shape[-1]
+    return torch.cat([G[..., p : p + 128, p:].reshape(*G.shape[:-2], -1) for p in range(0, n, 128)], -1)
+
+
+def upper_weights(n: int) -> torch.Tensor:
+    """2 above the diagonal, 1 on it, 0 below, [n, n]."""
+    return torch.ones(n, n, dtype=torch.float64).triu(1) * 2 + torch.eye(n, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    ("dims", "batch"),
+    [
+        ([7, 2, 5], ()),  # unbatched, tall first factor: G through A_1^T A_1
+        ([2, 3, 5], ()),  # unbatched, wide first factor: G of the product
+        ([4, 4, 6], (2,)),  # square first factor
+        ([7, 2, 3, 130], (3,)),  # three factors, two tiles
+        ([5, 6], ()),  # one tall factor: G = A^T A
+        ([2, 9], (2,)),  # one wide factor
+    ],
+)
+def test_gram_vectors_pack_the_weighted_left_and_plain_right_gram_matrix(
+    dims: list[int], batch: tuple[int, ...]
+) -> None:
+    s = random_strand(9, dims, batch)
+    M = dense(s)
+    n = M.shape[-1]
+    left = gram_vectors(s, "left")
+    assert left.shape == (*batch, gram_vector_length(n))
+    torch.testing.assert_close(left, packed((M.mT @ M) * upper_weights(n)), rtol=1e-10, atol=1e-10)
+    right = gram_vectors(s.T, "right")  # M^T as a right strand: M^T (M^T)^T = M^T M
+    torch.testing.assert_close(right, packed(M.mT @ M), rtol=1e-10, atol=1e-10)  # no weights
+    # out: filled in place, [prod(batch), N]
+    out = torch.full((max(1, math.prod(batch)), left.shape[-1]), torch.nan, dtype=torch.float64)
+    got = gram_vectors(s, "left", max_block=1, out=out)
+    torch.testing.assert_close(got, left, rtol=1e-12, atol=1e-12)
+    assert got.data_ptr() == out.data_ptr()
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_gram_vectors_multiply_a_wide_outer_factor_before_squaring(batch: tuple[int, ...]) -> None:
+    """A wide first factor A [2, 5] is multiplied into the strand before any sum of squares: at
+    scales 1e-200 and 1e200 the product is of order 1, while A^T A alone would underflow to 0."""
+    s = random_strand(10, [2, 5, 6], batch)
+    s = Strand((s.factors[0] * 1e-200, s.factors[1] * 1e200))
+    M = dense(s)
+    assert M.abs().max() > 0.1
+    want = packed((M.mT @ M) * upper_weights(6))
+    torch.testing.assert_close(gram_vectors(s, "left"), want, rtol=1e-10, atol=1e-10)
+
+
+def test_gram_vectors_name_a_bad_side() -> None:
+    with pytest.raises(ValueError, match=r"side must be 'left' or 'right', not 'up'"):
+        gram_vectors(random_strand(0, [3, 2, 4]), "up")
+
+
+def test_grams_are_cheaper_counts_multiply_adds() -> None:
+    """grams: (n_left r + n_right s) n^2 / 2 to form the Gram matrices, n (n + 1) / 2 per pair;
+    factors: r s n per pair; grams is chosen only when strictly cheaper."""
+    # grams (2 + 2) * 9 // 2 + 3 * 3 * 4 // 2 = 18 + 18 = 36; factors 3 * 2 * 2 * 3 = 36: a tie
+    assert not grams_are_cheaper(1, 1, 3, 2, 3, 2)
+    # grams (2 + 4) * 4 // 2 + 1 * 2 * 3 // 2 = 12 + 3 = 15; factors 1 * 2 * 4 * 2 = 16
+    assert grams_are_cheaper(1, 1, 1, 2, 2, 4)
+    # GPT-2-small heads (d_model 768, d_head 64, 144 x 144 pairs): ~0.3M against 3.1M per pair
+    assert grams_are_cheaper(144, 144, 144 * 144, 64, 768, 64)
+    # d_head^2 < d_model / 2: the factors' r s n per pair wins
+    assert not grams_are_cheaper(144, 144, 144 * 144, 8, 512, 8)
