@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 
 import numpy as np
@@ -410,3 +411,16 @@ def test_channels_summary_by_hand() -> None:
     }
     assert out["placebo_families"] == significance.family_summary(placebo.assign(variant="channel"))
     json.dumps(out, allow_nan=False)
+
+
+def test_the_channel_nulls_progress_bar_names_the_placebo_and_counts_kinds(capsys) -> None:
+    from pipeline import cli
+
+    hw = tiny(seed=5)
+    blocks = ch.channel_blocks(4, hw.d_model, hw.d_head, torch.Generator().manual_seed(0))
+    capsys.readouterr()
+    with cli.showing_progress("bar"):
+        ch.channel_rows(hw, blocks, placebo=True)
+    err = capsys.readouterr().err
+    found = re.findall(r"channels placebo null: +\d+%\|[^|]*\| (\d+)/(\d+) \[[^\]]*(?:kind/s|s/kind)\]", err)
+    assert found and found[-1] == ("3", "3"), err
