@@ -245,3 +245,13 @@ def test_the_progress_bar_counts_skipped_frames_and_names_the_placebo(capsys) ->
     err = capsys.readouterr().err
     assert bar(err, "invariant null") == (9, 9, "layer pair")  # 3 kinds x (0, 1), (0, 2), (1, 2)
     assert bar(err, "invariant placebo null") == (18, 18, "layer pair")  # 3 kinds x 6 (i >= j)
+
+
+def test_padded_singular_values_of_any_batch_shape() -> None:
+    g = torch.Generator().manual_seed(6)
+    M = torch.randn(2, 6, 3, 4, generator=g, dtype=F64)  # [2, 6] batch of 3 x 4: three singular values
+    s = torch.linalg.svdvals(M)
+    for k, want in ((2, s[..., :2]), (3, s), (5, torch.cat([s, torch.zeros(2, 6, 2, dtype=F64)], -1))):
+        got = invariant._padded_svdvals(M, k)
+        assert got.shape == (2, 6, k)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
