@@ -241,11 +241,12 @@ def test_true_scores_fast_path_equals_dense_and_table(method: str) -> None:
         assert torch.isnan(ours[~later.expand_as(ours)]).all()
 
 
-@pytest.mark.parametrize("per_block", [1, 2])
+@pytest.mark.parametrize("per_block", [1, 2, 3])
 def test_true_scores_in_blocks_of_writer_layers_equal_one_block(monkeypatch, per_block: int) -> None:
     """Large models hold the writers' Gram vectors a few layers at a time: the same scores
-    (each is one dot product of the same two vectors; only the GEMM's shape changes)."""
-    hw = random_heads(9, L=5, H=2, D=12, d=4)
+    (each is one dot product of the same two vectors; only the GEMM's shape changes). Seven
+    layers: blocks of 3 writer layers leave a second block (layers 3-5) with earlier readers."""
+    hw = random_heads(9, L=7, H=2, D=12, d=4)
     whole = true_scores(hw, method="grams")
     n = strands.gram_vector_length(12)
     assert n == 12 * 12  # d_model < one tile (128 rows): the tile is the whole matrix
@@ -253,6 +254,64 @@ def test_true_scores_in_blocks_of_writer_layers_equal_one_block(monkeypatch, per
     blocked = true_scores(hw, method="grams")
     for kind in KINDS:
         torch.testing.assert_close(blocked[kind], whole[kind], rtol=1e-14, atol=0, equal_nan=True)
+
+
+def test_true_scores_name_a_bad_method() -> None:
+    with pytest.raises(ValueError, match=r"method must be 'auto', 'grams' or 'factors', not 'dense'"):
+        true_scores(random_heads(0), method="dense")
+
+
+def dense_true_scores(hw: HeadWeights, kind: str) -> torch.Tensor:
+    """||OV^a right^b|| / (||OV^a|| ||right^b||) for every pair, densely; NaN unless dst_layer > src_layer."""
+    OV, QK = hw.W_V @ hw.W_O, hw.W_Q @ hw.W_K.mT  # [L, H, D, D]
+    right = {"Q": QK, "K": QK.mT, "V": OV}[kind]
+    n = torch.linalg.matrix_norm
+    scores = n(OV[:, :, None, None] @ right[None, None]) / (n(OV)[:, :, None, None] * n(right)[None, None])
+    L = hw.n_layers
+    later = torch.arange(L)[:, None, None, None] < torch.arange(L)[None, None, :, None]
+    return torch.where(later.expand_as(scores), scores, torch.nan)
+
+
+@pytest.mark.parametrize(
+    ("D", "d", "method", "kinds", "cheaper", "grams"),
+    [
+        # L 3, H 4: 8 writers; 4 * 4 * 3 = 48 pairs per kind
+        (8, 4, "auto", "QKV", (8, 24, 144, 4, 8, 4), True),  # grams 9,280 < factors 18,432
+        (64, 2, "auto", "QKV", (8, 24, 144, 2, 64, 2), False),  # grams 430,592 > factors 36,864
+        (8, 4, "auto", "QK", (8, 16, 96, 4, 8, 4), True),  # two kinds: 2 x 8 readers, 2 x 48 pairs
+        (64, 2, "grams", "QKV", None, True),  # named: no cost comparison
+        (8, 4, "factors", "QKV", None, False),
+    ],
+)
+def test_true_scores_take_the_named_or_cheaper_route(
+    monkeypatch, D: int, d: int, method: str, kinds: str, cheaper: tuple | None, grams: bool
+) -> None:
+    """method "grams": packed Gram vectors (strands.gram_vectors); "factors": no Gram vector anywhere
+    (strands.all_pairs_norms by its factors); "auto": the route grams_are_cheaper picks for
+    (writers, kinds x readers, kinds x pairs, d_head, d_model, d_head). The same scores either way."""
+    calls: dict[str, list] = {"cheaper": [], "grams": [], "pairs": []}
+
+    def spy(name, fn):
+        def wrapped(*args, **kwargs):
+            calls[name].append((args, kwargs))
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(comp, "grams_are_cheaper", spy("cheaper", strands.grams_are_cheaper))
+    monkeypatch.setattr(comp, "all_pairs_norms", spy("pairs", strands.all_pairs_norms))
+    monkeypatch.setattr(comp, "gram_vectors", spy("grams", strands.gram_vectors))
+    monkeypatch.setattr(strands, "gram_vectors", spy("grams", strands.gram_vectors))  # all_pairs_norms'
+    hw = random_heads(10, L=3, H=4, D=D, d=d)
+    out = true_scores(hw, kinds=kinds, method=method)
+    assert [args for args, _ in calls["cheaper"]] == ([cheaper] if cheaper else [])
+    if cheaper:
+        assert strands.grams_are_cheaper(*cheaper) is grams
+    assert bool(calls["grams"]) is grams
+    assert bool(calls["pairs"]) is not grams
+    assert set(out) == set(kinds)
+    for kind in kinds:
+        torch.testing.assert_close(out[kind], dense_true_scores(hw, kind), rtol=1e-10, atol=0, equal_nan=True)
 
 
 # --- the null ------------------------------------------------------------------------
