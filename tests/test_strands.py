@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pipeline.circuits.strands as strands_module
 from pipeline.circuits.strands import (
     Strand,
     all_pairs_norms,
@@ -282,3 +283,96 @@ def test_grams_are_cheaper_counts_multiply_adds() -> None:
     assert grams_are_cheaper(144, 144, 144 * 144, 64, 768, 64)
     # d_head^2 < d_model / 2: the factors' r s n per pair wins
     assert not grams_are_cheaper(144, 144, 144 * 144, 8, 512, 8)
+
+
+def test_bad_strands_name_the_factor_and_shapes() -> None:
+    with pytest.raises(ValueError, match=r"^a strand needs at least one factor$"):
+        Strand(())
+    with pytest.raises(
+        ValueError, match=r"^factor 1 has shape \[3\]: a factor is a matrix \[\.\.\., rows, cols\]$"
+    ):
+        Strand((torch.zeros(2, 3), torch.zeros(3)))
+    with pytest.raises(
+        ValueError, match=r"^factor 1 \[2, 3, 4\] has 4 columns but factor 2 \[5, 3\] has 5 rows$"
+    ):
+        Strand((torch.zeros(6, 3), torch.zeros(2, 3, 4), torch.zeros(5, 3)))
+    with pytest.raises(ValueError, match=r"^only a square strand can be rotated; this one is 3 x 4$"):
+        rotate(random_strand(0, [3, 2, 4]), 1)
+    with pytest.raises(ValueError, match=r"^trace and eigenvalues need a square strand; this one is 3 x 4$"):
+        eigenvalues(random_strand(0, [3, 2, 4]))
+    with pytest.raises(ValueError, match=r"^left is \[\.\., 3, 4\] but right is \[\.\., 5, 6\]$"):
+        all_pairs_norms(random_strand(0, [3, 2, 4]), random_strand(1, [5, 2, 6]))
+    with pytest.raises(ValueError, match=r"^method must be 'auto', 'factors' or 'grams', not 'dense'$"):
+        all_pairs_norms(random_strand(0, [3, 2, 4]), random_strand(1, [4, 2, 6]), method="dense")
+
+
+@pytest.mark.parametrize(
+    ("dims", "k"), [([6, 2, 5, 6], 2), ([3, 7, 4, 3], 3), ([5, 4, 1, 5], 1), ([4, 4], 4)]
+)
+def test_eigenvalues_come_from_the_smallest_cyclic_dim(dims: list[int], k: int) -> None:
+    """k eigenvalues, k the smallest boundary dim of the cycle; the d_0 x d_0 strand's others are zero."""
+    s = random_strand(11, dims, (2,))
+    ours, theirs = eigenvalues(s), torch.linalg.eigvals(dense(s))
+    assert ours.shape == (2, k)
+    for mine, ref in zip(ours, theirs, strict=True):
+        ref = sorted(ref.tolist(), key=abs, reverse=True)
+        assert all(abs(z) < 1e-9 for z in ref[k:])
+        a, b = nonzero_sorted(mine, 1e-9), nonzero_sorted(torch.tensor(ref[:k], dtype=torch.complex128), 1e-9)
+        assert len(a) == len(b) == k
+        for x, y in zip(a, b, strict=True):
+            assert abs(x - y) <= 1e-9 * max(1.0, abs(y))
+    torch.testing.assert_close(trace(s), torch.diagonal(dense(s), dim1=-2, dim2=-1).sum(-1))
+
+
+def test_norm_of_one_factor_is_its_frobenius_norm() -> None:
+    A = torch.tensor([[3.0, 0.0], [0.0, 4.0], [0.0, 12.0]], dtype=torch.float64)  # 9 + 16 + 144 = 13^2
+    assert norm(Strand((A,))).item() == 13.0
+    assert norm(Strand((A[None].expand(2, 3, 2),))).tolist() == [13.0, 13.0]
+
+
+def test_norm_of_an_exactly_zero_small_product_is_exactly_zero() -> None:
+    """m p <= k^2: the product itself, so a product that cancels exactly stays 0 (the Gram route
+    would leave rounding of order eps ||L||^2 ||R||^2 here: 0.1 and 0.3 are not exact)."""
+    L = torch.tensor([[0.1, 0.3], [0.1, 0.3]], dtype=torch.float64)  # [m 2, k 2]
+    R = torch.tensor([[0.3, 0.6], [-0.1, -0.2]], dtype=torch.float64)  # [k 2, p 2]
+    assert (L @ R == 0).all()
+    assert norm(Strand((L, R))).item() == 0.0
+    assert norm(Strand((L, R, torch.eye(2, dtype=torch.float64)))).item() == 0.0
+
+
+@pytest.mark.parametrize(
+    ("left_dims", "right_dims", "method", "cheaper", "grams"),
+    [
+        # 6 left strands [2, 3, 40] (folded to r = 2 rows), 4 right [40, 5, 3] (s = 3 columns)
+        ([2, 3, 40], [40, 5, 3], "auto", (6, 4, 24, 2, 40, 3), False),  # grams 19,200 + 19,680 > 5,760
+        # [6, 5, 4] folds to r = 5 rows, [4, 7, 6] to s = 6 columns
+        ([6, 5, 4], [4, 7, 6], "auto", (6, 4, 24, 5, 4, 6), True),  # grams 432 + 240 < 2,880
+        ([2, 3, 40], [40, 5, 3], "grams", None, True),
+        ([6, 5, 4], [4, 7, 6], "factors", None, False),
+    ],
+)
+def test_all_pairs_norms_take_the_named_or_cheaper_route(
+    monkeypatch, left_dims: list[int], right_dims: list[int], method: str, cheaper: tuple | None, grams: bool
+) -> None:
+    """ "auto" asks grams_are_cheaper(left strands, right strands, pairs, r, n, s) with r and s the
+    folded outer dims; "grams" packs Gram vectors, "factors" never does. The same norms either way."""
+    asked, packed_sides = [], []
+
+    def spy_cheaper(*args):
+        asked.append(args)
+        return grams_are_cheaper(*args)
+
+    def spy_grams(s, side, *args, **kwargs):
+        packed_sides.append(side)
+        return gram_vectors(s, side, *args, **kwargs)
+
+    monkeypatch.setattr(strands_module, "grams_are_cheaper", spy_cheaper)
+    monkeypatch.setattr(strands_module, "gram_vectors", spy_grams)
+    left, right = random_strand(12, left_dims, (2, 3)), random_strand(13, right_dims, (4,))
+    ours = all_pairs_norms(left, right, method=method)
+    assert asked == ([cheaper] if cheaper else [])
+    if cheaper:
+        assert grams_are_cheaper(*cheaper) is grams
+    assert packed_sides == (["left", "right"] if grams else [])
+    ref = torch.linalg.matrix_norm(dense(left)[:, :, None] @ dense(right)[None, None])
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
