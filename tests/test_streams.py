@@ -64,6 +64,7 @@ def test_every_stream_is_declared_and_used():
 SEEDERS = {"manual_seed", "default_rng", "SeedSequence", "Generator", "RandomState"}
 
 
+@pytest.mark.source
 def test_no_generator_is_seeded_from_the_run_seed_itself():
     """The old pattern, `manual_seed(seed)` or `(seed + 1)`, is gone from pipeline/: a run's
     seed reaches a generator only through `seed_of` (streams.py itself derives them)."""

@@ -1,25 +1,22 @@
-"""Tests that assert nothing (part of `make mutate-blind`): for each module of pipeline/ and stages/,
-replace every function's body with `return None`, run the tests that call into that module, and
-report each test that still passes. Such a test calls the module but checks nothing it computes.
+"""Tests that assert nothing (part of `make mutate-blind`): for each test file, replace every
+function body of the modules it imports from pipeline/ and stages/ with `return None`, run its fast
+tests, and report each test that still passes. Such a test calls the code it imports but checks
+nothing that code computes (or calls none of it).
 
-Which tests call which module comes from mutmut's traced run (mutants/mutmut-stats.json, written by
-`mutmut run`): a test reaches a module when it called one of its functions in-process. The
-hollowing happens in a temporary copy of the repository (the files git tracks or would track),
+The hollowing happens in a temporary copy of the repository (the files git tracks or would track),
 never in the checkout; the copy's path comes first for the tests (`python -m pytest` from it).
+A test that rightly passes on hollow modules (it checks a constant, a file, the config text) is
+listed with a one-line reason in tests/hollow_allowed.toml; every other one is reported, and the
+script exits 1. An allowed test that no longer passes hollow is named too (the entry is stale).
 
-A test that may pass on a hollow module, because what it checks lies elsewhere (it calls the
-module only to build an input for another), is listed with a one-line reason in
-tests/hollow_allowed.toml; every other one is reported, and the script exits 1.
-
-    python tools/hollow_tests.py                 # every module mutmut saw a test reach
-    python tools/hollow_tests.py pipeline.io     # only these modules
+    python tools/hollow_tests.py                       # every test file
+    python tools/hollow_tests.py tests/test_strands.py  # only these
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
 import shutil
 import subprocess
@@ -27,14 +24,13 @@ import sys
 import tempfile
 import tomllib
 import xml.etree.ElementTree as ET
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STATS = ROOT / "mutants" / "mutmut-stats.json"
 ALLOWED = ROOT / "tests" / "hollow_allowed.toml"
 TIMEOUT_S = 900
+FAST = "not slow and not interop4 and not source"  # the tier mutmut runs
 
 
 class _Hollow(ast.NodeTransformer):
@@ -58,20 +54,20 @@ def module_path(module: str) -> Path:
     return base / "__init__.py" if (ROOT / base).is_dir() else base.with_suffix(".py")
 
 
-def tests_by_module() -> dict[str, set[str]]:
-    """From mutmut's stats: function keys like `pipeline.circuits.strands.x_strand` or
-    `pipeline.circuits.strands.xǁStrandǁ__post_init__` -> the module before the last dot."""
-    if not STATS.exists():
-        raise SystemExit(
-            "hollow_tests: no mutants/mutmut-stats.json: run `make mutate-blind` (mutmut run) first"
-        )
-    stats = json.loads(STATS.read_text())
-    out: dict[str, set[str]] = defaultdict(set)
-    for function, tests in stats["tests_by_mangled_function_name"].items():
-        module = function.rsplit(".", 1)[0]
-        if (ROOT / module_path(module)).exists():
-            out[module].update(tests)
-    return out
+def imported_modules(test_file: Path) -> set[str]:
+    """The modules of pipeline/ and stages/ a test file imports, wherever in the file:
+    `from pipeline.circuits import strands`, `from pipeline.errors import UserError`, `import stages.x`."""
+    out = set()
+    for node in ast.walk(ast.parse(test_file.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] not in ("pipeline", "stages"):
+                continue
+            for alias in node.names:  # a submodule if it is one, else a name in node.module
+                sub = f"{node.module}.{alias.name}"
+                out.add(sub if (ROOT / module_path(sub)).exists() else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] in ("pipeline", "stages"))
+    return {m for m in out if (ROOT / module_path(m)).exists()}
 
 
 def project_files() -> list[str]:
@@ -129,73 +125,75 @@ def passing(copy: Path, tests: list[str]) -> set[str]:
     return passed
 
 
-def check_module(copy: Path, module: str, tests: set[str]) -> tuple[str, set[str]]:
-    path = copy / module_path(module)
-    original = path.read_text()
+def check_file(copy: Path, test_file: str, modules: set[str]) -> set[str]:
+    """The fast tests of `test_file` that pass with every module in `modules` hollowed."""
+    originals = {m: (copy / module_path(m)).read_text() for m in modules}
     try:
-        path.write_text(hollow(original))
-        passed = passing(copy, sorted(tests))
+        for m, text in originals.items():
+            (copy / module_path(m)).write_text(hollow(text))
+        return passing(copy, [test_file, "-m", FAST])
     finally:
-        path.write_text(original)
-    # junit names a parametrised test `name[param]` under its file: compare on that form
-    return module, {t for t in tests if _junit_id(t) in passed}
+        for m, text in originals.items():
+            (copy / module_path(m)).write_text(text)
 
 
-def _junit_id(node_id: str) -> str:
-    file, _, name = node_id.partition("::")
-    return f"{file}::{name.split('::')[-1]}"
-
-
-def load_allowed() -> dict[tuple[str, str], str]:
+def load_allowed() -> dict[str, str]:
     if not ALLOWED.exists():
         return {}
     out = {}
     for i, e in enumerate(tomllib.loads(ALLOWED.read_text()).get("allowed", [])):
-        if not {"module", "test", "reason"} <= set(e) or "\n" in e["reason"].strip():
-            raise SystemExit(f"{ALLOWED.name}: entry {i + 1} needs module, test and a one-line reason")
-        out[(e["module"], e["test"])] = e["reason"]
+        if not {"test", "reason"} <= set(e) or not e["reason"].strip() or "\n" in e["reason"].strip():
+            raise SystemExit(f"{ALLOWED.name}: entry {i + 1} needs test and a one-line reason")
+        out[e["test"]] = e["reason"]
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("modules", nargs="*", help="dotted module names (default: every one a test reaches)")
+    ap.add_argument("files", nargs="*", help="test files (default: every tests/test_*.py)")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    reach = tests_by_module()
-    modules = args.modules or sorted(reach)
-    unknown = [m for m in modules if m not in reach]
-    if unknown:
-        print(f"hollow_tests: no test reaches {', '.join(unknown)} (mutmut's stats)", file=sys.stderr)
-        return 2
+    files = args.files or sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
+    plan = {f: imported_modules(ROOT / f) for f in files}
+    plan = {f: m for f, m in plan.items() if m}
     allowed = load_allowed()
     with tempfile.TemporaryDirectory(prefix="hollow-") as tmp:
-        copies = [copy_project(Path(tmp) / f"copy{i}") for i in range(args.workers)]
-        free = list(copies)
+        free = [copy_project(Path(tmp) / f"copy{i}") for i in range(args.workers)]
 
-        def job(module: str) -> tuple[str, set[str]]:
+        def job(test_file: str) -> tuple[str, set[str]]:
             copy = free.pop()
             try:
-                return check_module(copy, module, reach[module])
+                return test_file, check_file(copy, test_file, plan[test_file])
             finally:
                 free.append(copy)
 
         with ThreadPoolExecutor(args.workers) as pool:
-            found = dict(pool.map(job, modules))
+            found = dict(pool.map(job, sorted(plan)))
+    passed = set().union(*found.values()) if found else set()
+
+    def excused(test: str) -> bool:  # an entry names a test, or a parametrised test's every case
+        return test in allowed or test.split("[")[0] in allowed
+
     reported = 0
-    for module in modules:
-        hollow_passes = sorted(t for t in found[module] if (module, t) not in allowed)
-        print(
-            f"{module}: {len(reach[module])} tests reach it; {len(found[module])} pass when it is hollow"
-            + (f" ({len(found[module]) - len(hollow_passes)} allowed)" if found[module] else "")
-        )
-        for test in hollow_passes:
-            print(f"    {test}")
-        reported += len(hollow_passes)
-    stale = sorted(k for k in allowed if k[0] in found and k[1] not in found[k[0]])
-    for module, test in stale:
-        print(f"{ALLOWED.name}: {module} / {test} no longer passes hollow: drop the entry", file=sys.stderr)
-    print(f"\n{reported} test(s) pass with the module they call hollowed out", file=sys.stderr)
+    for test_file in sorted(found):
+        bad = sorted(t for t in found[test_file] if not excused(t))
+        if bad:
+            print(f"{test_file} (hollow: {', '.join(sorted(plan[test_file]))}):")
+            for test in bad:
+                print(f"    {test}")
+        reported += len(bad)
+    stale = sorted(
+        t
+        for t in allowed
+        if t.split("::")[0] in found and not any(p.split("[")[0] == t or p == t for p in passed)
+    )
+    for test in stale:
+        print(f"{ALLOWED.name}: {test} no longer passes on hollow modules: drop the entry", file=sys.stderr)
+    print(
+        f"{reported} test(s) in {len(found)} files pass with the modules they import hollowed out "
+        f"({len(passed) - reported} allowed)",
+        file=sys.stderr,
+    )
     return 1 if reported or stale else 0
 
 

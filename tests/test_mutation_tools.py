@@ -1,0 +1,140 @@
+"""The blind mutation check's own parts (`make mutate-blind`): mutmut's configuration covers every
+module, the score's rule for equivalent mutants excuses only what it says, the equivalents and
+allowed lists are well formed, and the hollowing that finds tests asserting nothing hollows what
+it says (tools/mutation_score.py, tools/hollow_tests.py)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import hollow_tests  # noqa: E402
+import mutation_score  # noqa: E402
+
+MUTMUT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+
+
+def test_mutmut_mutates_every_module_of_pipeline_and_stages_with_the_fast_tier():
+    assert MUTMUT["source_paths"] == ["pipeline", "stages"]
+    assert not MUTMUT.get("do_not_mutate") and not MUTMUT.get("only_mutate")
+    selection = MUTMUT["pytest_add_cli_args_test_selection"]
+    assert selection[0] == "tests" and selection[selection.index("-m") + 1] == hollow_tests.FAST
+    for folder in ("conf", "data", "hydra_plugins", "docs"):  # what the tests read beside the code
+        assert folder in MUTMUT["also_copy"]
+
+
+@pytest.mark.parametrize(
+    ("removed", "added", "equivalent"),
+    [
+        ('x = torch.einsum("lde,lhef->lhdf", R, W)', 'x = torch.einsum("LDE,LHEF->LHDF", R, W)', True),
+        ("b = torch.einsum('le,lde->ld', b, R)", "b = torch.einsum('LE,LDE->LD', b, R)", True),
+        ('x = torch.einsum("lde,lhef->lhdf", R, W)', 'x = torch.einsum("lde,lhef->lhfd", R, W)', False),
+        ('x = torch.einsum("lde,lhef->lhdf", R, W)', 'x = torch.einsum("lde,lhef->lhdf", W, R)', False),
+        ('x = torch.einsum("lde,lhef->lhdf", R, W)', "x = None", False),
+        ('name = "W_Q"', 'name = "w_q"', False),  # case matters outside einsum's labels
+        ('torch.einsum("ij,jk->ik", a, b).sum(dim=0)', 'torch.einsum("IJ,JK->IK", a, b).SUM(dim=0)', False),
+    ],
+)
+def test_the_einsum_case_rule_excuses_only_relabelled_subscripts(removed, added, equivalent):
+    assert mutation_score._einsum_case(removed, added) is equivalent
+    diff = f"--- a.py\n+++ a.py\n@@ -1 +1 @@\n-{removed}\n+{added}"
+    assert (mutation_score.rule_of(diff) == "einsum-case") is equivalent
+
+
+def test_a_rule_applies_to_one_changed_line_only():
+    two = '--- a\n+++ a\n-einsum("ab->a", x)\n-y = 1\n+einsum("AB->A", x)\n+y = 2'
+    assert mutation_score.rule_of(two) is None
+
+
+def test_the_score_counts_timeouts_as_caught_and_leaves_out_equivalent_and_unchecked():
+    from collections import Counter
+
+    c = Counter({"mutants": 20, "killed": 12, "timeout": 2, "survived": 2, "no tests": 1, "equivalent": 1})
+    c["not checked"] = 2
+    assert mutation_score.score(c) == pytest.approx(14 / 17)
+    assert mutation_score.score(Counter({"mutants": 3, "not checked": 3})) is None
+
+
+def test_groups_are_the_subpackages_the_ground_and_stages():
+    base = mutation_score.ROOT / "mutants"
+    assert mutation_score.group_of(base / "pipeline/circuits/strands.py") == "circuits"
+    assert mutation_score.group_of(base / "pipeline/present/figures/heads.py") == "present"
+    assert mutation_score.group_of(base / "pipeline/config.py") == "ground"
+    assert mutation_score.group_of(base / "stages/train.py") == "stages"
+
+
+def test_every_equivalent_entry_names_a_mutant_its_change_and_one_reason(tmp_path):
+    entries = mutation_score.load_equivalents()  # the kept lists parse, each with its reason
+    assert all(e.mutant.startswith(("pipeline.", "stages.")) and e.change and e.reason for e in entries)
+    (tmp_path / "x.toml").write_text('[[equivalent]]\nmutant = "pipeline.io.x_f__mutmut_1"\nchange = "a"\n')
+    with pytest.raises(SystemExit, match="x.toml: entry 1 needs mutant, change and a one-line reason"):
+        mutation_score.load_equivalents(tmp_path)
+
+
+def test_every_allowed_hollow_pass_names_an_existing_test_and_one_reason():
+    allowed = hollow_tests.load_allowed()
+    assert allowed
+    for test, reason in allowed.items():
+        file, _, name = test.partition("::")
+        assert f"def {name}(" in (ROOT / file).read_text(), test
+        assert reason and "\n" not in reason
+
+
+def test_hollowing_returns_none_from_every_function_and_keeps_the_rest():
+    source = '''
+"""Module doc."""
+K = 3
+
+
+def f(x):
+    """Doc of f."""
+    return x + K
+
+
+class C:
+    y = 2
+
+    def m(self):
+        def inner():
+            return 1
+        return inner() + self.y
+
+    @property
+    def p(self):
+        return 5
+'''
+    namespace: dict = {}
+    exec(compile(hollow_tests.hollow(source), "hollow", "exec"), namespace)
+    assert namespace["K"] == 3 and namespace["C"].y == 2  # constants and class attributes stay
+    assert namespace["f"](1) is None and namespace["f"].__doc__ == "Doc of f."
+    assert namespace["C"]().m() is None and namespace["C"]().p is None
+    tree = ast.parse(hollow_tests.hollow(source))
+    assert ast.get_docstring(tree) == "Module doc."
+
+
+def test_a_test_files_modules_are_the_pipeline_and_stage_modules_it_imports(tmp_path):
+    test = tmp_path / "test_x.py"
+    test.write_text(
+        "import numpy\n"
+        "from pipeline.circuits import strands, composition as comp\n"
+        "from pipeline.errors import UserError\n"
+        "import pipeline.io\n"
+        "from stages import weights as weights_stage\n"
+        "def test_y():\n"
+        "    from pipeline.compare.stats import t_interval\n"
+    )
+    assert hollow_tests.imported_modules(test) == {
+        "pipeline.circuits.strands",
+        "pipeline.circuits.composition",
+        "pipeline.errors",
+        "pipeline.io",
+        "stages.weights",
+        "pipeline.compare.stats",
+    }
