@@ -224,12 +224,12 @@ def test_rotation_statistics_of_a_rank_deficient_query_against_dense_projectors(
 
 
 def test_a_query_direction_exactly_at_the_span_tolerance_is_outside_the_span() -> None:
-    """W_Q with singular values exactly 1 and ZERO_RTOL: its span is e_0 alone. A writer whose values
+    """W_Q with singular values exactly 4 and 4 ZERO_RTOL: its span is e_0 alone. A writer whose values
     read e_1 has alignment 0 (and 1 when that direction is a little stronger)."""
     for sigma, inside in ((ZERO_RTOL, False), (2 * ZERO_RTOL, True)):
         z = lambda *s: torch.zeros(*s, dtype=F64)  # noqa: E731
         W_Q, W_K, W_V, W_O = z(2, 1, 4, 2), z(2, 1, 4, 2), z(2, 1, 4, 2), z(2, 1, 2, 4)
-        W_Q[1, 0, 0, 0], W_Q[1, 0, 1, 1] = 1, sigma
+        W_Q[1, 0, 0, 0], W_Q[1, 0, 1, 1] = 4, 4 * sigma  # exactly: the tolerance is relative to sigma_max
         W_K[1, 0, 2, 0] = 1  # keys read e_2
         W_V[0, 0, 1, 0], W_O[0, 0, 0, 2] = 1, 1  # the writer reads e_1 and writes e_2
         hw = head_weights(W_Q, W_K, W_V, W_O)
@@ -238,7 +238,7 @@ def test_a_query_direction_exactly_at_the_span_tolerance_is_outside_the_span() -
         assert r.alignment.item() == pytest.approx(float(inside), abs=1e-15)
         assert stats["alignment"].item() == pytest.approx(float(inside), abs=1e-15)
         assert stats["query_chance"].item() == (2 if inside else 1) / 4
-        assert r.true_sq.item() == 1 and r.rotated_sq.item() == pytest.approx(sigma**2, rel=1e-12)
+        assert r.true_sq.item() == 16 and r.rotated_sq.item() == pytest.approx(16 * sigma**2, rel=1e-12)
 
 
 # --- channel_rows ----------------------------------------------------------------------------
@@ -424,3 +424,11 @@ def test_the_channel_nulls_progress_bar_names_the_placebo_and_counts_kinds(capsy
     err = capsys.readouterr().err
     found = re.findall(r"channels placebo null: +\d+%\|[^|]*\| (\d+)/(\d+) \[[^\]]*(?:kind/s|s/kind)\]", err)
     assert found and found[-1] == ("3", "3"), err
+
+
+def test_normalised_is_nan_where_a_signed_table_sums_to_zero() -> None:
+    """Any [.., d, d] table, signed ones too (`Rotated.writer_interaction`): NaN where the sum is 0."""
+    table = torch.tensor([[[1.0, -1.0], [0.5, -0.5]], [[1.0, 3.0], [-1.0, 1.0]]], dtype=F64)
+    p = ch.normalised(table)
+    assert p[0].isnan().all()
+    assert p[1].tolist() == [[0.25, 0.75], [-0.25, 0.25]]

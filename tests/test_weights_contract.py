@@ -155,8 +155,8 @@ def test_a_non_finite_entry_is_refused_naming_its_key(key: str) -> None:
 def test_power_of_two_scaling_divides_each_matrix_exactly_and_leaves_the_rest() -> None:
     hw = weights.from_state_dict(tiny_state())
     big = HeadWeights(**{n: getattr(hw, n).clone() for n in FIELDS})
-    big.W_Q[0, 1] *= 2.0**40
-    big.W_K[1, 2] *= 2.0**-50
+    big.W_Q[0, 1] *= 2.0**200  # beyond float32's exponent range, as below
+    big.W_K[1, 2] *= 2.0**-160
     big.W_V[1, 0] *= 3.0
     big.W_O[0, 0].zero_()  # a zero matrix stays zero (its exponent is 0)
     big = HeadWeights(
@@ -178,7 +178,7 @@ def test_power_of_two_scaling_divides_each_matrix_exactly_and_leaves_the_rest() 
         flat = ratio.reshape(-1, *ratio.shape[-2:]) if ratio.ndim > 2 else ratio[None]
         assert (flat == flat[:, :1, :1]).all(), name  # one factor per layer and head (per matrix)
     q, k = ((getattr(big, n) / getattr(out, n))[..., 0, 0] for n in ("W_Q", "W_K"))  # each head its own
-    assert q[0, 1] / q[0, 0] >= 2.0**30 and k[1, 2] / k[1, 1] <= 2.0**-40
+    assert q[0, 1] / q[0, 0] >= 2.0**190 and k[1, 2] / k[1, 1] <= 2.0**-150
     for name in ("b_Q", "b_K", "b_V", "b_O", "W_pos", "b_U"):
         assert torch.equal(getattr(out, name), getattr(big, name)), name
 
@@ -373,3 +373,18 @@ def test_positional_terms_are_the_unfolded_positions_through_each_head() -> None
             want = torch.stack([s["pos_embed.W_pos"] @ W[h] for h in range(3)])
             torch.testing.assert_close(terms[f"blocks.{l}.attn.pos_{X}"], want, rtol=0, atol=1e-14)
             assert terms[f"blocks.{l}.attn.pos_{X}"].dtype == F64
+
+
+def test_a_float32_checkpoint_is_prepared_in_float64() -> None:
+    """The steps run in float64 whatever the checkpoint's dtype: a float32 state gives exactly what the
+    same values given in float64 give."""
+    model = random_model("layernorm", positional_embedding_type="shortformer", dtype=torch.float32)
+    single = model.state_dict()
+    double = {k: v.double() for k, v in single.items()}
+    a, b = weights.prepare(single, model.cfg)[0], weights.prepare(double, model.cfg)[0]
+    for name in FIELDS:
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    terms, want = weights.positional_terms(single, model.cfg), weights.positional_terms(double, model.cfg)
+    assert set(terms) == set(want)
+    for key, t in terms.items():
+        assert t.dtype == F64 and torch.equal(t, want[key]), key
