@@ -195,6 +195,29 @@ def test_zero_rotated_strand_gives_nan_without_crashing_or_warning() -> None:
             assert rows(df, kind, v)["score"].notna().all()
 
 
+@pytest.mark.parametrize(("x", "defined"), [(5e-8, True), (3.5e-8, False)])
+def test_a_side_norm_is_undefined_at_1e_8_of_its_factors_norms(x: float, defined: bool) -> None:
+    """P = [2; 0], Q = [x, 4]: ||P Q|| = ||P|| ||Q|| ~ 8, ||Q P|| = 2x, NaN unless above
+    scoring.ZERO_RTOL ||P|| ||Q|| ~ 8e-8 (2x = 1e-7 is defined, 7e-8 is not)."""
+    P = torch.tensor([[2.0], [0.0]], dtype=F64)
+    Q = torch.tensor([[x, 4.0]], dtype=F64)
+    bound = 2 * math.hypot(x, 4.0)
+    norms = comp._side_norms(P, Q)
+    assert set(norms) == {"true", "rotated"}
+    assert norms["true"].item() == pytest.approx(bound, rel=1e-15)
+    if defined:
+        assert norms["rotated"].item() == pytest.approx(2 * x, rel=1e-15)
+    else:
+        assert math.isnan(norms["rotated"].item())
+    assert set(comp._side_norms(P, Q, rotated=False)) == {"true"}
+
+
+def test_reader_factors_name_a_bad_kind() -> None:
+    W = torch.zeros(4, 2, dtype=F64)
+    with pytest.raises(ValueError, match=r"^kind must be one of Q, K, V, not 'O'$"):
+        comp.reader_factors(W, W, W, W.T, "O")
+
+
 # --- the errata strands, written out in the paper's order --------------------------
 
 
