@@ -255,3 +255,26 @@ def test_padded_singular_values_of_any_batch_shape() -> None:
         got = invariant._padded_svdvals(M, k)
         assert got.shape == (2, 6, k)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+
+
+def test_a_head_reading_nothing_the_stream_carries_writes_nothing_however_loud() -> None:
+    """Head 0.0's values read only coordinates 12..15, which no token fills: its paths are zero, so
+    every G_l is the same whatever the size of its W_O (2^200 here: the largest OV exponent of its
+    layer, the power of two dividing G_0 and the other heads' terms in the recursion), and every
+    other pair scores as before."""
+    hw = weights.from_state_dict(random_model(positional_embedding_type="shortformer", seed=22).state_dict())
+    W_E, W_V = hw.W_E.clone(), hw.W_V.clone()
+    W_E[:, 12:] = 0
+    W_V[0, 0, :12] = 0
+    quiet = replace(hw, W_E=W_E, W_V=W_V)
+    W_O = quiet.W_O.clone()
+    W_O[0, 0] *= 2.0**200
+    loud = replace(quiet, W_O=W_O)
+    for G_loud, G_quiet in zip(invariant.residual_grams(loud), invariant.residual_grams(quiet), strict=True):
+        power_of_two_ratio(G_loud, G_quiet)
+    a, b = (invariant_scores(x, CFG, seed=0) for x in (quiet, loud))
+    silent = (a["src_layer"] == 0) & (a["src_head"] == 0)
+    assert a.loc[silent, "score"].isna().all() and b.loc[silent, "score"].isna().all()
+    assert a.loc[~silent, "score"].notna().all()
+    for column in ("score", "z", "baseline_mean"):
+        np.testing.assert_allclose(b.loc[~silent, column], a.loc[~silent, column], rtol=1e-12, err_msg=column)
