@@ -278,3 +278,14 @@ def test_a_head_reading_nothing_the_stream_carries_writes_nothing_however_loud()
     assert a.loc[~silent, "score"].notna().all()
     for column in ("score", "z", "baseline_mean"):
         np.testing.assert_allclose(b.loc[~silent, column], a.loc[~silent, column], rtol=1e-12, err_msg=column)
+
+
+def test_float32_weights_are_analysed_in_float64() -> None:
+    hw = model_heads("standard")
+    single, double = hw.to(torch.float32), hw.to(torch.float32).to(F64)
+    for a, b in zip(
+        invariant.residual_grams(single, "standard"),
+        invariant.residual_grams(double, "standard"),
+        strict=True,
+    ):
+        assert a.dtype == F64 and torch.equal(a, b)
