@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def pytest_configure(config):
     """mutmut (`make mutate-blind`) learns which tests call which function from one traced run,
@@ -26,6 +28,35 @@ def shared_dir(tmp_path_factory, request) -> Path:
     where `dvc_repo.reproduced` builds the reproduced tiny projects once a run."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if hasattr(request.config, "workerinput") else base
+
+
+@pytest.fixture(scope="session")
+def synthetic_seed0(shared_dir):
+    """The synthetic setup's model, seed 0 (`train.train` on `setup=synthetic`): trained once a run
+    for every module and pytest-xdist worker that asks (a file lock; the model pickled whole, so its
+    weights are the trained ones bit for bit). Returns (config, a function giving a fresh copy of
+    the model: a caller may change it in place)."""
+    from filelock import FileLock
+
+    from pipeline import params
+    from pipeline.model import train
+
+    cfg = params.from_dict(params.compose(["setup=synthetic"], conf_dir=ROOT / "conf"))
+    path = shared_dir / "synthetic-seed0.pt"
+    with FileLock(str(shared_dir / "synthetic-seed0.lock")):
+        if not path.exists():
+            import torch
+
+            tmp = path.with_suffix(".tmp")
+            torch.save(train.train(cfg, seed=0, progress=False).model, tmp)
+            tmp.rename(path)
+
+    def model():
+        import torch
+
+        return torch.load(path, weights_only=False)
+
+    return cfg, model
 
 
 @pytest.fixture(scope="session")

@@ -15,10 +15,8 @@ import torch
 import yaml
 from models import random_model
 
-from pipeline import params
 from pipeline.circuits import channels, scoring, significance, weights
-from pipeline.config import CompositionConfig, Config, ModelConfig
-from pipeline.model import train
+from pipeline.config import CompositionConfig, ModelConfig
 from pipeline.tables import INVARIANT, KINDS, MEASURES, VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,12 +201,13 @@ def test_untrained_weights_discover_at_most_the_nominal_rate(shape):
 
 
 @pytest.fixture(scope="module")
-def trained_weights():
+def trained_weights(synthetic_seed0):
     """The synthetic setup's model (8 heads x 8, d_model 64), seed 0: layer-0 previous-token and
-    layer-1 induction heads (test_train), as the composition stage reads it, with its config."""
-    cfg: Config = params.from_dict(params.compose(["setup=synthetic"], conf_dir=ROOT / "conf"))
-    result = train.train(cfg, seed=0, progress=False)
-    hw, _ = weights.prepare(result.model.state_dict(), result.model.cfg)
+    layer-1 induction heads (test_train), as the composition stage reads it, with its config
+    (trained once a run: conftest's synthetic_seed0)."""
+    cfg, trained_model = synthetic_seed0
+    model = trained_model()
+    hw, _ = weights.prepare(model.state_dict(), model.cfg)
     return hw, cfg.analysis.composition
 
 

@@ -20,7 +20,7 @@ from models import random_model
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from pipeline import checkpoint, params, streams
-from pipeline.config import Config, TrainConfig
+from pipeline.config import TrainConfig
 from pipeline.data import datasets
 from pipeline.errors import UserError
 from pipeline.model import origin, patterns, tl_checkpoint, train
@@ -279,16 +279,17 @@ def test_checkpoint_suffix_is_validated():
 
 
 @pytest.mark.slow
-def test_default_config_grows_previous_token_and_induction_heads():
+def test_default_config_grows_previous_token_and_induction_heads(synthetic_seed0):
     """The synthetic setup's check on one seed (all seeds: benchmarks/training.py; the text
-    setup's five seeds: docs/training.md, "Training on text")."""
-    cfg: Config = params.from_dict(params.compose(["setup=synthetic"], conf_dir=ROOT / "conf"))
-    result = train.train(cfg, seed=0, progress=False)
+    setup's five seeds: docs/training.md, "Training on text"). `train.train` on it, seed 0, is
+    conftest's synthetic_seed0 (test_significance calibrates on the same model: trained once a run)."""
+    cfg, trained_model = synthetic_seed0
     from pipeline.behaviour import heads
     from pipeline.circuits import composition
     from pipeline.data import datasets  # as the heads stage measures them
 
-    hw, model = heads_weights(result), result.model.double()
+    trained = trained_model()
+    hw, model = heads_weights(trained), trained.double()
     scores = composition.composition_scores(hw, cfg.analysis.composition, seed=0)
     dataset = datasets.load(cfg.data, model.cfg, 0, cfg.analysis.heads.eval_sequences, need_train=False)
     table = heads.analyse(model, hw, dataset, cfg.analysis.heads, 0, scores).table
@@ -297,10 +298,10 @@ def test_default_config_grows_previous_token_and_induction_heads():
     assert layer0["prev_token"].max() >= 0.5
 
 
-def heads_weights(result):
+def heads_weights(model):
     from pipeline.circuits import weights
 
-    hw, _ = weights.prepare(result.model.state_dict(), result.model.cfg)
+    hw, _ = weights.prepare(model.state_dict(), model.cfg)
     return hw
 
 
