@@ -23,6 +23,7 @@ from pipeline.circuits.strands import (
     materialize,
     norm,
     rotate,
+    shrink_left,
     singular_values,
     trace,
     transpose,
@@ -340,6 +341,59 @@ def test_norm_of_an_exactly_zero_small_product_is_exactly_zero() -> None:
     assert norm(Strand((L, R, torch.eye(2, dtype=torch.float64)))).item() == 0.0
 
 
+def test_norm_splits_at_the_smallest_inner_dim_and_forms_small_products() -> None:
+    """Strands whose product vanishes exactly at the split the docstring names have norm exactly 0:
+    split at the smallest inner dim k, then the product itself when m p <= k^2."""
+    t = lambda rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
+    a, b = 0.1, 0.3
+    pick = t([[1, 0, 0], [0, 1, 0]])  # [2, 3]: the first two rows, exactly
+    cases = {
+        # dims (1, 2, 1, 1): k = 1 after A B = a b - b a = 0 (A (B C) is not 0: a (b c) != b (a c))
+        "A B = 0 at k": (t([[a, b]]), t([[b], [-a]]), t([[0.1]])),
+        # dims (2, 3, 2, 2): k = 2, m p = 4 <= k^2 (not d_1 p = 6)
+        "m p = k^2": (pick, t([[a, b], [a, b], [0.5, 0.25]]), t([[b, 2 * b], [-a, -2 * a]])),
+        # dims (2, 2, 3, 2): k = 2 after A, m p = 4 <= k^2 (not m d_2 = 6)
+        "k first": (t([[a, b], [a, b]]), pick, t([[b, 2 * b], [-a, -2 * a], [0.5, 0.25]])),
+    }
+    for name, factors in cases.items():
+        s = Strand(factors)
+        assert (dense(s) == 0).all() or name == "A B = 0 at k", name
+        assert norm(s).item() == 0.0, name
+
+
+def test_factors_are_kept_as_a_tuple() -> None:
+    A, B = torch.ones(2, 3), torch.ones(3, 4)
+    for s in (Strand([A, B]), Strand(f for f in (A, B))):
+        assert isinstance(s.factors, tuple) and len(s) == 2 and s.dims == (2, 3, 4)
+        assert (s @ Strand((B.T,))).dims == (2, 3, 4, 3)
+
+
+def test_rotate_defaults_to_one_step() -> None:
+    s = random_strand(14, [3, 2, 4, 3])
+    assert rotate(s).factors == s.factors[1:] + s.factors[:1]
+    assert rotate(s, -1).factors == s.factors[2:] + s.factors[:2]
+
+
+def test_shrink_left_keeps_a_square_or_wide_factor() -> None:
+    for shape in ((3, 3), (2, 3), (2, 3, 3)):
+        A = torch.randn(*shape, dtype=torch.float64)
+        assert shrink_left(A) is A
+
+
+def test_materialize_orders_the_chain_by_the_factors_own_dims(monkeypatch) -> None:
+    """The cheapest order is chosen from (d_0, d_1, ..., d_n), never the batch dims."""
+    asked, chain_order = [], strands_module._chain_order
+
+    def spy(dims):
+        asked.append(dims)
+        return chain_order(dims)
+
+    monkeypatch.setattr(strands_module, "_chain_order", spy)
+    s = random_strand(15, [5, 2, 7, 3], (4,))  # factors [4, 5, 2], [4, 2, 7], [4, 7, 3]
+    torch.testing.assert_close(materialize(s), dense(s), rtol=1e-10, atol=1e-10)
+    assert asked == [(5, 2, 7, 3)]
+
+
 @pytest.mark.parametrize(
     ("left_dims", "right_dims", "method", "cheaper", "grams"),
     [
@@ -362,9 +416,9 @@ def test_all_pairs_norms_take_the_named_or_cheaper_route(
         asked.append(args)
         return grams_are_cheaper(*args)
 
-    def spy_grams(s, side, *args, **kwargs):
-        packed_sides.append(side)
-        return gram_vectors(s, side, *args, **kwargs)
+    def spy_grams(s, side, max_block=2**22, out=None):
+        packed_sides.append((side, max_block))
+        return gram_vectors(s, side, max_block, out)
 
     monkeypatch.setattr(strands_module, "grams_are_cheaper", spy_cheaper)
     monkeypatch.setattr(strands_module, "gram_vectors", spy_grams)
@@ -373,6 +427,9 @@ def test_all_pairs_norms_take_the_named_or_cheaper_route(
     assert asked == ([cheaper] if cheaper else [])
     if cheaper:
         assert grams_are_cheaper(*cheaper) is grams
-    assert packed_sides == (["left", "right"] if grams else [])
+    assert packed_sides == ([("left", 2**22), ("right", 2**22)] if grams else [])
+    packed_sides.clear()
+    all_pairs_norms(left, right, max_block=1000, method=method)  # max_block reaches the Gram vectors
+    assert packed_sides == ([("left", 1000), ("right", 1000)] if grams else [])
     ref = torch.linalg.matrix_norm(dense(left)[:, :, None] @ dense(right)[None, None])
     torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
