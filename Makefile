@@ -29,9 +29,6 @@ repro: $(VENV)/.installed
 
 # On every core (pytest-xdist): a test module per worker at a time, so a module's fixtures are
 # built once; the reproduced tiny projects are built once for all (tests/dvc_repo.py, reproduced).
-# --no-loadscope-reorder: modules go out in the order tests/conftest.py sorts them, the longest
-# first (xdist's default hands out the modules with the most tests first, and a long module of
-# few tests, test_experiments, would start last and run on alone).
 # TransformerLens 4.x cannot share a venv with 3.9 (the interop extra): the interop4 tests run
 # in their own venv, .venv-tl4, an overlay on .venv (below; its tests: 21 s, most of it collecting
 # the suite). Its install, measured on 2 cores shared with other jobs, pip's cache warm: 17 s and
@@ -39,7 +36,7 @@ repro: $(VENV)/.installed
 # torch and the rest: 1 min 24 s to 3 min 26 s and 2.0 GB (6 min 58 s at that load of 7-8).
 TEST_WORKERS ?= auto
 test: lint browser $(VENV_TL4)/.installed
-	ATTN_CIRCUITS_REQUIRE_BROWSER=1 python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not interop4" $(PYTEST_ARGS)
+	ATTN_CIRCUITS_REQUIRE_BROWSER=1 python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not interop4" $(PYTEST_ARGS)
 	ATTN_CIRCUITS_REQUIRE_TL4=1 $(TL4_BIN)/python -m pytest -p no:xdist -q -m interop4
 
 # The tier that runs in about a minute: everything not marked slow (real training, real dvc) in these

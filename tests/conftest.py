@@ -30,30 +30,6 @@ def shared_dir(tmp_path_factory, request) -> Path:
     return base.parent if hasattr(request.config, "workerinput") else base
 
 
-# The modules that take longest, longest first (measured with --durations on 2 cores). pytest-xdist's
-# loadfile gives a module to one worker and hands modules out in collection order when told
-# --no-loadscope-reorder (make test): a long module that starts last would leave the other worker idle
-# while it runs. Under xdist only; a module not listed keeps its place after these.
-LONGEST_FIRST = (
-    "test_experiments.py",
-    "test_significance.py",
-    "test_reliability.py",
-    "test_pipeline_dvc.py",
-    "test_train.py",
-    "test_api_docs.py",
-    "test_hub.py",
-    "test_interop.py",
-    "test_dvc_yaml.py",
-    "test_api.py",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    if hasattr(config, "workerinput"):  # a pytest-xdist worker: every worker sorts alike
-        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: in-module order kept
-
-
 @pytest.fixture(scope="session")
 def synthetic_seed0(shared_dir):
     """The synthetic setup's model, seed 0 (`train.train` on `setup=synthetic`): trained once a run
