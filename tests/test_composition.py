@@ -221,9 +221,18 @@ def test_reader_factors_name_a_bad_kind() -> None:
 # --- the errata strands, written out in the paper's order --------------------------
 
 
-def test_every_variant_equals_dense_paper_order() -> None:
+@pytest.mark.parametrize("placebo", [False, True])
+def test_every_variant_equals_dense_paper_order(placebo: bool) -> None:
+    """Every later pair (placebo: every pair that cannot compose, a head of the writer's layer but
+    not itself or of an earlier one) of every kind and variant, written out densely."""
     hw = random_heads(4, L=3, H=2, D=10, d=3)
-    df = composition_scores(hw, FAST, seed=0)
+    df = composition_scores(hw, FAST, seed=0, placebo=placebo)
+    pairs = scoring.placebo_pairs(3, 2) if placebo else scoring.later_pairs(3, 2)
+    for (kind, variant), group in df.groupby(["kind", "variant"], sort=False):
+        got = tuple(group[c].to_numpy() for c in ("src_layer", "src_head", "dst_layer", "dst_head"))
+        assert all(np.array_equal(a, b) for a, b in zip(got, pairs, strict=True)), (kind, variant)
+    # placebo: a writer of layer i is read by its layer's other head and the 2 i heads below: 2 (1 + 3 + 5)
+    assert len(df) == len(KINDS) * len(VARIANTS) * (18 if placebo else 12)
     # the paper's column-vector matrices are the transposes of our row-vector ones
     Wq, Wk, Wv, Wo = hw.W_Q.mT, hw.W_K.mT, hw.W_V.mT, hw.W_O.mT  # [d_head, d_model] x3, [d_model, d_head]
     fro = lambda M: torch.linalg.matrix_norm(M).item()  # noqa: E731
@@ -335,6 +344,18 @@ def test_true_scores_take_the_named_or_cheaper_route(
     assert set(out) == set(kinds)
     for kind in kinds:
         torch.testing.assert_close(out[kind], dense_true_scores(hw, kind), rtol=1e-10, atol=0, equal_nan=True)
+
+
+def test_kind_tensors_fill_the_later_pairs_or_the_placebo_layers() -> None:
+    """NaN unless dst_layer > src_layer (the default), or (placebo) unless dst_layer <= src_layer."""
+    hw = random_heads(4, L=3, H=2, D=10, d=3)
+    Z = scoring.haar_blocks(4, 10, 6, torch.Generator().manual_seed(0))
+    later = torch.arange(3)[:, None, None, None] < torch.arange(3)[None, None, :, None]
+    for placebo, defined in ((None, later), (True, ~later)):
+        args = () if placebo is None else (placebo,)
+        for t in comp._kind_tensors(hw, "K", Z, *args)["true"]:  # score, null mean, null sd
+            assert t.shape == (3, 2, 3, 2)
+            assert torch.equal(~torch.isnan(t), defined.expand_as(t)), placebo
 
 
 # --- the null ------------------------------------------------------------------------
