@@ -358,6 +358,44 @@ def test_kind_tensors_fill_the_later_pairs_or_the_placebo_layers() -> None:
             assert torch.equal(~torch.isnan(t), defined.expand_as(t)), placebo
 
 
+class Counter:
+    """A stand-in for pipeline.cli.Progress: counts its updates."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def update(self) -> None:
+        self.n += 1
+
+
+def test_blocks_of_reader_heads_give_the_same_scores_and_one_bar_step_each(monkeypatch) -> None:
+    """_BLOCK bounds the null's memory by cutting the readers into blocks of `step` heads: with
+    H S d_head^2 = 3 x 4 x 2^2 = 48 and _BLOCK 96, blocks of 2. Layer 0's six readers (more than
+    d_model = 4) take 3 blocks, layer 1's three take 2: five bar steps, the same scores."""
+    hw = random_heads(11, L=3, H=3, D=4, d=2)
+    cfg = CompositionConfig(baseline_samples=8, null_samples=4)
+    whole = composition_scores(hw, cfg, seed=1)
+    Z = scoring.haar_blocks(4, 4, 4, torch.Generator().manual_seed(0))
+    bar = Counter()
+    comp._kind_tensors(hw, "Q", Z, False, bar)
+    assert bar.n == 1 + 1  # one block per writer layer
+    monkeypatch.setattr(comp, "_BLOCK", 96)
+    assert [b[-1] for b in comp._reader_blocks(3, 3, 2, 4, False)] == [2, 2]
+    blocked = composition_scores(hw, cfg, seed=1)
+    pd.testing.assert_frame_equal(blocked, whole, rtol=1e-12, atol=1e-14)
+    bar = Counter()
+    comp._kind_tensors(hw, "Q", Z, False, bar)
+    assert bar.n == 3 + 2
+
+
+def test_float32_weights_are_scored_in_float64() -> None:
+    hw = random_heads(12, L=2, H=2, D=12, d=3)
+    hw32 = hw.to(torch.float32)
+    assert hw32.W_Q.dtype == torch.float32
+    want = composition_scores(hw32.to(F64), FAST, seed=0)
+    pd.testing.assert_frame_equal(composition_scores(hw32, FAST, seed=0), want, rtol=1e-12, atol=1e-14)
+
+
 # --- the null ------------------------------------------------------------------------
 
 
