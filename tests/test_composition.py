@@ -381,8 +381,14 @@ def test_blocks_of_reader_heads_give_the_same_scores_and_one_bar_step_each(monke
     assert bar.n == 1 + 1  # one block per writer layer
     monkeypatch.setattr(comp, "_BLOCK", 96)
     assert [b[-1] for b in comp._reader_blocks(3, 3, 2, 4, False)] == [2, 2]
+    totals, progress_bar = [], comp.progress_bar
+    monkeypatch.setattr(
+        comp, "progress_bar", lambda total, *a: totals.append(total) or progress_bar(total, *a)
+    )
     blocked = composition_scores(hw, cfg, seed=1)
     pd.testing.assert_frame_equal(blocked, whole, rtol=1e-12, atol=1e-14)
+    composition_scores(hw, cfg, seed=1, placebo=True)  # writer layer i: 3 (i + 1) readers, 2, 3, 5 blocks
+    assert totals == [3 * (3 + 2), 3 * (2 + 3 + 5)]  # every kind
     bar = Counter()
     comp._kind_tensors(hw, "Q", Z, False, bar)
     assert bar.n == 3 + 2
