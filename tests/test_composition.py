@@ -3,6 +3,7 @@ the null's rotation identity, baselines, determinism, and TransformerLens 3.9 as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -110,6 +111,25 @@ def test_every_measure_on_analysis_device_equals_the_cpu_default() -> None:
                 pd.testing.assert_frame_equal(want, have, check_exact=True)
             else:
                 pd.testing.assert_frame_equal(want, have, rtol=1e-9, atol=1e-12)
+
+
+def test_the_weights_and_the_null_draws_move_to_the_device_given(monkeypatch) -> None:
+    """`device`: every head matrix and the null's Haar blocks are moved there (on a CPU-only machine
+    the values cannot show it; the test above compares devices where CUDA is present)."""
+    moved, to = [], torch.Tensor.to
+
+    def spy(self, *args, **kwargs):
+        if "cpu" in args or kwargs.get("device") == "cpu":
+            moved.append(tuple(self.shape))
+        return to(self, *args, **kwargs)
+
+    hw = random_heads(2, L=2, H=2, D=8, d=2)
+    monkeypatch.setattr(torch.Tensor, "to", spy)
+    composition_scores(hw, FAST, seed=0, device="cpu")
+    monkeypatch.undo()
+    weights = sorted(tuple(getattr(hw, f.name).shape) for f in dataclasses.fields(hw))
+    null = (FAST.null_samples, 4, 4)  # [S, k, k], k = min(d_model, 2 d_head)
+    assert sorted(moved) == sorted([*weights, null])
 
 
 def test_an_unavailable_device_names_its_key() -> None:
