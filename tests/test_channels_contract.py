@@ -6,6 +6,7 @@ channel_rows, measured_channels, every_pair_tested and channels_summary in-proce
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -432,3 +433,26 @@ def test_normalised_is_nan_where_a_signed_table_sums_to_zero() -> None:
     p = ch.normalised(table)
     assert p[0].isnan().all()
     assert p[1].tolist() == [[0.25, 0.75], [-0.25, 0.25]]
+
+
+def test_measured_channels_works_on_the_device_given_and_returns_its_tables_on_the_cpu(monkeypatch) -> None:
+    """On a CPU the device changes no number, so watch where tensors are sent: every head matrix
+    and the null's rotation blocks to the device given, each kind's table back to the CPU in
+    float32 (the contract a GPU run relies on)."""
+    hw = tiny(seed=3)
+    cfg = CompositionConfig(baseline_samples=4, null_samples=8, fdr=0.05)
+    pairs = list(zip(*later_pairs(2, 3), strict=True))
+    flags = {(kind, *map(int, p)): True for kind in KINDS for p in pairs}
+    scores = scores_table(flags, ("V", 0, 0, 1, 0))
+    device = torch.device("cpu")  # an object of its own, so its uses can be told from any other "cpu"
+    sent, to = [], torch.Tensor.to
+
+    def spy(self, *args, **kwargs):
+        sent.append(args)
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", spy)
+    _, _, tables = ch.measured_channels(hw, scores, cfg, seed=5, device=device)
+    n_matrices = len(dataclasses.fields(hw))
+    assert sum(1 for args in sent if args and args[0] is device) == n_matrices + 1  # the weights, the blocks
+    assert sum(1 for args in sent if args == ("cpu", torch.float32)) == len(KINDS) == len(tables)
