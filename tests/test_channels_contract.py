@@ -456,3 +456,49 @@ def test_measured_channels_works_on_the_device_given_and_returns_its_tables_on_t
     n_matrices = len(dataclasses.fields(hw))
     assert sum(1 for args in sent if args and args[0] is device) == n_matrices + 1  # the weights, the blocks
     assert sum(1 for args in sent if args == ("cpu", torch.float32)) == len(KINDS) == len(tables)
+
+
+def test_every_pair_tested_is_calibrated_against_the_placebo_pairs_rows() -> None:
+    """Its null is the placebo pairs' channel rows (they cannot compose), not the later pairs'."""
+    hw = tiny(seed=4)
+    later = ch.every_pair_tested(hw, fdr=0.05, seed=2, draws=24)
+    gen = torch.Generator().manual_seed(streams.seed_of(2, "channels.null"))
+    blocks = ch.channel_blocks(24, hw.d_model, hw.d_head, gen)
+    rows, _ = ch.channel_rows(hw, blocks)
+    placebo, _ = ch.channel_rows(hw, blocks, placebo=True)
+    assert len(placebo) == 3 * len(placebo_pairs(2, 3)[0])
+    expected, _ = ch.calibrate_channels(
+        rows.assign(pair_discovery=False), placebo, 0.05, np.ones(len(rows), bool)
+    )
+    pd.testing.assert_frame_equal(later, expected)
+    wrong, _ = ch.calibrate_channels(rows.assign(pair_discovery=False), rows, 0.05, np.ones(len(rows), bool))
+    assert not np.allclose(wrong["p"], later["p"])  # the later pairs as their own null differ
+
+
+def test_calibrate_channels_leaves_untested_rows_undiscovered_in_a_bool_column() -> None:
+    hw = tiny(seed=4)
+    gen = torch.Generator().manual_seed(7)
+    blocks = ch.channel_blocks(24, hw.d_model, hw.d_head, gen)
+    rows, _ = ch.channel_rows(hw, blocks)
+    placebo, _ = ch.channel_rows(hw, blocks, placebo=True)
+    tested = np.arange(len(rows)) % 2 == 0
+    later, calibrated = ch.calibrate_channels(rows.assign(pair_discovery=tested), placebo, 0.5, tested)
+    assert later["discovery"].dtype == bool and not later.loc[~tested, "discovery"].any()
+    assert later.loc[~tested, "p"].isna().all() and later.loc[tested, "p"].notna().all()
+    assert calibrated["pair_discovery"].dtype == bool and not calibrated["pair_discovery"].any()
+    assert "variant" not in calibrated.columns and "discovery" in calibrated.columns
+
+
+def test_rotation_statistics_builds_its_identity_on_the_query_weights_device(monkeypatch) -> None:
+    """On a CPU the device changes no number: watch the identity the query span is read against."""
+    hw = tiny(seed=4)
+    seen, eye = [], torch.eye
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("device"))
+        return eye(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "eye", spy)
+    src_layer, src_head, dst_layer, dst_head = later_pairs(2, 3)
+    ch.rotation_statistics(hw.to(F64), (src_layer, src_head, dst_layer, dst_head))
+    assert seen.count(hw.W_Q.device) == 1  # the query span's identity; others may take the default
