@@ -156,7 +156,7 @@ def table(found: dict, equivalent: set[str]) -> tuple[str, dict[str, float | Non
     for name, (status, path) in found.items():
         c = counts.setdefault(group_of(path), Counter())
         c["mutants"] += 1
-        c["equivalent" if name in equivalent else status] += 1
+        c["equivalent" if name in equivalent and status != "not checked" else status] += 1
     header = (
         "subpackage",
         "mutants",
