@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import ast
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ import tomllib
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from mutate import copy_repository  # the files git tracks or would track, as make mutate copies them
 
 ROOT = Path(__file__).resolve().parents[1]
 ALLOWED = ROOT / "tests" / "hollow_allowed.toml"
@@ -68,24 +69,6 @@ def imported_modules(test_file: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.split(".")[0] in ("pipeline", "stages"))
     return {m for m in out if (ROOT / module_path(m)).exists()}
-
-
-def project_files() -> list[str]:
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return sorted(p for p in listed.split("\0") if p and (ROOT / p).is_file())
-
-
-def copy_project(dest: Path) -> Path:
-    for rel in project_files():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, dest / rel)
-    return dest
 
 
 def passing(copy: Path, tests: list[str]) -> set[str]:
@@ -158,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = {f: m for f, m in plan.items() if m}
     allowed = load_allowed()
     with tempfile.TemporaryDirectory(prefix="hollow-") as tmp:
-        free = [copy_project(Path(tmp) / f"copy{i}") for i in range(args.workers)]
+        free = [Path(tmp) / f"copy{i}" for i in range(args.workers)]
+        for copy in free:
+            copy_repository(copy)
 
         def job(test_file: str) -> tuple[str, set[str]]:
             copy = free.pop()
