@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import sys
 import tomllib
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -54,8 +55,6 @@ def test_a_rule_applies_to_one_changed_line_only():
 
 
 def test_the_score_counts_timeouts_as_caught_and_leaves_out_equivalent_and_unchecked():
-    from collections import Counter
-
     c = Counter({"mutants": 20, "killed": 12, "timeout": 2, "survived": 2, "no tests": 1, "equivalent": 1})
     c["not checked"] = 2
     assert mutation_score.score(c) == pytest.approx(14 / 17)
@@ -138,3 +137,52 @@ def test_a_test_files_modules_are_the_pipeline_and_stage_modules_it_imports(tmp_
         "stages.weights",
         "pipeline.compare.stats",
     }
+
+
+def test_the_wilson_interval_matches_its_known_values():
+    # 90 of 100: the textbook 95% Wilson interval [0.8256, 0.9448]; 0 of 10: upper 0.2775 (z^2 / (n + z^2))
+    assert mutation_score.wilson(90, 100) == pytest.approx((0.825633, 0.944771), abs=1e-6)
+    assert mutation_score.wilson(0, 10) == pytest.approx((0.0, 3.8416 / 13.8416), abs=1e-6)
+    # all caught: the lower end is n / (n + z^2), below 100% however many were judged
+    assert mutation_score.wilson(200, 200) == pytest.approx((200 / 203.8416, 1.0), abs=1e-6)
+    assert mutation_score.wilson(0, 0) == (0.0, 1.0)  # nothing judged: nothing known
+
+
+def _found(groups: dict[str, int], status: str = "not checked") -> dict:
+    base = mutation_score.ROOT / "mutants"
+    where = {
+        "circuits": "pipeline/circuits/strands.py",
+        "ground": "pipeline/io.py",
+        "stages": "stages/train.py",
+    }
+    return {
+        f"{group}.x_f__mutmut_{i}": (status, base / where[group])
+        for group, count in groups.items()
+        for i in range(1, count + 1)
+    }
+
+
+def test_a_sample_draws_n_per_subpackage_by_its_seed_whatever_has_run():
+    found = _found({"circuits": 50, "ground": 30, "stages": 4})
+    picked = mutation_score.sample(found, 10)
+    counts = Counter(mutation_score.group_of(path) for _, path in picked.values())
+    assert counts == {"circuits": 10, "ground": 10, "stages": 4}  # all of a smaller subpackage
+    assert all(found[name] == value for name, value in picked.items())
+    # the draw depends on the names and the seed only: not on statuses, nor on the dict's order
+    run = {name: ("killed", path) for name, (_, path) in reversed(list(found.items()))}
+    assert set(mutation_score.sample(run, 10)) == set(picked)
+    assert set(mutation_score.sample(found, 10, seed=7)) != set(picked)
+    # a larger sample contains no fewer of each group and stays within the names
+    assert set(mutation_score.sample(found, 40)) <= set(found)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sample", "0"], "--sample must be at least 1, got 0"),
+        (["--names"], "--names lists a sample's mutants: give --sample N"),
+    ],
+)
+def test_a_bad_sample_request_is_one_line_and_exit_2(argv, message, capsys):
+    assert mutation_score.main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"mutation_score: {message}"
