@@ -1,0 +1,208 @@
+"""Known answers of pipeline/data/ worked out by hand: a token file's manifest field by field, the
+copies a token stream writes, evaluation-only loading of every source, the probe's span at the
+held-out stream's exact length and one token short of it, and the tokenizer size limit at its
+edge (65,536 ids fit uint16's tokens.npy, 65,537 do not)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+from hub_cache import add_snapshot, word_level_tokenizer
+from huggingface_hub import constants
+
+from pipeline import io
+from pipeline.config import CopiesConfig, DataConfig, ModelConfig, TokensDataConfig
+from pipeline.data import datasets, tokenizer
+from pipeline.errors import UserError
+
+N_CTX = 8
+MODEL = ModelConfig(n_ctx=N_CTX)  # a 64-token vocabulary
+
+
+def token_file(tmp_path, copies: CopiesConfig) -> DataConfig:
+    """Ids 0..49 four times, saved as a [20, 10] array: 200 tokens, the last 20 held out."""
+    ids = (np.arange(200) % 50).astype(np.uint16).reshape(20, 10)
+    np.save(tmp_path / "ids.npy", ids)
+    return DataConfig(
+        source="tokens", dir=str(tmp_path), eval_fraction=0.1, tokens=TokensDataConfig(path="ids.npy"),
+        copies=copies,
+    )  # fmt: skip
+
+
+def test_a_token_files_manifest_names_the_file_and_the_split(tmp_path):
+    copies = CopiesConfig(rate=0.5, min_span=2, max_span=3, min_distance=2)
+    ds = datasets.load(token_file(tmp_path, copies), MODEL, seed=0, n_eval=64)
+    path = tmp_path / "ids.npy"
+    assert ds.manifest == {
+        "source": "tokens",
+        "dir": str(tmp_path),
+        "files": [
+            {
+                "path": "ids.npy",
+                "bytes": path.stat().st_size,
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            }
+        ],
+        "dtype": "uint16",
+        "tokens": 200,
+        "train_tokens": 180,
+        "eval_tokens": 20,
+        "copies": {"rate": 0.5, "min_span": 2, "max_span": 3, "min_distance": 2,
+                   "anneal_start": 1.0, "anneal_end": 1.0},
+    }  # fmt: skip
+    # the [20, 10] array read as one stream: the held-out tail is ids 180..199 (mod 50)
+    assert np.array_equal(ds.heldout, np.arange(180, 200) % 50)
+    assert torch.equal(ds.eval, (torch.arange(180, 196) % 50).view(2, N_CTX))
+    plain = datasets.load(token_file(tmp_path, CopiesConfig(rate=0.0)), MODEL, seed=0, n_eval=64)
+    assert "copies" not in plain.manifest and plain.manifest["eval_tokens"] == 20
+
+
+def test_a_token_stream_writes_its_copies_into_training_windows(tmp_path):
+    """rate 1, spans as long as the window, from distance 3: positions 3..7 of each window copy
+    the token 3 back; 5 of its 8 tokens are copies."""
+    copies = CopiesConfig(rate=1.0, min_span=N_CTX, max_span=N_CTX, min_distance=3)
+    stream = datasets.load(token_file(tmp_path, copies), MODEL, seed=0, n_eval=4).train
+    assert stream.copies == copies
+    batch = stream.batch(16, torch.Generator().manual_seed(0))
+    assert torch.equal(batch[:, 3:], batch[:, :-3])
+    assert (stream.tokens_drawn, stream.tokens_copied) == (16 * N_CTX, 16 * 5)
+
+
+def test_evaluation_only_loading_builds_no_training_source(tmp_path):
+    cfg = token_file(tmp_path, CopiesConfig(rate=0.0))
+    assert datasets.load(cfg, MODEL, seed=0, n_eval=4, need_train=False).train is None
+    assert isinstance(datasets.load(cfg, MODEL, seed=0, n_eval=4).train, datasets.Stream)
+    tok = tmp_path / "tok"  # the tokenizer stage's output, written by hand
+    io.write_npy(tok / "tokens.npy", np.arange(40, dtype=np.uint16))
+    io.write_json(tok / "manifest.json", {"source": "text", "train_tokens": 30, "vocab": 40})
+    text = DataConfig(source="text", dir=str(tmp_path), copies=CopiesConfig(rate=0.0))
+    assert datasets.load(text, MODEL, 0, 4, tokenized=tok, need_train=False).train is None
+    assert isinstance(datasets.load(text, MODEL, 0, 4, tokenized=tok).train, datasets.Stream)
+    synthetic = DataConfig(n_train_sequences=20)
+    assert datasets.load(synthetic, MODEL, 0, 4, need_train=False).train is None
+    assert isinstance(datasets.load(synthetic, MODEL, 0, 4).train, datasets.Rows)
+
+
+def test_the_probe_may_take_the_whole_held_out_stream_and_no_less():
+    """A span of `length` needs length + 1 held-out tokens (the first token, then the span): with
+    exactly that many every row is that stretch, span repeated; one fewer is refused by name."""
+    gen = torch.Generator().manual_seed(0)
+    probe = datasets.repeated_heldout_spans(np.arange(10, 15), 3, 4, gen)
+    assert torch.equal(probe, torch.tensor([[10, 11, 12, 13, 14, 11, 12, 13, 14]] * 3))
+    for short in (np.arange(4), np.arange(3)):
+        with pytest.raises(UserError) as caught:
+            datasets.repeated_heldout_spans(short, 3, 4, gen)
+        assert str(caught.value) == f"held-out data: {len(short)} tokens: too few for a probe span of 4"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache that huggingface_hub reads in this process."""
+    root = tmp_path / "hub"
+    root.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
+    return root
+
+
+def test_a_pretrained_tokenizer_of_65536_tokens_fits_and_65537_do_not(cache):
+    words = [f"w{i}" for i in range(65537)]
+    add_snapshot(cache, "org/full", {"tokenizer.json": word_level_tokenizer(words[:65536])})
+    add_snapshot(cache, "org/over", {"tokenizer.json": word_level_tokenizer(words)})
+    tok, record = tokenizer.pretrained("hf:org/full")
+    assert tok.get_vocab_size() == 65536 and record["repo"] == "org/full"
+    with pytest.raises(UserError) as caught:
+        tokenizer.pretrained("hf:org/over")
+    assert str(caught.value) == (
+        "data.tokenizer.pretrained = 'hf:org/over': 65537 tokens: at most 65536 fit tokens.npy"
+    )
+
+
+def test_one_training_window_and_one_held_out_window_are_enough():
+    """n_ctx + 1 training tokens give one window and its next-token targets; n_ctx held-out tokens
+    one evaluation window. One token fewer on either side is refused, naming both counts."""
+    datasets._require_windows(9, 8, 8, "tokens.npy", "a hint")
+    for n_train, n_held in ((8, 8), (9, 7)):
+        with pytest.raises(UserError) as caught:
+            datasets._require_windows(n_train, n_held, 8, "tokens.npy", "a hint")
+        assert str(caught.value) == (
+            f"tokens.npy: {n_train} training and {n_held} held-out tokens: "
+            "too few for n_ctx = 8 windows (a hint)"
+        )
+
+
+def write_tokenized(directory, tokens: np.ndarray, train_tokens: int):
+    io.write_npy(directory / "tokens.npy", tokens)
+    io.write_json(directory / "manifest.json", {"source": "text", "train_tokens": train_tokens, "vocab": 40})
+
+
+def test_text_source_at_the_edge_of_one_window_each_side(tmp_path):
+    text = DataConfig(source="text", dir=str(tmp_path), copies=CopiesConfig(rate=0.0))
+    write_tokenized(tmp_path / "tok", np.arange(17, dtype=np.uint16), 9)
+    ds = datasets.load(text, MODEL, 0, 4, tokenized=tmp_path / "tok")
+    assert torch.equal(ds.eval, torch.arange(9, 17).view(1, N_CTX))
+    windows = ds.train.batch(64, torch.Generator().manual_seed(0))
+    assert {tuple(w) for w in windows.tolist()} == {tuple(range(8)), tuple(range(1, 9))}  # both starts
+    write_tokenized(tmp_path / "tok", np.arange(16, dtype=np.uint16), 8)
+    with pytest.raises(UserError, match=r"8 training and 8 held-out tokens: too few for n_ctx = 8 windows"):
+        datasets.load(text, MODEL, 0, 4, tokenized=tmp_path / "tok")
+
+
+def npy_with_a_long_error(path):
+    """A .npy whose header names a dtype of 300 q's: numpy's message runs past 200 characters."""
+    import struct
+
+    header = ("{'descr': '" + "q" * 300 + "', 'fortran_order': False, 'shape': (3,)}").encode()
+    header += b" " * ((64 - (10 + len(header) + 1) % 64) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + b"\0" * 24)
+    with pytest.raises(ValueError) as numpy_says:
+        np.load(path, mmap_mode="r", allow_pickle=False)
+    first = str(numpy_says.value).splitlines()[0]
+    assert len(first) > 200
+    return first[:200]
+
+
+def test_an_unreadable_npy_is_named_with_the_first_200_characters_of_numpys_reason(tmp_path):
+    tok = tmp_path / "tok"
+    write_tokenized(tok, np.arange(17, dtype=np.uint16), 9)
+    reason = npy_with_a_long_error(tok / "tokens.npy")
+    text = DataConfig(source="text", dir=str(tmp_path), copies=CopiesConfig(rate=0.0))
+    with pytest.raises(UserError) as caught:
+        datasets.load(text, MODEL, 0, 4, tokenized=tok)
+    assert str(caught.value) == f"{tok / 'tokens.npy'}: not a readable .npy array ({reason})"
+    cfg = token_file(tmp_path, CopiesConfig(rate=0.0))
+    npy_with_a_long_error(tmp_path / "ids.npy")
+    with pytest.raises(UserError) as caught:
+        datasets.load(cfg, MODEL, 0, 4)
+    assert str(caught.value) == f"{tmp_path / 'ids.npy'}: not a readable .npy array ({reason})"
+
+
+def tokenized_result(n_tokens: int, train_tokens: int) -> tokenizer.Tokenized:
+    return tokenizer.Tokenized("{}", np.zeros(n_tokens, dtype=np.uint16), train_tokens, 0, 256)
+
+
+def test_the_tokenizer_stage_requires_a_window_on_each_side_of_the_split():
+    tokenizer.require_heldout(tokenized_result(17, 9), 0.1, 8)  # 9 training, 8 held-out: just enough
+    refusals = {
+        (16, 8): "leaves a training part of 8 tokens, fewer than one training window "
+        "(model.n_ctx + 1 = 9): lower it, or use more text",
+        (16, 9): "leaves a held-out part of 7 tokens, fewer than one evaluation window "
+        "(model.n_ctx = 8): raise it, or use more text",
+        (9, 9): "leaves an empty held-out part: the text has no line break after 90% of it "
+        "(the split falls at a line start); add line breaks or raise it",
+    }
+    for (n, train_tokens), problem in refusals.items():
+        with pytest.raises(UserError) as caught:
+            tokenizer.require_heldout(tokenized_result(n, train_tokens), 0.1, 8)
+        assert str(caught.value) == f"data.eval_fraction = 0.1: {problem}"
+
+
+def test_the_written_tokenizer_json_is_pretty_printed():
+    """tokenizer.json as the tokenizers library pretty-prints it (indented, a key a line)."""
+    from tokenizers import Tokenizer
+
+    result = tokenizer.tokenize("in the beginning\ngod created\nthe heaven\n", 256, 0.3)
+    assert result.tokenizer_json == Tokenizer.from_str(result.tokenizer_json).to_str(pretty=True)
+    assert result.tokenizer_json.count("\n") > 10

@@ -1,0 +1,75 @@
+"""Known answers of pipeline/model/ worked out by hand: a TransformerLens 4.x bridge read in-process
+through the two calls it offers (`cfg.to_dict()`, `state_dict()`, a stand-in object: 4.x itself is
+tests/test_interop4.py's oracle), the refusals naming where the shapes came from, the metadata a
+written bridge checkpoint carries, and the copy shares the train stage reports."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from models import random_model
+
+from pipeline import checkpoint
+from pipeline.config import ModelConfig
+from pipeline.data import datasets
+from pipeline.errors import UserError
+from pipeline.model import tl_checkpoint, train
+
+STANDARD = ModelConfig(
+    n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=20,
+    positional_embedding_type="standard", normalization_type="LN",
+)  # fmt: skip
+BAD_HEADS = "blocks.1.attn.q.weight: shape [8, 16] disagrees with n_heads x d_head = 3 x 4 from "
+
+
+class Bridge:
+    """What `bridge_state_dict` reads of a TransformerBridge: `cfg.to_dict()` and `state_dict()`."""
+
+    def __init__(self, config: dict, state: dict):
+        self.cfg = SimpleNamespace(to_dict=lambda: dict(config))
+        self._state = state
+
+    def state_dict(self) -> dict:
+        return dict(self._state)
+
+
+def test_a_bridge_reads_in_process_as_our_state_and_config():
+    model = random_model(STANDARD, dtype=torch.float32)
+    config, bridge_state = tl_checkpoint.bridge_checkpoint(STANDARD, model.state_dict())
+    state, tl = tl_checkpoint.bridge_state_dict(Bridge(config, bridge_state))
+    assert state.keys() == model.state_dict().keys()
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert tl == tl_checkpoint.tl_config(STANDARD)
+
+
+def test_a_bridge_whose_shapes_disagree_with_its_config_names_the_config():
+    model = random_model(STANDARD, dtype=torch.float32)
+    config, bridge_state = tl_checkpoint.bridge_checkpoint(STANDARD, model.state_dict())
+    bad = {**bridge_state, "blocks.1.attn.q.weight": torch.zeros(8, 16)}
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.bridge_state_dict(Bridge(config, bad))
+    assert str(caught.value) == f"bridge.state_dict(): {BAD_HEADS}bridge.cfg"
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_bridge_state(bad, STANDARD, "their/config.json")
+    assert str(caught.value) == f"{BAD_HEADS}their/config.json"
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_bridge_state(bad, STANDARD)  # the default source
+    assert str(caught.value) == f"{BAD_HEADS}config.json"
+
+
+def test_a_written_bridge_checkpoint_says_its_format(tmp_path):
+    model = random_model(STANDARD, dtype=torch.float32)
+    out = tl_checkpoint.write_bridge_checkpoint(tmp_path / "bridge", STANDARD, model.state_dict())
+    _, metadata = checkpoint.load_state(out / "model.safetensors")
+    assert metadata == {"format": "TransformerBridge"}
+
+
+def test_copy_shares_over_the_run_and_its_last_quarter():
+    stream = datasets.Stream(np.arange(100), 8)
+    assert train._copy_shares(stream, (0, 0)) == {"copy_share": 0.0, "copy_share_last_quarter": 0.0}
+    stream.tokens_drawn, stream.tokens_copied = 400, 100
+    assert train._copy_shares(stream, (400, 100)) == {"copy_share": 0.25, "copy_share_last_quarter": 0.0}
+    assert train._copy_shares(stream, (300, 40)) == {"copy_share": 0.25, "copy_share_last_quarter": 0.6}
