@@ -1,0 +1,66 @@
+"""`pipeline.behaviour.agreement` on known answers worked out by hand: the causal-edge t-test's
+degrees of freedom with two batches, the rows in the order the pairs first appear, ROC-AUC with a
+single non-causal edge, and the role-only ranker's scores as floats."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.behaviour import agreement
+
+
+def batches_of(effects: dict[tuple[str, int, int, int, int], list[float]]) -> pd.DataFrame:
+    """ablation_batches.csv's rows: batch b of each pair (PAIR) with loss_effect effects[pair][b]."""
+    return pd.DataFrame(
+        [
+            {"batch": b, **dict(zip(agreement.PAIR, pair, strict=True)), "loss_effect": e}
+            for pair, es in effects.items()
+            for b, e in enumerate(es)
+        ]
+    )
+
+
+def test_two_batches_test_against_t_with_one_degree_of_freedom():
+    """Two batches: 1 degree of freedom, t_{0.95, 1} = 6.3138 (t_{0.95, 2} would be 2.9200).
+    Effects (1.0, 1.5): mean 1.25, sd sqrt(0.125), t = 1.25 / (sd / sqrt 2) = 5: within the noise.
+    Effects (1.0, 1.1): mean 1.05, sd sqrt(0.005), t = 1.05 / 0.05 = 21: beyond it."""
+    got = agreement.causal_edges(
+        batches_of({("K", 0, 0, 1, 0): [1.0, 1.5], ("K", 0, 1, 1, 0): [1.0, 1.1]}), "loss_effect", 0.01
+    )
+    assert got["n"].tolist() == [2, 2]
+    assert got["mean"].tolist() == pytest.approx([1.25, 1.05])
+    assert got["sd"].tolist() == pytest.approx([math.sqrt(0.125), math.sqrt(0.005)])
+    assert got["causal"].tolist() == [False, True]
+
+
+def test_causal_edges_keep_the_order_in_which_the_pairs_first_appear():
+    """One row per pair, in the batches' order of first appearance (not sorted by kind or head)."""
+    pairs = [("V", 0, 2, 1, 1), ("K", 0, 1, 1, 0), ("Q", 0, 0, 1, 2), ("K", 0, 0, 1, 1)]
+    batches = batches_of({p: [0.5, 0.6, 0.7] for p in pairs})
+    got = agreement.causal_edges(batches.sort_values("batch", kind="stable"), "loss_effect", 0.01)
+    assert [tuple(r) for r in got[agreement.PAIR].itertuples(index=False)] == pairs
+    assert got["causal"].all()
+
+
+def test_roc_auc_with_a_single_non_causal_edge():
+    """One negative is enough for ROC-AUC: the fraction of positives that outscore it."""
+    assert agreement.roc_auc(np.array([True, False]), np.array([1.0, 0.0])) == 1.0
+    assert agreement.roc_auc(np.array([True, True, False]), np.array([0.1, 0.9, 0.5])) == 0.5
+    assert math.isnan(agreement.roc_auc(np.array([True, True]), np.array([0.1, 0.9])))  # no negative
+    assert math.isnan(agreement.roc_auc(np.array([False, False]), np.array([0.1, 0.9])))  # no positive
+
+
+def test_role_scores_are_floats():
+    """The role-only ranker's scores, like the measures it is ranked beside, are floats: 2.0 for a
+    circuit pair, 1.0 for two named roles, 0.0 otherwise."""
+    roles = pd.DataFrame(
+        [(0, 0, "previous_token"), (0, 1, "other"), (1, 0, "induction")], columns=["layer", "head", "role"]
+    )
+    pairs = pd.DataFrame([("K", 0, 0, 1, 0), ("V", 0, 0, 1, 0), ("K", 0, 1, 1, 0)], columns=agreement.PAIR)
+    got = agreement.role_scores(pairs, roles)
+    assert got.dtype == np.float64
+    assert got.tolist() == [2.0, 1.0, 0.0]

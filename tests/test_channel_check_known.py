@@ -1,0 +1,115 @@
+"""`pipeline.behaviour.channel_check` on known answers: the t interval of two values (one degree
+of freedom), a pair seen on one batch, `analyse` on the heads stage's own batches, and a
+whole-path table without batches refused."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+from test_channel_ablation import LENGTH, channel_table, one_direction_model
+
+from pipeline.behaviour import ablation, channel_check, heads
+from pipeline.circuits import weights
+from pipeline.config import HeadsConfig
+from pipeline.data import datasets
+
+T_975_1 = 12.706204736174698  # t_{0.975} with 1 degree of freedom
+
+
+def test_t_interval_of_two_values_has_one_degree_of_freedom():
+    """(1, 3): mean 2, sd sqrt 2, half width t_{0.975, 1} x sqrt 2 / sqrt 2 = 12.7062."""
+    lo, hi = channel_check._t_interval([1.0, 3.0])
+    assert (lo, hi) == pytest.approx((2 - T_975_1, 2 + T_975_1), rel=1e-12)
+    assert all(math.isnan(x) for x in channel_check._t_interval([1.0]))  # one value: no interval
+
+
+def test_summary_of_a_pair_seen_on_one_batch():
+    """One batch: the pair's channels and top share are that row's, its mean share that batch's,
+    no interval; two batches of another pair: its interval with one degree of freedom."""
+    frame = pd.DataFrame({
+        "batch": [0, 0, 1], "kind": "K", "src_layer": 0, "src_head": [1, 2, 2], "dst_layer": 1,
+        "dst_head": 0, "writer_channel": [3, 1, 1], "reader_channel": [2, 0, 0],
+        "top_share": [0.7, 0.4, 0.4], "channel_pattern_effect": [0.3, 0.1, 0.3],
+        "path_pattern_effect": [0.6, 0.1, 0.1], "causal_share": [0.5, 1.0, 3.0],
+    })  # fmt: skip
+    out = channel_check.summarize(frame)
+    one, two = out["pairs"]
+    assert (one["src"], one["dst"], one["writer_channel"], one["reader_channel"]) == ("0.1", "1.0", 3, 2)
+    assert one["top_share"] == 0.7 and one["causal_share"] == 0.5 and one["causal_share_batches"] == [0.5]
+    assert one["causal_share_lo"] is None and one["causal_share_hi"] is None
+    assert (two["src"], two["writer_channel"], two["reader_channel"]) == ("0.2", 1, 0)
+    assert (two["causal_share_lo"], two["causal_share_hi"]) == pytest.approx((2 - T_975_1, 2 + T_975_1))
+    assert out["median_causal_share"] == pytest.approx(1.25)
+
+
+@pytest.fixture(scope="module")
+def planted_check():
+    """The one-direction model (0.0 -> 1.0 through K, test_channel_ablation), its channel table
+    with that pair and 0.2 -> 1.1 discovered, a synthetic held-out set of two batches of 16."""
+    model = one_direction_model(0.25)
+    hw = weights.from_state_dict(model.state_dict())
+    table = channel_table(hw, {(0, 0, 1, 0), (0, 2, 1, 1)})
+    text = torch.randint(0, 20, (32, 16), generator=torch.Generator().manual_seed(7))
+    dataset = datasets.Dataset(train=None, eval=text, heldout=None, manifest={})
+    cfg = HeadsConfig(eval_sequences=16, repeat_length=LENGTH, ablation_batches=2)
+    return model, hw, table, dataset, cfg
+
+
+def whole_path(model, probes, heldout) -> pd.DataFrame:
+    """ablation_batches.csv for these batches: the whole-path cuts (`ablation.path_ablation`)."""
+    frames = []
+    for b, (probe, text) in enumerate(zip(probes, heldout, strict=True)):
+        on_text = ablation.path_ablation(model, text, None)
+        frames.append(
+            ablation.path_ablation(model, probe, LENGTH).assign(
+                heldout_loss_effect=on_text["loss_effect"].to_numpy(),
+                pattern_effect=on_text["pattern_effect"].to_numpy(),
+                batch=b,
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_analyse_checks_the_heads_stages_own_batches(planted_check):
+    """`analyse` runs on `heads.evaluation_batches` (probe b of the run's seed with held-out batch
+    b): each discovered pair on both batches, the whole path's effects those of `whole`, the
+    channel's those of the channel cut on the same held-out batch."""
+    model, hw, table, dataset, cfg = planted_check
+    probes, heldout = heads.evaluation_batches(dataset, cfg, model.cfg.d_vocab, 3)
+    assert len(probes) == 2 and [tuple(p.shape) for p in probes] == [(16, 1 + 2 * LENGTH)] * 2
+    whole = whole_path(model, probes, heldout)
+    frame = channel_check.analyse(model, hw, table, dataset, cfg, 3, whole)
+    assert list(frame.columns) == list(channel_check.COLUMNS)
+    assert frame[["batch", "src_head", "dst_head"]].values.tolist() == [
+        [0, 0, 0],
+        [0, 2, 1],
+        [1, 0, 0],
+        [1, 2, 1],
+    ]
+    cuts = dict(zip((0, 2), channel_check.cuts(hw, channel_check.discovered(table)), strict=True))
+    for row in frame.itertuples():
+        path = whole[
+            (whole["kind"] == "K") & (whole["batch"] == row.batch) & (whole["src_head"] == row.src_head)
+        ]
+        path = path[path["dst_head"] == row.dst_head]
+        assert row.path_pattern_effect == path["pattern_effect"].item()
+        _, loss, moved = ablation.ablate_channel(model, heldout[row.batch], cuts[row.src_head], None)
+        assert row.channel_pattern_effect == pytest.approx(moved, abs=1e-12)
+        assert row.channel_heldout_loss_effect == pytest.approx(loss, abs=1e-12)
+        attn = ablation.ablate_channel(model, probes[row.batch], cuts[row.src_head], LENGTH)[0]
+        assert row.channel_attn_effect == pytest.approx(attn, abs=1e-12)
+
+
+def test_a_whole_path_table_without_batches_is_refused(planted_check):
+    """ablation.csv (the mean over batches, no "batch" column) in place of ablation_batches.csv is
+    an error, even with a single batch, where each pair's row would otherwise fit."""
+    model, hw, table, dataset, cfg = planted_check
+    probes, heldout = heads.evaluation_batches(dataset, cfg, model.cfg.d_vocab, 3)
+    probes, heldout = probes[:1], heldout[:1]
+    whole = whole_path(model, probes, heldout)
+    assert len(channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole)) == 2
+    with pytest.raises(KeyError, match="batch"):
+        channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole.drop(columns="batch"))

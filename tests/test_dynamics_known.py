@@ -1,0 +1,194 @@
+"""`pipeline.behaviour.dynamics` in-process on two hand-written checkpoints of random tiny models:
+`analyse` without a progress wrapper and with one, its tables' rows, its refusal of non-finite
+patterns or loss; `scores_at` as the composition stage's scores on the run's seed and device;
+`steps_table` on known answers, one layer included; `summarize`'s keys."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from models import random_model
+
+from pipeline import checkpoint, params, tables
+from pipeline.behaviour import dynamics, phases
+from pipeline.circuits import composition, invariant, significance, weights
+from pipeline.errors import UserError
+from pipeline.model import tl_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+LENGTH = 5
+STEPS = (0, 10)
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    overrides = [
+        "setup=synthetic",
+        "analysis.composition.baseline_samples=8",
+        "analysis.composition.null_samples=4",
+        f"analysis.heads.repeat_length={LENGTH}",
+        "analysis.heads.eval_sequences=8",
+    ]
+    return params.from_dict(params.compose(overrides, conf_dir=ROOT / "conf"))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """checkpoints/ (index.json, steps 0 and 10: the tiny random model of seeds 0 and 1, float32
+    as train saves them), config.json, and the heads stage's two batches (a repeated probe
+    [first, span, span] and held-out text)."""
+    root = tmp_path_factory.mktemp("dynamics_known")
+    models = [random_model("tiny", seed=s, dtype=torch.float32) for s in (0, 1)]
+    writer = checkpoint.StepWriter(root / "checkpoints", seed=0)
+    (root / "checkpoints").mkdir()
+    for step, model in zip(STEPS, models, strict=True):
+        writer(step, 8 * step, model.state_dict())
+    writer.write_index()
+    (root / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(models[0].cfg)))
+    gen = torch.Generator().manual_seed(2)
+    span = torch.randint(1, 20, (8, LENGTH), generator=gen)
+    repeated = torch.cat([torch.zeros(8, 1, dtype=torch.long), span, span], 1)
+    heldout = torch.randint(0, 20, (8, 16), generator=gen)
+    return root, repeated, heldout
+
+
+def test_analyse_without_a_progress_wrapper_equals_the_composition_stage_at_each_checkpoint(run, cfg):
+    """progress None: the checkpoints as they are. At each, the composition rows are
+    `significance.measured`'s on the weights stage's weights of that checkpoint (seed 4), the
+    tables indexed 0 .. n - 1 over both checkpoints, a steps row per checkpoint."""
+    root, repeated, heldout = run
+    entries = checkpoint.read_index(root / "checkpoints")
+    got = dynamics.analyse(entries, root / "checkpoints", root / "config.json", repeated, heldout, cfg, 4)
+    for table in (got.composition, got.heads):
+        assert table.index.equals(pd.RangeIndex(len(table)))
+    assert list(got.composition.columns) == list(tables.DYNAMICS_COLUMNS)
+    assert got.steps["step"].tolist() == list(STEPS) and got.heads["step"].tolist() == [0] * 6 + [10] * 6
+    for entry in entries:
+        model_cfg, state = tl_checkpoint.read_checkpoint(
+            root / "checkpoints" / entry["file"], root / "config.json"
+        )
+        hw, _ = weights.prepare(state, model_cfg)
+        expected = significance.measured(hw, cfg.analysis.composition, 4, "shortformer")[0]
+        rows = got.composition[got.composition["step"] == entry["step"]].reset_index(drop=True)
+        assert (rows["tokens"] == entry["tokens"]).all()
+        pd.testing.assert_frame_equal(rows[list(expected.columns)], expected, check_dtype=False)
+
+
+def test_analyse_loops_over_the_checkpoints_through_the_progress_wrapper(run, cfg):
+    root, repeated, heldout = run
+    entries = checkpoint.read_index(root / "checkpoints")
+    seen = []
+
+    def progress(items):
+        for item in items:
+            seen.append(item["step"])
+            yield item
+
+    got = dynamics.analyse(
+        entries, root / "checkpoints", root / "config.json", repeated, heldout, cfg, 4, progress
+    )
+    assert seen == list(STEPS) and got.steps["step"].tolist() == list(STEPS)
+
+
+@pytest.mark.parametrize("bad", ["pattern", "loss"])
+def test_non_finite_patterns_or_loss_are_refused_naming_the_checkpoint(run, cfg, monkeypatch, bad):
+    """A non-finite attention score with a finite loss is refused, and a non-finite loss with finite
+    scores: each alone, in one line naming the checkpoint's file."""
+    root, repeated, heldout = run
+    real = dynamics.heads_at
+
+    def heads_at(model, repeated, heldout, cfg):
+        table, loss = real(model, repeated, heldout, cfg)
+        if bad == "pattern":
+            table.loc[3, "induction"] = np.nan
+        return table, (math.inf if bad == "loss" else loss)
+
+    monkeypatch.setattr(dynamics, "heads_at", heads_at)
+    entries = checkpoint.read_index(root / "checkpoints")
+    with pytest.raises(UserError) as e:
+        dynamics.analyse(entries, root / "checkpoints", root / "config.json", repeated, heldout, cfg, 4)
+    path = root / "checkpoints" / checkpoint.step_file(0)
+    assert str(e.value) == f"{path}: attention patterns or the loss are not finite: weights too large"
+
+
+def test_scores_at_is_the_composition_stages_on_the_runs_seed_and_device(run, cfg, monkeypatch):
+    """The same rows as `significance.measured` for the seed given (not another draw), and the
+    products run on the device given."""
+    root, _, _ = run
+    model_cfg, state = tl_checkpoint.read_checkpoint(
+        root / "checkpoints" / checkpoint.step_file(10), root / "config.json"
+    )
+    hw, _ = weights.prepare(state, model_cfg)
+    expected = significance.measured(hw, cfg.analysis.composition, 7, "shortformer")[0]
+    pd.testing.assert_frame_equal(dynamics.scores_at(hw, cfg, 7, "shortformer"), expected)
+    devices = []
+    for module, name in ((composition, "composition_scores"), (invariant, "invariant_scores")):
+        real = getattr(module, name)
+
+        def spy(*args, real=real, **kwargs):
+            devices.append(kwargs.get("device"))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+    pd.testing.assert_frame_equal(dynamics.scores_at(hw, cfg, 7, "shortformer", device="cpu"), expected)
+    assert len(devices) >= 2 and set(devices) == {"cpu"}  # both measures, every call
+
+
+def head_scores(layers: int) -> pd.DataFrame:
+    """Two heads per layer at steps 0 and 10: induction 0.1 x (layer + 1) + 0.01 x head + step / 100,
+    prev_token 0.5 - 0.1 x layer + 0.01 x head + step / 100."""
+    rows = [
+        {"step": s, "layer": l, "head": h,
+         "induction": 0.1 * (l + 1) + 0.01 * h + s / 100, "prev_token": 0.5 - 0.1 * l + 0.01 * h + s / 100}
+        for s in STEPS for l in range(layers) for h in range(2)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def pair_rows(pair: tuple[int, int, int, int]) -> pd.DataFrame:
+    """The pair's K rows at both steps under every measure: z = 1 + step, q = 0.5 / (1 + step)."""
+    i, a, j, b = pair
+    return pd.DataFrame([
+        {"step": s, "kind": "K", "variant": m, "src_layer": i, "src_head": a, "dst_layer": j, "dst_head": b,
+         "z": 1.0 + s, "q": 0.5 / (1 + s)}
+        for s in STEPS for m in tables.MEASURES
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "layers, induction, prev_token",
+    [
+        (2, [0.21, 0.31], [0.51, 0.61]),  # induction over layer 1, previous-token over layer 0
+        (3, [0.31, 0.41], [0.51, 0.61]),  # induction over layers 1, 2; previous-token over 0, 1
+        (1, [0.11, 0.21], [0.51, 0.61]),  # one layer: both over it (as train's curve.tsv)
+    ],
+)
+def test_steps_table_known_answers(layers, induction, prev_token):
+    losses = pd.DataFrame({"step": list(STEPS), "tokens": [0, 80], "eval_loss": [3.0, 2.5]})
+    pair = {"src": [0, 1], "dst": [min(1, layers - 1), 0]}
+    got = dynamics.steps_table(pair_rows((0, 1, min(1, layers - 1), 0)), head_scores(layers), losses, pair)
+    assert list(got.columns) == list(tables.STEPS_COLUMNS)
+    assert got["induction"].tolist() == pytest.approx(induction)
+    assert got["prev_token"].tolist() == pytest.approx(prev_token)
+    assert got["eval_loss"].tolist() == [3.0, 2.5]
+    for m in tables.MEASURES:
+        assert got[f"z_{m}"].tolist() == [1.0, 11.0] and got[f"q_{m}"].tolist() == pytest.approx(
+            [0.5, 0.5 / 11]
+        )
+
+
+def test_summarize_names_the_checkpoints_and_the_pair():
+    steps = pd.DataFrame({"step": [0, 100], "tokens": [0, 800], "eval_loss": [3.0, 2.0],
+                          "induction": [0.1, 0.6], "prev_token": [0.2, 0.7]})  # fmt: skip
+    for m in tables.MEASURES:
+        steps[f"z_{m}"], steps[f"q_{m}"] = [0.0, 5.0], [1.0, 0.01]
+    result = dynamics.DynamicsResult(pd.DataFrame(), pd.DataFrame(), steps, {"src": [0, 1], "dst": [1, 0]})
+    got = dynamics.summarize(result, 0.05)
+    assert got == {"checkpoints": 2, "pair": {"src": [0, 1], "dst": [1, 0]}, **phases.summary(steps, 0.05)}
+    assert got["checkpoints"] == 2 and got["phase_step"] == 100
