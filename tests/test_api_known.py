@@ -1,0 +1,248 @@
+"""The API on a tiny model built here, in-process and fast (tests/test_api.py compares it with the
+stages' files on the reproduced project, in the slow tier).
+
+Each call is checked against the functions it promises to run (`behaviour.heads`,
+`circuits.analysis`, `circuits.weights`): the same tables for the same weights, seed and batches.
+Its own work is checked by known answers: which file or object a model came from, which settings
+and seed it used, and the one-line refusals of a bad model, config or token batch.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pipeline import api, checkpoint
+from pipeline.behaviour import heads as heads_analysis
+from pipeline.circuits import analysis, weights
+from pipeline.config import AnalysisConfig, CompositionConfig, HeadsConfig, ModelConfig
+from pipeline.errors import UserError
+from pipeline.model import tl_checkpoint
+from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.tables import join_measures
+
+CFG = ModelConfig(
+    n_layers=2, n_heads=2, d_head=4, d_model=16, n_ctx=16, d_vocab=24, positional_embedding_type="standard"
+)
+# small enough to run in a second: a probe of 1 + 2 * 4 tokens, 4 composition draws
+SETTINGS = AnalysisConfig(
+    composition=CompositionConfig(baseline_samples=4, null_samples=4),
+    heads=HeadsConfig(eval_sequences=4, repeat_length=4, window_length=2, ablation_batches=2, placebo_sets=3),
+)
+
+
+@pytest.fixture(scope="module")
+def model() -> AttnOnlyTransformer:
+    torch.manual_seed(0)
+    return AttnOnlyTransformer(CFG).eval()
+
+
+@pytest.fixture(scope="module")
+def tokens() -> list[torch.Tensor]:
+    """Two disjoint held-out batches, [4, 12] each."""
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, CFG.d_vocab, (4, 12), generator=g) for _ in range(2)]
+
+
+def probes_for(tokens: list[torch.Tensor], seed: int, h: HeadsConfig) -> list[torch.Tensor]:
+    """The heads stage's rule for text, written out: probe b is spans of the held-out text, end to
+    end, drawn from run `seed`'s probe stream, batch b."""
+    from pipeline import streams
+    from pipeline.data import datasets
+
+    stream = torch.cat([t.reshape(-1) for t in tokens]).numpy()
+    return [
+        datasets.repeated_heldout_spans(
+            stream, len(t), h.repeat_length, torch.Generator().manual_seed(streams.seed_of(seed, "probe", b))
+        )
+        for b, t in enumerate(tokens)
+    ]
+
+
+def test_heads_are_the_heads_stage_functions_on_the_same_batches(model, tokens):
+    """api.heads = behaviour.heads.analyse_batches then summarize, on the model's checked
+    checkpoint in float64, the probes drawn from the seed's stream, the composition given."""
+    seed, h = 3, SETTINGS.heads
+    w = api.weights_of(model)
+    found = analysis.composition(w.heads, SETTINGS.composition, seed, w.positions, "cpu")
+    result = api.heads(model, tokens, seed=seed, composition=found, config=SETTINGS)
+
+    built = tl_checkpoint.build_model(CFG, model.state_dict(), dtype=torch.float64).eval()
+    probes = probes_for(tokens, seed, h)
+    sources = ("AttnOnlyTransformer", "AttnOnlyTransformer")
+    expected = heads_analysis.analyse_batches(
+        built, w.heads, probes, tokens, h, found.scores, sources, seed, "cpu"
+    )
+    pd.testing.assert_frame_equal(result.roles, expected.table)
+    pd.testing.assert_frame_equal(result.ablation, expected.ablation)
+    pd.testing.assert_frame_equal(result.ablation_batches, expected.batches)
+    assert result.patterns.keys() == expected.example.keys()
+    for name, t in expected.example.items():
+        assert torch.equal(result.patterns[name], t), name
+    summary = heads_analysis.summarize(expected, join_measures(found.scores, found.invariant), h.min_effect)
+    assert json.dumps(result.summary, sort_keys=True) == json.dumps(summary, sort_keys=True)
+    assert result.summary["n_heads"] == CFG.n_layers * CFG.n_heads
+
+
+def test_heads_without_a_composition_compute_it_with_the_seed_on_the_models_device(
+    model, tokens, monkeypatch
+):
+    """No composition given: it is `circuits.analysis.composition` of the model's weights with the
+    same seed and the given config's composition settings, run on the model's device (the CPU)."""
+    calls = []
+    real = analysis.composition
+
+    def spy(hw, cfg, seed, positions, device=None):
+        calls.append((cfg, seed, positions, device))
+        return real(hw, cfg, seed, positions, device)
+
+    monkeypatch.setattr(analysis, "composition", spy)
+    computed = api.heads(model, tokens, seed=2, config=SETTINGS)
+    assert calls == [(SETTINGS.composition, 2, "standard", "cpu")]
+    monkeypatch.undo()
+    given = api.heads(model, tokens, seed=2, config=SETTINGS, composition=api.composition(model, 2, SETTINGS))
+    pd.testing.assert_frame_equal(computed.roles, given.roles)
+    assert json.dumps(computed.summary, sort_keys=True) == json.dumps(given.summary, sort_keys=True)
+
+
+def test_roles_and_path_ablation_are_the_heads_tables(model, tokens):
+    """roles = heads(...).roles (the first batch's scores), path_ablation = heads(...).ablation
+    (every_batch: .ablation_batches), for the same seed, settings and batches; the seed defaults to 0."""
+    whole = api.heads(model, tokens, seed=0, config=SETTINGS)
+    pd.testing.assert_frame_equal(api.roles(model, tokens, config=SETTINGS), whole.roles)
+    pd.testing.assert_frame_equal(api.path_ablation(model, tokens, config=SETTINGS), whole.ablation)
+    every = api.path_ablation(model, tokens, config=SETTINGS, every_batch=True)
+    pd.testing.assert_frame_equal(every, whole.ablation_batches)
+    # another seed draws other probes: the default is seed 0, not any seed
+    assert not api.roles(model, tokens, seed=1, config=SETTINGS).equals(whole.roles)
+
+
+def test_settings_given_as_keywords_reach_the_heads(model, tokens):
+    """Keyword settings override the config's HeadsConfig: a longer probe span is a wider probe."""
+    with pytest.raises(UserError, match=r"^probe\[0\]: 9 positions: the probe is \[first, span, span\], 11$"):
+        api.roles(
+            model, tokens, probe=probes_for(tokens, 0, SETTINGS.heads), config=SETTINGS, repeat_length=5
+        )
+    with pytest.raises(UserError, match=r"^analysis\.heads\.repeat_lenght: unknown setting"):
+        api.path_ablation(model, tokens, config=SETTINGS, repeat_lenght=5)
+
+
+def test_given_probes_are_checked_against_the_tokens(model, tokens):
+    probes = probes_for(tokens, 0, SETTINGS.heads)
+    wide = [torch.cat([p, p[:, :1]], dim=1) for p in probes]  # 10 positions, not 1 + 2 * 4
+    with pytest.raises(UserError, match=r"^probe\[1\]: 10 positions: the probe is \[first, span, span\], 9$"):
+        api.path_ablation(model, tokens, probe=[probes[0], wide[1]], config=SETTINGS)
+    with pytest.raises(UserError, match=r"^probe: 1 batches for 2 batches of tokens$"):
+        api.path_ablation(model, tokens, probe=probes[0], config=SETTINGS)
+    # the probes drawn by default are these: passing them gives the same table
+    pd.testing.assert_frame_equal(
+        api.path_ablation(model, tokens, probe=probes, config=SETTINGS),
+        api.path_ablation(model, tokens, config=SETTINGS),
+    )
+
+
+def test_token_batches_are_int64_ids_checked_against_the_model():
+    ids = np.array([[0, 5, 23], [1, 2, 3]], dtype=np.int32)
+    (out,) = api._token_batches(ids, "tokens", CFG)
+    assert out.dtype == torch.int64 and out.tolist() == ids.tolist()
+    one = api._token_batches([torch.tensor([1, 2]), torch.tensor([[3, 4]], dtype=torch.int16)], "tokens", CFG)
+    assert [t.dtype for t in one] == [torch.int64, torch.int64]
+    assert [t.tolist() for t in one] == [[[1, 2]], [[3, 4]]]
+    with pytest.raises(UserError, match=r"^tokens = 'torch\.bool \[1, 3\]': expected integer token ids"):
+        api._token_batches(torch.ones(1, 3, dtype=torch.bool), "tokens", CFG)
+    with pytest.raises(UserError, match=r"^tokens = '0\.\.24': token ids must be in \[0, d_vocab = 24\)$"):
+        api._token_batches(torch.tensor([[0, 24]]), "tokens", CFG)
+    with pytest.raises(UserError, match=r"^tokens: 17 positions: expected 2 to n_ctx = 16$"):
+        api._token_batches(torch.zeros(1, 17, dtype=torch.long), "tokens", CFG)
+
+
+def test_a_heads_file_is_read_as_the_composition_stage_reads_it(model, tmp_path):
+    """heads.safetensors: analysis-ready weights, its positions from its config metadata, named by
+    its path; no checkpoint, so roles refuse it, naming it and the call."""
+    w = api.weights_of(model)
+    path = tmp_path / "heads.safetensors"
+    weights.save(path, w.heads, {"config": json.dumps({"positional_embedding_type": "shortformer"})})
+    read = api.weights_of(path)
+    assert (read.positions, read.config, read.state, read.source) == ("shortformer", None, None, str(path))
+    assert read.device == torch.device("cpu")
+    for name in ("W_Q", "W_K", "W_V", "W_O"):
+        assert torch.equal(getattr(read.heads, name), getattr(w.heads, name)), name
+    assert api.weights_of(tmp_path).source == str(path)  # a folder holding it
+    with pytest.raises(UserError, match=rf"^{path}: roles needs the model's checkpoint and config\.json"):
+        api.roles(path, torch.zeros(2, 12, dtype=torch.long))
+    weights.save(path, w.heads, {"config": json.dumps({"positional_embedding_type": "rotary"})})
+    with pytest.raises(UserError, match=rf"^{path}: config\.positional_embedding_type = 'rotary': expected"):
+        api.weights_of(path)
+
+
+def test_a_checkpoint_with_config_json_beside_it_is_the_checkpoint(model, tmp_path):
+    checkpoint.save_state(tmp_path / "model.safetensors", model.state_dict())
+    (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(CFG)))
+    read = api.weights_of(tmp_path / "model.safetensors")
+    direct = api.weights_of(model.state_dict(), CFG)
+    assert (read.config, read.source, read.steps) == (CFG, str(tmp_path / "model.safetensors"), direct.steps)
+    assert read.state.keys() == direct.state.keys()
+    for name, t in direct.state.items():
+        assert torch.equal(read.state[name], t), name
+    assert torch.equal(read.heads.W_Q, direct.heads.W_Q)
+
+
+def test_a_state_dict_keeps_its_checked_checkpoint_and_a_given_configs_sizes(model):
+    state = model.state_dict()
+    w = api.weights_of(state, CFG)
+    assert w.config == CFG and w.source == "state dict" and w.device == torch.device("cpu")
+    assert w.state.keys() == {k for k in state if not k.endswith((".mask", ".IGNORE"))}
+    # a full config is taken as given, not overruled by the shapes: a d_vocab the weights lack is refused
+    fields = {**tl_checkpoint.tl_config(CFG), "d_vocab": 25, "d_vocab_out": 25}
+    with pytest.raises(
+        UserError, match=r"^state dict: embed\.W_E: shape \[24, 16\] disagrees with \[25, 16\]"
+    ):
+        api.weights_of(state, fields)
+    assert api.weights_of(state, tl_checkpoint.tl_config(CFG)).config == CFG
+    # no config: the sizes from the shapes, no LayerNorm (no ln keys), TransformerLens's standard positions
+    assert api.weights_of(state).config == CFG
+    shortformer = api.weights_of(state, {"positional_embedding_type": "shortformer"})
+    assert (shortformer.positions, shortformer.config.n_ctx) == ("shortformer", CFG.n_ctx)
+
+
+def test_a_bridge_state_dict_is_read_with_its_config(model):
+    _, bridge = tl_checkpoint.bridge_checkpoint(CFG, model.state_dict())
+    with pytest.raises(
+        UserError, match=r"^state dict: a TransformerBridge state dict needs its model_config"
+    ):
+        api.weights_of(bridge)
+    read, direct = api.weights_of(bridge, CFG), api.weights_of(model.state_dict(), CFG)
+    assert read.config == CFG
+    for name, t in direct.state.items():
+        assert torch.equal(read.state[name], t), name
+
+
+def test_bad_models_and_configs_are_one_line_naming_them(model):
+    with pytest.raises(UserError, match=r"^model = 'int': expected a TransformerLens HookedTransformer"):
+        api.weights_of(3)
+    with pytest.raises(UserError, match=r"^model_config = 'int': expected HookedTransformerConfig fields"):
+        api.weights_of(model.state_dict(), 3)
+
+
+def test_device_of_is_the_first_tensors_else_the_cpu():
+    assert api._device_of([]) == torch.device("cpu")
+    assert api._device_of(iter([torch.zeros(1, device="meta")])) == torch.device("meta")
+    assert api._device_of(["not a tensor"]) == torch.device("cpu")
+
+
+def test_transformer_lens_classes_are_told_by_their_top_level_package():
+    def made(name: str, module: str) -> object:
+        return type(name, (), {"__module__": module})()
+
+    assert api._is_instance_of(
+        made("HookedTransformer", "transformer_lens.HookedTransformer"), "HookedTransformer"
+    )
+    sub = type("Mine", (type(made("HookedTransformer", "transformer_lens.x")),), {"__module__": "mine"})()
+    assert api._is_instance_of(sub, "HookedTransformer")  # a subclass
+    assert not api._is_instance_of(made("HookedTransformer", "my_transformer_lens.x"), "HookedTransformer")
+    assert not api._is_instance_of(made("HookedTransformer", "transformer_lensx.y"), "HookedTransformer")
+    assert not api._is_instance_of(made("TransformerBridge", "transformer_lens.x"), "HookedTransformer")

@@ -1,0 +1,76 @@
+"""The snapshot's weights file by the rule pipeline/hub.py's docstring states, and the origin record a
+checkpoint by name gives, on a fake cache (tests/hub_cache.py): model.safetensors, else the one
+*.safetensors, else TransformerLens's *final.pth, else the one .pth or .pt; several of a kind are
+refused naming the repository and the files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hub_cache import TINY_REPO, add_snapshot
+from huggingface_hub import constants
+
+from pipeline import hub, io
+from pipeline.errors import UserError
+from pipeline.model import origin
+
+KEY, VALUE = "train.checkpoint", f"hf:{TINY_REPO}"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "hub"
+    root.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
+    return root
+
+
+def chosen_file(cache: Path, names: list[str]) -> str:
+    """The name hub.weights picks among snapshot files `names` (their bytes do not matter here)."""
+    add_snapshot(cache, TINY_REPO, {name: name.encode() for name in names})
+    return hub.weights(hub.snapshot(VALUE, KEY), KEY, VALUE).name
+
+
+@pytest.mark.parametrize(
+    "names,picked",
+    [
+        (["a.safetensors", "model.safetensors", "model_final.pth"], "model.safetensors"),
+        (["a.safetensors", "model_final.pth", "b.pth"], "a.safetensors"),
+        (["model_final.pth", "b.pth", "c.pt"], "model_final.pth"),  # final.pth before the other .pth
+        (["x.pth"], "x.pth"),
+        (["x.pt", "notes.txt"], "x.pt"),
+    ],
+)
+def test_the_weights_file_is_picked_by_the_documented_order(cache, names, picked):
+    assert chosen_file(cache, names) == picked
+
+
+@pytest.mark.parametrize(
+    "names,what",
+    [
+        (["a.safetensors", "b.safetensors"], "safetensors files (a.safetensors, b.safetensors)"),
+        (["a_final.pth", "b_final.pth", "c.pth"], "*final.pth files (a_final.pth, b_final.pth)"),
+        (["a.pth", "b.pt"], ".pth files (a.pth, b.pt)"),
+    ],
+)
+def test_several_weights_of_a_kind_are_refused_naming_the_repository_and_files(cache, names, what):
+    with pytest.raises(UserError) as caught:
+        chosen_file(cache, names)
+    assert str(caught.value) == (
+        f"{KEY} = {VALUE!r}: {TINY_REPO} has several {what}: name one in a copy under train.checkpoint_dir"
+    )
+
+
+def test_a_checkpoint_by_name_is_a_load_origin_the_train_stage_reads(cache, tmp_path):
+    snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}", "model_final.pth": b"weights"})
+    chosen = hub.checkpoint(VALUE)
+    assert chosen["source"] == "load"
+    assert chosen["checkpoint"] == {
+        "path": "model_final.pth",
+        "sha256": io.sha256_file(snap / "model_final.pth"),
+    }
+    assert chosen["config"] == {"path": "config.json", "sha256": io.sha256_file(snap / "config.json")}
+    (tmp_path / "origin.json").write_text(json.dumps(chosen))
+    assert origin.read(tmp_path / "origin.json") == chosen  # origin.json as the origin stage writes it
