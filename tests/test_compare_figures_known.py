@@ -1,0 +1,251 @@
+"""The figures across seeds on long tables built by hand: each panel's column i shows selection i
+of the claims table (a dot per seed at i plus its fixed offset), the stats table's mean as a bar
+and its interval as a red line beside it, and the claim's threshold; the labels, titles and
+legends say which is which. Every selection gets its own values, so a panel that reads the
+wrong one shows."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import LineCollection, PathCollection
+from matplotlib.colors import to_rgba
+
+from pipeline.present.figures import compare
+from pipeline.tables import HYPOTHESES, MEASURES, ROLES
+
+SEEDS = (2, 0, 1)  # read back sorted: 0, 1, 2
+OFFSETS = (-0.15, 0.0, 0.15)
+DIMS = ("claim", "statistic", "hypothesis", "variant", "kind", "effect")
+
+
+def tables(panels: list[list[dict]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Selection i of panel p: seed s has value 100 p + 10 i + s; its mean that + 1, its interval
+    that +- 1 (so every dot, bar and interval says which selection it came from)."""
+    claims, stats = [], []
+    for p, columns in enumerate(panels):
+        for i, where in enumerate(columns):
+            row = dict.fromkeys(DIMS, "") | where
+            base = 100 * p + 10 * i
+            claims += [row | {"seed": s, "value": float(base + s)} for s in SEEDS]
+            stats.append(row | {"n": 3, "mean": base + 1.0, "lo": base + 0.0, "hi": base + 2.0})
+    return pd.DataFrame(claims), pd.DataFrame(stats)
+
+
+def panel(ax) -> dict:
+    """What one panel draws: the dots of each column, the bars, the intervals, the thresholds."""
+    segments = [(c, c.get_segments()[0]) for c in ax.collections if isinstance(c, LineCollection)]
+    return {
+        "dots": [c.get_offsets().data.tolist() for c in ax.collections if isinstance(c, PathCollection)],
+        "means": [(s[0][0], s[1][0], s[0][1]) for _, s in segments if s[0][1] == s[1][1]],
+        "cis": [(s[0][0], s[0][1], s[1][1]) for _, s in segments if s[0][0] == s[1][0]],
+        "thresholds": [line.get_ydata()[0] for line in ax.get_lines()],
+        "ticks": [t.get_text() for t in ax.get_xticklabels()],
+    }
+
+
+def expected(p: int, n: int) -> dict:
+    base = [100 * p + 10 * i for i in range(n)]
+    return {
+        "dots": [[[i + o, b + s] for s, o in enumerate(OFFSETS)] for i, b in enumerate(base)],
+        "means": [pytest.approx((i - 0.28, i + 0.28, b + 1.0)) for i, b in enumerate(base)],
+        "cis": [pytest.approx((i + 0.3, b + 0.0, b + 2.0)) for i, b in enumerate(base)],
+    }
+
+
+def same_colour(a, b) -> bool:
+    return tuple(to_rgba(a)) == tuple(to_rgba(b))
+
+
+# --- one panel ---------------------------------------------------------------------------
+
+
+def test_dots_with_ci_draws_each_seed_the_mean_and_its_interval_at_each_column():
+    claims, stats = tables([[{"claim": "x", "statistic": "x"}, {"claim": "y", "statistic": "y"}]])
+    stats.loc[1, ["lo", "hi"]] = np.nan  # y: a mean without an interval
+    claims = claims[~((claims["claim"] == "y") & (claims["seed"] == 1))]  # y: seed 1 missing
+    fig, ax = plt.subplots()
+    columns = [{"claim": "x", "statistic": "x"}, {"claim": "y", "statistic": "y"}]
+    compare.dots_with_ci(ax, claims, stats, columns, ["x label", "y label"], threshold=1.5, ci=0.9)
+    drawn = panel(ax)
+    assert drawn["dots"][0] == [[-0.15, 0.0], [0.0, 1.0], [0.15, 2.0]]
+    assert drawn["dots"][1][0] == [0.85, 10.0] and np.isnan(drawn["dots"][1][1][1])
+    assert drawn["means"] == [pytest.approx((-0.28, 0.28, 1.0)), pytest.approx((0.72, 1.28, 11.0))]
+    assert drawn["cis"] == [pytest.approx((0.3, 0.0, 2.0))]
+    assert drawn["thresholds"] == [1.5] and ax.get_lines()[0].get_linestyle() == "--"
+    assert same_colour(ax.get_lines()[0].get_color(), "0.6")
+    dots = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert [c.get_label() for c in dots][0] == "seed" and not dots[1].get_label().startswith("seed")
+    assert all(same_colour(c.get_facecolors()[0], "0.45") and list(c.get_sizes()) == [18] for c in dots)
+    handles, labels = ax.get_legend_handles_labels()
+    assert labels == ["seed", "mean", "90% CI"]
+    mean, ci = handles[1], handles[2]
+    assert same_colour(mean.get_colors()[0], "black") and list(mean.get_linewidths()) == [2]
+    assert same_colour(ci.get_colors()[0], "#d62728") and list(ci.get_linewidths()) == [2]
+    assert drawn["ticks"] == ["x label", "y label"]
+    assert [t.get_fontsize() for t in ax.get_xticklabels()] == [7, 7]
+    assert ax.get_xlim() == (-0.6, 1.6)
+    assert not ax.texts
+    plt.close(fig)
+
+
+def test_a_panel_with_no_seeds_value_says_why_and_no_threshold_draws_no_line():
+    claims, stats = tables([[{"claim": "x", "statistic": "x"}]])
+    fig, ax = plt.subplots()
+    compare.dots_with_ci(ax, claims, stats, [{"claim": "z", "statistic": "z"}], ["z"])
+    assert [t.get_text() for t in ax.texts] == ["no seed has the heads\nthis needs"]
+    assert not ax.get_lines() and len(ax.collections) == 1  # the dots only, all NaN
+    plt.close(fig)
+
+
+def test_one_seed_sits_on_its_column():
+    claims, stats = tables([[{"claim": "x", "statistic": "x"}]])
+    fig, ax = plt.subplots()
+    compare.dots_with_ci(ax, claims[claims["seed"] == 1], stats, [{"claim": "x", "statistic": "x"}], ["x"])
+    assert panel(ax)["dots"] == [[[0.0, 1.0]]]
+    plt.close(fig)
+
+
+# --- the claims figure -------------------------------------------------------------------
+
+ROTATIONS = HYPOTHESES["rotated"]
+CLAIM_PANELS = [
+    [{"claim": "a", "statistic": "a", "hypothesis": h} for h in HYPOTHESES],
+    [{"claim": "b", "statistic": "b"}, {"claim": "b_inv", "statistic": "b_inv"}],
+    [{"claim": c, "statistic": c, "variant": r} for c in ("m", "m_inv") for r in ROTATIONS],
+    [{"claim": "d", "statistic": "d", "hypothesis": h} for h in HYPOTHESES],
+    [
+        {"claim": "c", "statistic": "pr_auc", "kind": "K", "variant": v, "effect": "pattern_effect"}
+        for v in MEASURES
+    ],
+]
+
+
+@pytest.fixture
+def claims_fig():
+    fig = compare.claims_figure(*tables(CLAIM_PANELS), 0.95)
+    yield fig
+    plt.close(fig)
+
+
+def test_claims_figure_shows_each_claims_selections_in_its_panel(claims_fig):
+    axes = claims_fig.axes
+    assert len(axes) == 6
+    for p, columns in enumerate(CLAIM_PANELS):
+        drawn = panel(axes[p])
+        assert {k: drawn[k] for k in ("dots", "means", "cis")} == expected(p, len(columns))
+        assert not axes[p].texts
+    assert [panel(ax)["thresholds"] for ax in axes[:5]] == [[0.0], [0.0], [0.0], [0.5], []]
+    hypotheses = ["rotated\ndenominators", "true\ndenominators"]
+    assert panel(axes[0])["ticks"] == hypotheses and panel(axes[3])["ticks"] == hypotheses
+    assert panel(axes[1])["ticks"] == ["corrected", "basis-\ninvariant"]
+    assert panel(axes[2])["ticks"] == ["corr.\n- BCDA", "corr.\n- DABC", "inv.\n- BCDA", "inv.\n- DABC"]
+    assert panel(axes[4])["ticks"] == [compare.VARIANT_LABELS[v] for v in MEASURES]
+
+
+def test_claims_figure_titles_each_panel_and_gives_the_sixth_to_the_legend(claims_fig):
+    axes = claims_fig.axes
+    assert [ax.get_title() for ax in axes] == [
+        "(a) K induction <- prev-token selectivity:\noriginal - corrected",
+        "(b) K induction <- recent-window:\ndiscoveries",
+        "(m) more K composition: discoveries,\ncorrected - each rotation",
+        "(d) the paper's plotting draws only K\nedges, from one layer-0 head (1 = yes)",
+        "(c) K, induction score: PR-AUC of the\ncausal edges (beyond batch noise)",
+        "",
+    ]
+    assert [ax.title.get_fontsize() for ax in axes[:5]] == [9] * 5
+    assert not axes[5].axison
+    legend = axes[5].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["seed", "mean", "95% CI"]
+    assert [t.get_fontsize() for t in legend.get_texts()] == [11] * 3
+    assert not legend.get_frame_on()
+    assert claims_fig._suptitle.get_text() == "The errata's claims across 3 seed(s)"
+    assert tuple(claims_fig.get_size_inches()) == (12.0, 7.4)
+
+
+# --- roles, curves, timing ----------------------------------------------------------------
+
+
+def test_roles_figure_has_a_column_per_role_present_in_roles_order():
+    present = [ROLES[2], ROLES[0]]  # given out of order
+    claims, stats = tables([[{"claim": "roles", "statistic": r} for r in present]])
+    fig = compare.roles_figure(claims, stats)
+    (ax,) = fig.axes
+    drawn = panel(ax)
+    # ROLES order: ROLES[0] first, so column 0 shows selection 1's values (10 + seed)
+    assert drawn["dots"] == [
+        [[-0.15, 10.0], [0.0, 11.0], [0.15, 12.0]],
+        [[0.85, 0.0], [1.0, 1.0], [1.15, 2.0]],
+    ]
+    assert drawn["ticks"] == [ROLES[0].replace("_", "\n"), ROLES[2].replace("_", "\n")]
+    assert drawn["thresholds"] == []
+    assert ax.get_ylabel() == "heads" and ax.get_title() == "Head roles across 3 seed(s)"
+    assert tuple(fig.get_size_inches()) == (9.0, 3.4)
+    plt.close(fig)
+
+
+def test_curves_figure_draws_a_thin_line_per_seed_and_the_mean_thick():
+    columns = ("eval_loss", "induction", "prev_token")
+    curves = pd.DataFrame(
+        [
+            {"seed": s, "tokens": t, **{c: 100 * k + 10 * s + t for k, c in enumerate(columns)}}
+            for s in (1, 0)
+            for t in (0, 1)
+        ]
+    )
+    mean = pd.DataFrame(
+        [{"tokens": t, **{c: 100 * k + 5 + t for k, c in enumerate(columns)}} for t in (0, 1)]
+    )
+    fig = compare.curves_figure(curves, mean)
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == [
+        "held-out loss",
+        "best induction score",
+        "best previous-token score",
+    ]
+    for k, ax in enumerate(axes):
+        seed0, seed1, thick = ax.get_lines()
+        assert [seed0.get_label(), seed1.get_label(), thick.get_label()] == ["seed 0", "seed 1", "mean"]
+        assert list(seed0.get_xdata()) == [0, 1] and list(seed0.get_ydata()) == [100 * k, 100 * k + 1]
+        assert list(seed1.get_ydata()) == [100 * k + 10, 100 * k + 11]
+        assert list(thick.get_xdata()) == [0, 1] and list(thick.get_ydata()) == [100 * k + 5, 100 * k + 6]
+        assert (seed0.get_linewidth(), seed0.get_alpha()) == (0.8, 0.6)
+        assert thick.get_linewidth() == 2 and same_colour(thick.get_color(), "black")
+        assert ax.get_xlabel() == "tokens seen" and ax.title.get_fontsize() == 10
+    legend = axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["seed 0", "seed 1", "mean"]
+    assert [t.get_fontsize() for t in legend.get_texts()] == [8] * 3 and not legend.get_frame_on()
+    assert axes[1].get_legend() is None
+    assert tuple(fig.get_size_inches()) == (13.0, 3.4)
+    plt.close(fig)
+
+
+def test_timing_figure_shows_each_measures_lag_and_claim_t_per_rotation():
+    lags = [{"claim": "t", "statistic": "lag", "variant": m} for m in MEASURES]
+    per_rotation = [{"claim": "t", "statistic": "t", "variant": r} for r in ROTATIONS]
+    fig = compare.timing_figure(*tables([lags, per_rotation]), 0.8)
+    left, right = fig.axes
+    for p, ax in enumerate((left, right)):
+        drawn = panel(ax)
+        assert {k: drawn[k] for k in ("dots", "means", "cis")} == expected(p, 2 + 4 * (1 - p))
+        assert drawn["thresholds"] == [0.0]
+        assert ax.get_ylabel() == "steps" and ax.title.get_fontsize() == 9
+    assert panel(left)["ticks"] == [compare.VARIANT_LABELS[m] for m in MEASURES]
+    assert panel(right)["ticks"] == ["BCDA", "DABC"]
+    assert left.get_title() == (
+        "K-composition of the top induction <- prev-token pair becomes a discovery:\n"
+        "steps after the induction phase change (< 0: before)"
+    )
+    assert right.get_title() == "(t) corrected clear step -\neach rotation's"
+    assert left.get_position().width == pytest.approx(3 * right.get_position().width, rel=1e-6)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["seed", "mean", "80% CI"]
+    assert legend._ncols == 3 and not legend.get_frame_on()
+    fig.canvas.draw()
+    box = legend.get_window_extent().transformed(fig.transFigure.inverted())
+    assert box.y0 < 0.08 and box.x0 + box.x1 == pytest.approx(1.0, abs=0.01)  # lower centre
+    assert fig._suptitle.get_text() == "Composition through training, 3 seed(s)"
+    assert tuple(fig.get_size_inches()) == (11.0, 3.6)
+    plt.close(fig)

@@ -1,0 +1,238 @@
+"""The head figures on tables built by hand: each attention panel shows its own head's pattern
+under its role, the dotted line on the induction targets worked out by hand, the copying vs QK
+scatter puts each defined head at its two scores in its role's colour and names the undefined
+ones inside the axes, and the ablation panels plot |effect| against score minus baseline."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.colors import to_rgba
+
+from pipeline.present.figures import heads as figures
+from pipeline.tables import VARIANTS
+
+L, H, T = 2, 2, 7  # a sequence [first, span of 3, span of 3]
+
+
+def same_colour(a, b) -> bool:
+    return to_rgba(a) == to_rgba(b)
+
+
+def head_table(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["layer", "head", "role", "copying", "qk_positivity"])
+
+
+ROLES = head_table(
+    [
+        (0, 0, "previous_token", math.nan, math.nan),
+        (0, 1, "first_token", math.nan, math.nan),
+        (1, 0, "induction", 0.9, 0.8),
+    ]
+)  # head 1.1 has no row: its role is "?"
+
+
+@pytest.fixture
+def patterns():
+    pattern = np.random.default_rng(0).random((L, H, T, T)).astype(np.float32)
+    fig = figures.attention_patterns(pattern, ROLES, repeat_length=3)
+    yield pattern, fig
+    plt.close(fig)
+
+
+def test_each_panel_is_its_heads_pattern_titled_with_its_role_in_its_colour(patterns):
+    pattern, fig = patterns
+    assert len(fig.axes) == L * H
+    expected = [
+        ("0.0 previous token", "#1f77b4"),
+        ("0.1 first token", "#7f7f7f"),
+        ("1.0 induction", "#d62728"),
+    ]
+    expected.append(("1.1 ?", "black"))
+    for ax, (layer, head), (title, colour) in zip(fig.axes, np.ndindex(L, H), expected, strict=True):
+        (image,) = ax.images
+        np.testing.assert_array_equal(image.get_array(), pattern[layer, head])
+        assert image.get_clim() == (0.0, 1.0) and image.get_cmap().name == "Blues"
+        assert ax.get_title() == title and same_colour(ax.title.get_color(), colour)
+        assert ax.title.get_fontsize() == 8
+        assert not ax.get_xticks().size and not ax.get_yticks().size
+    assert tuple(fig.get_size_inches()) == pytest.approx((1.9 * H, 2.1 * L + 0.4))
+
+
+def test_the_dotted_line_marks_key_equals_query_minus_repeat_length_plus_one(patterns):
+    _, fig = patterns
+    for ax in fig.axes:
+        (line,) = ax.get_lines()
+        # the second copy's queries 4, 5, 6 attend to the token after their first occurrence: 2, 3, 4
+        assert list(line.get_ydata()) == [4, 5, 6]
+        assert list(line.get_xdata()) == [2, 3, 4]
+        assert line.get_linestyle() == ":" and same_colour(line.get_color(), "#d62728")
+        assert line.get_linewidth() == 0.8
+
+
+def test_without_a_repeat_length_no_line_is_drawn():
+    fig = figures.attention_patterns(np.zeros((1, 1, 4, 4)), ROLES)
+    assert not fig.axes[0].get_lines()
+    plt.close(fig)
+
+
+def test_rows_are_labelled_by_layer_and_the_figure_says_what_sequence_it_shows(patterns):
+    _, fig = patterns
+    assert [ax.get_ylabel() for ax in fig.axes] == ["layer 0\nquery", "", "layer 1\nquery", ""]
+    assert [ax.get_xlabel() for ax in fig.axes] == ["", "", "key", "key"]
+    assert fig.axes[0].yaxis.get_label().get_fontsize() == 8
+    assert fig.axes[-1].xaxis.get_label().get_fontsize() == 8
+    assert fig._suptitle.get_text() == "Attention on one repeated random sequence"
+
+
+# --- copying vs QK ----------------------------------------------------------------------
+
+LATER = head_table(
+    [
+        (0, 0, "previous_token", 0.5, 0.5),  # layer 0: never shown
+        (1, 0, "induction", 0.9, 0.8),
+        (1, 1, "previous_token", -0.2, 0.3),
+        (1, 2, "induction", 0.7, 0.6),
+        (1, 3, "mystery", 0.1, -0.1),  # a role with no colour: black
+        (2, 0, "other", math.nan, 0.4),  # undefined copying
+        (2, 1, "other", 0.2, math.inf),  # undefined QK term
+    ]
+)
+
+
+@pytest.fixture
+def scatter():
+    fig = figures.copying_vs_qk(LATER)
+    (ax,) = fig.axes
+    yield fig, ax
+    plt.close(fig)
+
+
+def test_each_role_is_one_scatter_of_its_heads_scores_in_its_colour(scatter):
+    _, ax = scatter
+    groups = {
+        "induction": ([[0.9, 0.8], [0.7, 0.6]], "#d62728"),
+        "mystery": ([[0.1, -0.1]], "black"),
+        "previous token": ([[-0.2, 0.3]], "#1f77b4"),
+    }
+    assert [c.get_label() for c in ax.collections] == list(groups)  # sorted by role
+    for c, (points, colour) in zip(ax.collections, groups.values(), strict=True):
+        np.testing.assert_array_equal(c.get_offsets(), points)
+        assert [tuple(f) for f in c.get_facecolors()] == [to_rgba(colour)]
+        assert list(c.get_sizes()) == [36]
+    notes = {t.get_text(): t.xy for t in ax.texts if t.get_text()[0].isdigit()}
+    assert notes == {"1.0": (0.9, 0.8), "1.1": (-0.2, 0.3), "1.2": (0.7, 0.6), "1.3": (0.1, -0.1)}
+
+
+def test_the_axes_cross_at_zero_in_light_grey_on_a_fixed_square(scatter):
+    _, ax = scatter
+    horizontal, vertical = ax.get_lines()
+    assert list(horizontal.get_ydata()) == [0, 0] and list(vertical.get_xdata()) == [0, 0]
+    for line in (horizontal, vertical):
+        assert same_colour(line.get_color(), "0.8") and line.get_linewidth() == 0.8
+    assert ax.get_xlim() == (-1.05, 1.05) and ax.get_ylim() == (-1.05, 1.05)
+    assert ax.get_xlabel() == "copying: sum(λ) / sum(|λ|) of W_E OV W_U"
+    assert ax.get_ylabel() == "QK positivity: K-composition term in token space"
+    assert ax.get_title() == "Copying vs positive QK (layer ≥ 1 heads)"
+
+
+def test_the_legend_is_small_and_upper_left(scatter):
+    fig, ax = scatter
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["induction", "mystery", "previous token"]
+    assert [t.get_fontsize() for t in legend.get_texts()] == [7, 7, 7]
+    fig.canvas.draw()
+    box, axes_box = legend.get_window_extent(), ax.get_window_extent()
+    assert box.x0 - axes_box.x0 < 0.1 * axes_box.width and axes_box.y1 - box.y1 < 0.1 * axes_box.height
+
+
+def test_undefined_heads_are_named_small_in_the_lower_right_corner_inside_the_axes(scatter):
+    fig, ax = scatter
+    (note,) = [t for t in ax.texts if t.get_text().startswith("undefined")]
+    assert note.get_text() == "undefined (not shown): 2.0, 2.1"
+    assert note.get_fontsize() == 7
+    assert (note.get_horizontalalignment(), note.get_verticalalignment()) == ("right", "bottom")
+    fig.canvas.draw()
+    box, axes_box = note.get_window_extent(), ax.get_window_extent()
+    assert axes_box.x0 < box.x0 < box.x1 < axes_box.x1 and axes_box.y0 < box.y0 < box.y1 < axes_box.y1
+    # the corner: right edge 1% of the width from the axes' right, bottom 1% of the height up
+    assert box.x1 == pytest.approx(axes_box.x1 - 0.01 * axes_box.width, abs=1)
+    assert box.y0 == pytest.approx(axes_box.y0 + 0.01 * axes_box.height, abs=1)
+
+
+def test_with_no_defined_head_there_is_no_legend_and_every_head_is_named():
+    fig = figures.copying_vs_qk(LATER[LATER["copying"].isna() | ~np.isfinite(LATER["qk_positivity"])])
+    (ax,) = fig.axes
+    assert ax.get_legend() is None and not ax.collections
+    assert [t.get_text() for t in ax.texts] == ["undefined (not shown): 2.0, 2.1"]
+    plt.close(fig)
+
+
+# --- ablation vs composition -----------------------------------------------------------
+
+PAIR = {"src_layer": 0, "src_head": 0, "dst_layer": 1, "dst_head": 0}
+
+
+def test_ablation_panels_plot_absolute_effect_against_score_minus_baseline():
+    effects = pd.DataFrame(
+        [
+            {"kind": "K", **PAIR, "loss_effect": -0.3},
+            {"kind": "K", **PAIR, "dst_head": 1, "loss_effect": 0.2},
+            {"kind": "Q", **PAIR, "loss_effect": 0.5},
+        ]
+    )
+    scores = pd.DataFrame(
+        [
+            {"kind": k, **PAIR, "dst_head": h, "variant": v, "score": s, "baseline_mean": 0.1}
+            for k, h, s in (("K", 0, 0.4), ("K", 1, 0.2), ("Q", 0, math.nan))
+            for v in VARIANTS
+        ]
+    )
+    rho = {"K": {"true": 0.123, "errata_bcda": None}}
+    fig = figures.ablation_vs_composition(effects, scores, rho=rho, kinds=("K", "Q"))
+    assert len(fig.axes) == 2 * len(VARIANTS)
+    assert tuple(fig.get_size_inches()) == pytest.approx((3.4 * len(VARIANTS), 2.9 * 2))
+    k_row, q_row = fig.axes[: len(VARIANTS)], fig.axes[len(VARIANTS) :]
+    for ax in k_row:
+        np.testing.assert_allclose(ax.collections[0].get_offsets(), [[0.3, 0.3], [0.1, 0.2]])
+        assert same_colour(ax.collections[0].get_facecolors()[0], "#444444")
+        assert not ax.texts
+    assert [ax.get_title() for ax in k_row] == ["K true: Spearman ρ = 0.12"] + [
+        f"K {v}: Spearman ρ = undefined" for v in VARIANTS[1:]
+    ]
+    fig.canvas.draw()
+    for ax in q_row:  # NaN scores: said small in the middle of the panel
+        (note,) = ax.texts
+        assert note.get_text() == "no defined scores" and note.get_fontsize() == 8
+        assert (note.get_horizontalalignment(), note.get_verticalalignment()) == ("center", "center")
+        box, panel_box = note.get_window_extent(), ax.get_window_extent()
+        assert (box.x0 + box.x1) / 2 == pytest.approx((panel_box.x0 + panel_box.x1) / 2, abs=1)
+        assert (box.y0 + box.y1) / 2 == pytest.approx((panel_box.y0 + panel_box.y1) / 2, abs=1)
+        assert ax.get_xlabel() == "composition score - baseline"
+        assert ax.xaxis.get_label().get_fontsize() == 8
+    assert [ax.get_ylabel() for ax in fig.axes] == ["|loss change|, repeated probe", "", "", "", ""] * 2
+    assert fig.axes[0].yaxis.get_label().get_fontsize() == 8
+    assert [ax.title.get_fontsize() for ax in fig.axes] == [8] * len(fig.axes)
+    assert [ax.get_xlabel() for ax in k_row] == [""] * len(VARIANTS)
+    assert fig._suptitle.get_text() == "Path ablation vs composition (loss effect)"
+    plt.close(fig)
+
+
+# --- the heads summary's Spearman correlations ----------------------------------------------
+
+
+def test_spearman_of_reads_each_effects_correlations_and_refuses_a_malformed_summary():
+    from pipeline.errors import UserError
+
+    summary = {"agreement": {"loss_effect": {"spearman": {"K": {"true": 0.5, "errata_bcda": None}}}}}
+    assert figures.spearman_of(summary) == {"loss_effect": {"K": {"true": 0.5, "errata_bcda": None}}}
+    assert figures.spearman_of({"agreement": {"loss_effect": {}}}) == {"loss_effect": {}}
+    problem = "expected {effect: {spearman: {kind: {variant: a number or null}}}} (the heads stage's)"
+    for bad in ([summary], {"agreement": []}, {"agreement": {"x": {"spearman": {"K": {"true": "0.5"}}}}}):
+        with pytest.raises(UserError) as e:
+            figures.spearman_of(bad, "heads/summary.json")
+        assert str(e.value) == f"heads/summary.json: agreement: {problem}"
