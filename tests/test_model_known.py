@@ -5,6 +5,7 @@ written bridge checkpoint carries, and the copy shares the train stage reports."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -73,3 +74,21 @@ def test_copy_shares_over_the_run_and_its_last_quarter():
     stream.tokens_drawn, stream.tokens_copied = 400, 100
     assert train._copy_shares(stream, (400, 100)) == {"copy_share": 0.25, "copy_share_last_quarter": 0.0}
     assert train._copy_shares(stream, (300, 40)) == {"copy_share": 0.25, "copy_share_last_quarter": 0.6}
+
+
+def test_attn_scale_must_be_sqrt_d_head_even_for_one_dimensional_heads():
+    one = replace(STANDARD, d_head=1, normalization_type=None)
+    assert tl_checkpoint.from_tl_config({**tl_checkpoint.tl_config(one), "attn_scale": 1.0}) == one
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config({**tl_checkpoint.tl_config(one), "attn_scale": 3.0})
+    assert str(caught.value) == "config.json: attn_scale = 3.0: must be sqrt(d_head) = 1"
+
+
+def test_a_bridges_positive_attn_scale_is_what_it_divides_by():
+    """TransformerLens 4.3's native attention divides by attn_scale whenever it is > 0 (0.5 too),
+    and by sqrt(d_head) when it is absent: 0.5 is refused, absent is read as sqrt(d_head)."""
+    bridge = {**tl_checkpoint.tl_config(STANDARD), "architecture": tl_checkpoint.NATIVE}
+    assert "attn_scale" not in bridge and tl_checkpoint.from_tl_config(bridge) == STANDARD
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config({**bridge, "attn_scale": 0.5})
+    assert str(caught.value) == "config.json: attn_scale = 0.5: must be sqrt(d_head) = 2"

@@ -1,0 +1,71 @@
+"""Known answers of pipeline/compare/stats.py's small functions worked out by hand: the exact sign
+test (binomial, ties and NaN left out), Student's t interval of three values, the verdict at the
+edges of its rules, summary.json's text, and the refusal of an empty comparison."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipeline.compare import stats
+from pipeline.config import CompareConfig
+from pipeline.errors import UserError
+
+T_975_2 = 4.302652729749462  # Student's t, 97.5th percentile, 2 degrees of freedom (tables: 4.303)
+
+
+def test_sign_test_known_answers():
+    """3 of 3 above: P = 2 x (1/2)^3 = 0.25; 2 of 3: P = 1; ties and NaN leave 2 of 2: 0.5."""
+    assert stats.sign_test([1.0, 2.0, 3.0], 0.0) == pytest.approx(0.25)
+    assert stats.sign_test([-1.0, 2.0, 3.0], 0.0) == pytest.approx(1.0)
+    assert stats.sign_test([1.0, 2.0, 0.0, math.nan], 0.0) == pytest.approx(0.5)
+    assert stats.sign_test([-1.0, -2.0, -3.0], 0.0) == pytest.approx(0.25)
+    assert stats.sign_test([0.5, 0.5, math.nan], 0.5) is None
+
+
+def test_t_interval_of_one_two_three():
+    """Mean 2, sample sd 1: 2 -+ t(0.975, 2) / sqrt(3)."""
+    lo, hi = stats.t_interval([1.0, 2.0, 3.0, math.nan], 0.95)
+    half = T_975_2 / math.sqrt(3)
+    assert lo == pytest.approx(2 - half, rel=1e-12) and hi == pytest.approx(2 + half, rel=1e-12)
+    assert stats.t_interval([4.0, 4.0], 0.95) == (4.0, 4.0)
+    assert stats.t_interval([4.0, math.nan], 0.95) == (None, None)
+
+
+def test_verdict_at_the_edges_of_its_rules():
+    values = [0.2, 0.3, 0.4]
+    assert stats.verdict({"n": 3, "lo": 0.1, "hi": 0.5}, 0.0, values, 3) == "holds"
+    # the interval's lower end must exceed the limit, not reach it
+    assert stats.verdict({"n": 3, "lo": 0.0, "hi": 0.5}, 0.0, values, 3) == "inconclusive"
+    assert stats.verdict({"n": 3, "lo": 0.1, "hi": 0.5}, 0.0, values, 4) == "inconclusive"  # too few seeds
+    assert stats.verdict({"n": 3, "lo": None, "hi": None}, 0.0, values, 3) == "inconclusive"
+    assert stats.verdict({"n": 0, "lo": None, "hi": None}, 0.0, [], 3) == "untestable"
+    below = [-0.2, -0.3, -0.4]
+    assert stats.verdict({"n": 3, "lo": -0.5, "hi": -0.1}, 0.0, below, 3) == "fails"
+    assert stats.verdict({"n": 3, "lo": -0.5, "hi": 0.0}, 0.0, below, 3) == "inconclusive"  # hi must be below
+    mixed = [-0.2, -0.3, 0.4]  # the interval below, one seed above: neither
+    assert stats.verdict({"n": 3, "lo": -0.5, "hi": -0.1}, 0.0, mixed, 3) == "inconclusive"
+    assert stats.verdict({"n": 3, "lo": 0.1, "hi": 0.5}, 0.0, [0.2, -0.3, 0.4], 3) == "inconclusive"
+
+
+def test_summary_json_is_indented_strict_json_ending_in_a_newline():
+    text = '{\n  "b": 1,\n  "a": [\n    1,\n    null\n  ]\n}\n'
+    assert stats.summary_json({"b": 1, "a": [1, None]}) == text
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        stats.summary_json({"a": math.nan})
+
+
+def test_json_safe_turns_nan_into_null_and_numpy_scalars_into_python():
+    import numpy as np
+
+    nested = {"c": np.float64(1.5), "d": np.int64(2)}
+    safe = stats._json_safe({"a": math.nan, "b": nested, "e": 0.5, "f": "x"})
+    assert safe == {"a": None, "b": {"c": 1.5, "d": 2}, "e": 0.5, "f": "x"}
+    assert type(safe["b"]["c"]) is float and type(safe["b"]["d"]) is int
+
+
+def test_nothing_to_compare_is_refused():
+    with pytest.raises(UserError) as caught:
+        stats.compare([], CompareConfig(), 0.1, 0.05)
+    assert str(caught.value) == "seeds = []: no seeds to compare"
