@@ -1,0 +1,118 @@
+"""pipeline.cli, in-process: the error boundary (`run_cli`: one line and exit code 2, or the
+traceback under --debug), the stages' parser, and `keep_freed_memory` as its docstring says: on
+glibc, a large allocation comes from the heap and its memory stays there when freed (read back
+with glibc's own `mallinfo2`); without libc.so.6 the call is a no-op that says so."""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import re
+
+import pytest
+
+from pipeline import cli
+from pipeline.errors import UserError
+
+MB = 2**20
+
+
+class Mallinfo2(ctypes.Structure):  # glibc's struct mallinfo2 (malloc.h, glibc >= 2.33)
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+            "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def glibc():
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's allocator only")
+    libc = ctypes.CDLL("libc.so.6")
+    if not hasattr(libc, "mallinfo2"):
+        pytest.skip("glibc < 2.33 has no mallinfo2")
+    libc.mallinfo2.restype = Mallinfo2
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return libc
+
+
+def test_a_freed_large_allocation_stays_in_the_heap():
+    libc = glibc()
+    assert cli.keep_freed_memory() is True
+    before = libc.mallinfo2()
+    size = before.fordblks + 64 * MB  # more than the heap holds free: the heap must grow by it
+    block = libc.malloc(size)
+    assert block
+    grown = libc.mallinfo2()
+    libc.free(block)
+    after = libc.mallinfo2()
+    assert grown.hblkhd == before.hblkhd  # from the heap, not a fresh mmap of its own
+    assert 64 * MB <= grown.arena - before.arena <= size + 16 * MB  # the heap grew by about the block
+    assert after.arena == grown.arena  # and freeing it gave nothing back to the system
+
+
+def test_without_libc_so_6_it_is_a_no_op(monkeypatch):
+    """Windows' ctypes, say: no libc.so.6 to load (and, as there, a library is named by a string)."""
+
+    def cdll(name, *args, **kwargs):
+        if not isinstance(name, str):
+            raise TypeError(f"LoadLibrary() argument 1 must be str, not {type(name).__name__}")
+        raise FileNotFoundError(f"Could not find module {name!r}")
+
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    assert cli.keep_freed_memory() is False
+
+
+def refusing(args) -> int:
+    raise UserError("model.n_heads", "must be > 0", 0)
+
+
+def test_a_user_error_is_one_line_and_exit_2_and_debug_shows_its_traceback(capsys, monkeypatch):
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    parser = cli.stage_parser("python -m stages.x", None)
+    assert cli.run_cli(parser, refusing, []) == cli.EXIT_USER_ERROR == 2
+    assert capsys.readouterr().err == "error: model.n_heads = 0: must be > 0\n"
+    with pytest.raises(UserError, match=r"^model\.n_heads = 0: must be > 0$"):
+        cli.run_cli(parser, refusing, ["--debug"])
+    assert capsys.readouterr().err == ""
+
+
+def test_a_stage_parser_takes_its_first_docstring_line_as_its_description():
+    parser = cli.stage_parser("python -m stages.x", "  Do one thing.\n\nAt length.\n")
+    assert (parser.prog, parser.description) == ("python -m stages.x", "Do one thing.")
+    assert parser.epilog == "  Do one thing.\n\nAt length.\n"
+    bare = cli.stage_parser("python -m stages.y", None)
+    assert (bare.description, bare.epilog) == (None, None)
+    assert vars(bare.parse_args([])) == {"params": "params.yaml", "debug": False}
+
+
+def test_progress_lines_follow_the_mode_a_stage_set(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "LINE_EVERY", 0.0)  # a line at every update
+    with cli.showing_progress("lines"), cli.progress_bar(2, "composition K", "block") as bar:
+        assert (bar.mode, bar.bar) == ("lines", None)
+        bar.update()
+        bar.update()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2
+    assert re.fullmatch(r"composition K: 1/2 blocks, \d+ s, about \d+ s left", lines[0])
+    assert re.fullmatch(r"composition K: 2/2 blocks, \d+ s", lines[1])
+
+
+def test_a_progress_bar_is_a_tqdm_bar_on_stderr_as_wide_as_the_terminal(capsys):
+    with cli.showing_progress("bar"), cli.progress_bar(3, "path ablation", "pair") as bar:
+        assert bar.mode == "bar" and bar.bar is not None
+        assert bar.bar.dynamic_ncols  # follows the terminal's width as it changes
+        bar.update(3)
+    shown = capsys.readouterr()
+    assert shown.out == ""
+    assert "path ablation" in shown.err and "3/3" in shown.err
+
+
+def test_no_progress_shows_nothing(capsys):
+    with cli.showing_progress(None), cli.progress_bar(2, "composition K", "block") as bar:
+        bar.update(2)
+    assert (bar.mode, bar.bar) == (None, None)
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,160 @@
+"""Every config rule's refusal, word for word: a valid section with one value made bad, validated as
+params.yaml's loader validates it (`Section.validate`), gives one line naming the key, the value
+and the rule (pipeline/config.py); the values beside a bad one are accepted."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+from dataclasses import replace
+
+import pytest
+
+from pipeline.config import (
+    AnalysisConfig,
+    CompositionConfig,
+    Config,
+    CopiesConfig,
+    DataConfig,
+    FiguresConfig,
+    HeadsConfig,
+    ModelConfig,
+    SyntheticDataConfig,
+    TextDataConfig,
+    TokenizerConfig,
+    TrainConfig,
+    notes,
+    require_corpus_package,
+    require_hub_name,
+)
+from pipeline.errors import UserError
+
+INF, NAN = math.inf, math.nan
+TEXT = DataConfig(source="text", text=TextDataConfig(corpus="kjv"), tokenizer=TokenizerConfig(vocab_size=256))
+
+REFUSED = [
+    (ModelConfig(n_layers=1), "n_layers = 1: must be >= 2: composition needs an earlier and a later layer"),
+    (ModelConfig(n_heads=0), "n_heads = 0: must be > 0"),
+    (ModelConfig(normalization_type="RMS"), "normalization_type = 'RMS': must be null (none) or 'LN'"),
+    (SyntheticDataConfig(topic_fraction=1.5), "topic_fraction = 1.5: must be in [0, 1]"),
+    (SyntheticDataConfig(min_segment=9), "min_segment = 9: must be <= max_segment = 8"),
+    (CopiesConfig(max_span=0), "max_span = 0: must be > 0"),
+    (CopiesConfig(min_span=11), "min_span = 11: must be <= max_span = 10"),
+    (CopiesConfig(anneal_start=0.9, anneal_end=0.5), "anneal_start = 0.9: must be <= anneal_end = 0.5"),
+    (TextDataConfig(glob="../x/*.txt"), "glob = '../x/*.txt': must be relative to data.dir, without '..'"),
+    (DataConfig(source="tokens"), "tokens.path: is required when data.source = 'tokens'"),
+    (FiguresConfig(edges="p"), "edges = 'p': must be one of fdr, z, excess"),
+    (FiguresConfig(edge_threshold=-0.5), "edge_threshold = -0.5: must be >= 0"),
+    (AnalysisConfig(device="tpu"), "device = 'tpu': must be one of auto, cpu, cuda"),
+    (CompositionConfig(null_samples=0), "null_samples = 0: must be > 0"),
+    (Config(seeds=[]), "seeds = []: must list at least one seed"),
+    (Config(seeds=[0, 1, 0]), "seeds = [0, 1, 0]: must not repeat a seed"),
+    (
+        Config(analysis=AnalysisConfig(heads=HeadsConfig(window_length=64))),
+        "analysis.heads.window_length = 64: must be < model.n_ctx = 64 "
+        "(a window of k earlier tokens needs k + 1 positions)",
+    ),
+    (
+        Config(train=TrainConfig(probe_length=32)),
+        "train.probe_length = 32: a repeated sequence (1 + 2 x 32 = 65 tokens) does not fit in "
+        "model.n_ctx = 64",
+    ),
+    (
+        Config(data=TEXT),
+        "model.d_vocab = 64: must equal data.tokenizer.vocab_size = 256 (the text source's tokens)",
+    ),
+    (TrainConfig(save_every=-1), "save_every = -1: must be >= 0 (0: no periodic checkpoints)"),
+    (TrainConfig(device="tpu"), "device = 'tpu': must be one of auto, cpu, cuda"),
+    (TrainConfig(source="fit"), "source = 'fit': must be one of train, load"),
+    (TrainConfig(warmup_steps=11, steps=10), "warmup_steps = 11: must be in [0, steps = 10]"),
+    (TrainConfig(checkpoint="model.bin"), "checkpoint = 'model.bin': must end in .safetensors, .pt or .pth"),
+    (TrainConfig(lr=NAN), "lr = nan: must be a finite number (not inf or NaN)"),
+    (TrainConfig(betas=[0.9, INF]), "betas[1] = inf: must be a finite number (not inf or NaN)"),
+]
+
+
+@pytest.mark.parametrize("section,message", REFUSED, ids=[m.split(":")[0] for _, m in REFUSED])
+def test_a_bad_value_is_refused_in_one_line_naming_key_value_and_rule(section, message):
+    with pytest.raises(UserError) as caught:
+        section.validate()
+    assert str(caught.value) == message
+
+
+def test_errata_variant_names_the_variants():
+    with pytest.raises(UserError, match=r"^errata_variant = 'x': must be one of errata_"):
+        FiguresConfig(errata_variant="x").validate()
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        Config(),
+        Config(data=TEXT, model=ModelConfig(d_vocab=256)),
+        Config(seeds=[3]),
+        Config(analysis=AnalysisConfig(heads=HeadsConfig(window_length=63))),
+        Config(train=TrainConfig(probe_length=31)),
+        TrainConfig(source="load", checkpoint="ckpt/model.v2.pt"),
+        TrainConfig(checkpoint="seed{seed}.safetensors", save_every=0, warmup_steps=0),
+        TrainConfig(checkpoint="weights.pth", warmup_steps=10, steps=10),
+        CopiesConfig(min_span=10, anneal_start=0.5, anneal_end=0.5),
+        SyntheticDataConfig(min_segment=8, topic_fraction=1.0),
+    ],
+)
+def test_the_values_at_the_edges_of_the_rules_are_accepted(section):
+    section.validate()
+
+
+def test_checkpoint_steps_are_the_multiples_the_listed_steps_and_the_last():
+    t = TrainConfig(steps=10, save_every=4, save_steps=[5, 8])
+    assert t.checkpoint_steps() == [0, 4, 5, 8, 10]
+    assert replace(t, save_every=0).checkpoint_steps() == [5, 8, 10]
+
+
+def test_notes_name_the_unused_keys_of_the_section_asked():
+    cfg = replace(
+        Config(),
+        train=TrainConfig(checkpoint="model.pt"),
+        data=replace(DataConfig(), tokenizer=TokenizerConfig(pretrained="hf:org/tok")),
+    )
+    train_note = (
+        "note: train.checkpoint = 'model.pt' is unused: train.source = 'train' trains a model from "
+        "scratch (train=load, or train.source=load, loads the checkpoint)"
+    )
+    data_note = (
+        "note: data.tokenizer.pretrained = 'hf:org/tok' is unused: data.source = 'synthetic' is not "
+        "tokenized (data.source=text reads text through it)"
+    )
+    assert notes(cfg) == [train_note, data_note]
+    assert notes(cfg, "train") == [train_note]
+    assert notes(cfg, "data") == [data_note]
+    assert notes(cfg, "model") == []
+
+
+def test_a_wrong_corpus_package_version_names_the_installed_one():
+    installed = importlib.metadata.version("torch")
+    with pytest.raises(UserError) as caught:
+        require_corpus_package("torch-py", pin=("torch", "0.0.1"))
+    assert str(caught.value) == (
+        f"data.text.corpus = 'torch-py': needs torch==0.0.1, but {installed} is installed: "
+        "run make install or another corpus (setup=kjv)"
+    )
+
+
+def test_a_malformed_hub_name_is_refused_with_its_value():
+    with pytest.raises(UserError) as caught:
+        require_hub_name("hf:no-slash", "train.checkpoint")
+    assert str(caught.value) == (
+        "train.checkpoint = 'hf:no-slash': must be hf:ORG/NAME or hf:ORG/NAME@REVISION "
+        "(a snapshot in the Hugging Face cache)"
+    )
+
+
+@pytest.mark.parametrize("revision", ["main/..", "refs//pr", "v1/.hidden"])
+def test_a_revision_with_an_empty_or_dotted_part_is_refused(revision):
+    with pytest.raises(UserError) as caught:
+        require_hub_name(f"hf:org/name@{revision}", "train.checkpoint")
+    assert str(caught.value) == (
+        f"train.checkpoint = 'hf:org/name@{revision}': revision {revision!r} is not a branch, tag or "
+        "commit (a part is empty or starts with '.')"
+    )
+    assert require_hub_name("hf:org/name@refs/pr/1", "train.checkpoint")["revision"] == "refs/pr/1"
