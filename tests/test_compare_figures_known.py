@@ -84,6 +84,13 @@ def test_dots_with_ci_draws_each_seed_the_mean_and_its_interval_at_each_column()
     mean, ci = handles[1], handles[2]
     assert same_colour(mean.get_colors()[0], "black") and list(mean.get_linewidths()) == [2]
     assert same_colour(ci.get_colors()[0], "#d62728") and list(ci.get_linewidths()) == [2]
+    # the threshold below the dots, the mean and its interval above them
+    assert [ax.get_lines()[0].get_zorder(), dots[0].get_zorder(), mean.get_zorder(), ci.get_zorder()] == [
+        1,
+        2,
+        3,
+        3,
+    ]
     assert drawn["ticks"] == ["x label", "y label"]
     assert [t.get_fontsize() for t in ax.get_xticklabels()] == [7, 7]
     assert ax.get_xlim() == (-0.6, 1.6)
@@ -95,7 +102,14 @@ def test_a_panel_with_no_seeds_value_says_why_and_no_threshold_draws_no_line():
     claims, stats = tables([[{"claim": "x", "statistic": "x"}]])
     fig, ax = plt.subplots()
     compare.dots_with_ci(ax, claims, stats, [{"claim": "z", "statistic": "z"}], ["z"])
-    assert [t.get_text() for t in ax.texts] == ["no seed has the heads\nthis needs"]
+    (note,) = ax.texts
+    assert note.get_text() == "no seed has the heads\nthis needs"
+    assert note.get_position() == (0.5, 0.5) and same_colour(note.get_color(), "0.4")
+    assert (note.get_horizontalalignment(), note.get_verticalalignment()) == ("center", "center")
+    fig.canvas.draw()
+    box, panel_box = note.get_window_extent(), ax.get_window_extent()
+    assert (box.x0 + box.x1) / 2 == pytest.approx((panel_box.x0 + panel_box.x1) / 2, abs=1)
+    assert (box.y0 + box.y1) / 2 == pytest.approx((panel_box.y0 + panel_box.y1) / 2, abs=1)
     assert not ax.get_lines() and len(ax.collections) == 1  # the dots only, all NaN
     plt.close(fig)
 
@@ -198,7 +212,8 @@ def test_curves_figure_draws_a_thin_line_per_seed_and_the_mean_thick():
     mean = pd.DataFrame(
         [{"tokens": t, **{c: 100 * k + 5 + t for k, c in enumerate(columns)}} for t in (0, 1)]
     )
-    fig = compare.curves_figure(curves, mean)
+    with plt.rc_context({"font.size": 7}):  # the sizes are the figure's own, not the machine's
+        fig = compare.curves_figure(curves, mean)
     axes = fig.axes
     assert [ax.get_title() for ax in axes] == [
         "held-out loss",

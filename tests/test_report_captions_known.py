@@ -4,6 +4,11 @@ described yet captioned as such, so that the page says it needs one."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
+from pipeline.errors import UserError
 from pipeline.present import report
 
 
@@ -25,4 +30,58 @@ def test_images_come_in_order_with_their_captions_and_an_undescribed_one_says_so
         == '<figure id="f3"><img src="data:image/png;base64,emV0YV9wbG90LnBuZw==" '
         f'alt="Figure: zeta plot"><figcaption><strong>Figure: zeta plot.</strong> {todo} '
         '<span class="file">zeta_plot.png</span></figcaption></figure>'
+    )
+
+
+def test_a_missing_figure_directory_is_named(tmp_path):
+    with pytest.raises(UserError) as e:
+        report.read_images(tmp_path / "figures")
+    assert str(e.value) == f"{tmp_path / 'figures'}: figure directory not found"
+
+
+FACTS = {
+    "discovered": {"K": 5, "Q": 1, "V": 0},
+    "shown": 4,
+    "left_out": 2,
+    "channel_discoveries": 3,
+    "d_head": 16,
+    "channels_shown": 8,
+}
+
+
+def test_the_channel_caption_counts_the_pairs_shown_and_left_out():
+    text = report.channels_caption(FACTS)
+    assert text.startswith(
+        "4 of the 6 pairs whose corrected score is a discovery (K 5, Q 1, V 0); the 2 with the lowest "
+        "calibrated z are left out, one heat map each. Rows: the writer's channels i"
+    )
+    assert "both strongest first (the leading 8 of 16, widened to every panel's top channel). " in text
+    assert (
+        "||OV^a N^b||^2 carried by writer channel i into reader channel j, s_i^2 t_j^2 (w_i . k_j)^2 "
+        "over its sum" in text
+    )
+    assert text.endswith(
+        "A star and a red frame: a channel discovery (3 shown), a pair that composes mainly through its "
+        "top channel (its top share against a randomly rotated reader, FDR-controlled)."
+    )
+    every = report.channels_caption(FACTS | {"shown": 6, "left_out": 0, "channels_shown": 16})
+    assert every.startswith("All 6 pairs whose corrected score is a discovery (K 5, Q 1, V 0), one heat map")
+    assert "both strongest first (all 16). " in every
+    none = FACTS | {"discovered": {"K": 0, "Q": 0, "V": 0}}
+    assert report.channels_caption(none) == (
+        "No pair's corrected score is a discovery in this seed, so there is no channel table to show."
+    )
+
+
+def test_the_channel_figure_is_captioned_from_its_facts_and_broken_facts_are_named(tmp_path):
+    (tmp_path / "channels.png").write_bytes(b"png")
+    (tmp_path / "channels.json").write_text(json.dumps(FACTS))
+    (image,) = report.read_images(tmp_path)
+    short, title = report.FIGURES["channels"].short, report.FIGURES["channels"].title
+    assert image.caption == report.Caption(short, title, report.channels_caption(FACTS))
+    (tmp_path / "channels.json").write_text(json.dumps({"discovered": {"K": 1}}))
+    with pytest.raises(UserError) as e:
+        report.read_images(tmp_path)
+    assert str(e.value) == (
+        f"{tmp_path / 'channels.json'}: not the figures stage's facts of channels.png (KeyError('left_out'))"
     )
