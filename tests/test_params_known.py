@@ -8,8 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pipeline import params
+from pipeline.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,3 +34,64 @@ def test_a_bad_value_under_another_conf_is_one_line_naming_the_override(tmp_path
     assert params.main(["model.n_heads=0", "--conf", str(conf), "--out", str(out)]) == 2
     assert capsys.readouterr().err == "error: override: model.n_heads = 0: must be > 0\n"
     assert not out.exists()
+
+
+def test_a_conf_dir_without_its_config_is_refused_naming_the_file(tmp_path):
+    with pytest.raises(UserError) as caught:
+        params.compose([], conf_dir=tmp_path)
+    assert str(caught.value) == f"{tmp_path / (params.CONFIG_NAME + '.yaml')}: Hydra config not found"
+
+
+def test_an_override_the_schema_refuses_names_the_override_once():
+    with pytest.raises(UserError) as caught:
+        params.compose(["model.n_heads=0"])
+    assert str(caught.value) == "override: model.n_heads = 0: must be > 0"
+
+
+def test_an_empty_params_file_is_refused_naming_it():
+    with pytest.raises(UserError, match=r"^mine\.yaml: empty: "):
+        params.from_dict({}, source="mine.yaml")
+
+
+def omegaconf_literal(value) -> str:
+    """`value` in OmegaConf's interpolation grammar (for `${oc.create:...}`)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {omegaconf_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(omegaconf_literal(v) for v in value) + "]"
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return f"'{value}'" if isinstance(value, str) else repr(value)
+
+
+def test_interpolations_in_a_params_file_resolve_as_it_is_loaded(tmp_path):
+    """A hand-edited params.yaml may use OmegaConf's interpolations: a key given as another's value,
+    a section given whole by `oc.create`; it loads as the file they stand for."""
+    committed = params.load(ROOT / "params.yaml")
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["train"]["eval_batch_size"] = "${train.batch_size}"
+    raw["data"] = "${oc.create:" + omegaconf_literal(raw["data"]) + "}"
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = params.load(path)
+    assert cfg.data == committed.data
+    assert cfg.train.eval_batch_size == cfg.train.batch_size == committed.train.batch_size
+
+
+def test_a_missing_checkpoint_or_its_config_is_refused_naming_train_checkpoint(tmp_path):
+    cfg = params.from_dict(params.compose(["train=load", "seeds=[0,1]"], conf_dir=ROOT / "conf"))
+    named = f"train.checkpoint = {cfg.train.checkpoint!r}: "
+    first = Path(cfg.train.checkpoint_dir) / cfg.train.checkpoint.replace("{seed}", "0")
+    with pytest.raises(UserError) as caught:
+        params.require_inputs(cfg, tmp_path)
+    assert str(caught.value) == (
+        f"{named}{first} not found (relative to train.checkpoint_dir = {cfg.train.checkpoint_dir!r})"
+    )
+    (tmp_path / first).parent.mkdir(parents=True)
+    (tmp_path / first).write_bytes(b"x")
+    with pytest.raises(UserError) as caught:
+        params.require_inputs(cfg, tmp_path)
+    assert (
+        str(caught.value)
+        == f"{named}{first.parent / 'config.json'} not found (the checkpoint's config, beside it)"
+    )

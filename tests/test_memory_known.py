@@ -1,0 +1,121 @@
+"""The memory estimate's terms worked out by hand from their docstrings (pipeline/memory.py) for a
+tiny model: the path ablation's chunk, one layer's scores, the held-out loss, a training step's
+residual streams; and a refusal's wording with one term and with several."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import memory
+from pipeline.config import ModelConfig, TrainConfig
+from pipeline.errors import UserError
+
+# L layers, H heads of d_head dh, d_model D, context T, vocabulary V
+L, H, dh, D, T, V = 2, 2, 4, 16, 20, 16
+MODEL = ModelConfig(n_layers=L, n_heads=H, d_head=dh, d_model=D, n_ctx=T, d_vocab=V)
+
+
+def batch(n: int, pos: int) -> memory._Batch:
+    size = memory.Size("analysis.heads.eval_sequences", n, 64)
+    return memory._Batch(size, memory._Shape(MODEL).n_ctx, pos, "the held-out batch", ("n", "pos"))
+
+
+def by_what(terms) -> dict[str, int]:
+    return {t.what: t.bytes for t in terms}
+
+
+def test_the_path_ablations_chunk_and_logits():
+    """n = 3 sequences of 20: every source head in one chunk (H of them), every later head's loss
+    pass too; float64."""
+    n, sources = 3, H
+    outputs = sources * n * (2 * T * H * D + H * T * T)  # results, deltas, patterns
+    block_call = sources * n * (3 * H * T * T + 2 * T * H * D + 6 * T * D)
+    loss_passes = H * n * T * (4 * V + 2 * D + H * T)
+    assert (outputs, block_call, loss_passes) == (12480, 33600, 16320)
+    terms = by_what(memory._ablation(memory._Shape(MODEL), batch(n, T)))
+    assert terms["one chunk of the path ablation on the held-out batch"] == 8 * (12480 + 33600)
+    assert terms["the logits of the held-out batch, [n, pos, d_vocab], with their copy and log-softmax"] == (
+        8 * 3 * n * T * V
+    )
+
+
+def test_the_path_ablations_chunk_when_the_loss_passes_are_larger():
+    """A large vocabulary: the later heads' loss passes outweigh the block call."""
+    big = ModelConfig(n_layers=L, n_heads=H, d_head=dh, d_model=D, n_ctx=T, d_vocab=1000)
+    n = 3
+    outputs = H * n * (2 * T * H * D + H * T * T)
+    loss_passes = H * n * T * (4 * 1000 + 2 * D + H * T)
+    assert (outputs, loss_passes) == (12480, 488640)
+    chunk = next(
+        t for t in memory._ablation(memory._Shape(big), batch(n, T)) if t.what.startswith("one chunk")
+    )
+    assert chunk.bytes == 8 * (12480 + 488640)
+    assert [s.key for s in chunk.sizes] == ["analysis.heads.eval_sequences", "model.n_ctx", "model.d_vocab"]
+
+
+def test_one_layers_scores_and_the_logits_beside_the_cache():
+    n = 3
+    terms = by_what(memory._computing(memory._Shape(MODEL), batch(n, T), memory.FLOAT64))
+    # scores and masked scores [n, H, T, T], and q, k, v [n, T, H, dh]
+    assert terms["one layer's attention scores on the held-out batch"] == 8 * n * (
+        2 * H * T * T + 3 * T * H * dh
+    )
+    assert terms["the logits of the held-out batch, [n, pos, d_vocab]"] == 8 * 2 * n * T * V
+
+
+def test_the_held_out_loss_is_a_chunk_of_sequences():
+    """Per sequence: logits, their copy and log-softmax [T, V], the pattern [H, T, T], streams
+    [T, 4 D], q, k, v and the result [T, 4 H dh], and the ids [T]; 5 sequences fit in a chunk."""
+    per_sequence = T * (3 * V + H * T + 4 * D + 4 * H * dh) + T
+    term = memory._heldout_loss(memory._Shape(MODEL), 5)
+    assert (term.what, term.bytes) == (
+        "the held-out loss, a chunk of sequences at a time",
+        4 * 5 * per_sequence,
+    )
+    assert [s.key for s in term.sizes] == ["model.d_vocab", "model.n_ctx"]
+
+
+def test_the_evaluation_probe_is_1_plus_2_probe_length_long():
+    """64 probes outweigh one held-out sequence's loss: the probe's cached pass is the term."""
+    t = TrainConfig(eval_batch_size=64, probe_length=9)
+    terms = by_what(memory._evaluation(memory._Shape(MODEL), t, 1))
+    pos = 1 + 2 * 9
+    probe = "the attention patterns of the induction probe, [eval_batch_size, n_heads, 1 + 2 probe_length, "
+    assert terms[probe + "1 + 2 probe_length] float32 per layer"] == 4 * L * 64 * H * pos * pos
+    patterns = next(t for t in memory._evaluation(memory._Shape(MODEL), t, 1) if t.what.startswith(probe))
+    assert [(s.key, s.value) for s in patterns.sizes] == [
+        ("train.eval_batch_size", 64),
+        ("model.n_heads", H),
+        ("train.probe_length", 9),
+    ]
+
+
+def test_a_training_steps_residual_streams():
+    """Per layer 4 streams of d_model and 8 of n_heads x d_head, plus 4 of d_model, float32,
+    kept and their gradients; and the int64 ids and targets."""
+    B = 8
+    streams = L * (4 * D + 8 * H * dh) + 4 * D
+    assert streams == 320
+    terms = memory._training_step(memory._Shape(MODEL), memory.Size("train.batch_size", B, 32))
+    found = by_what(terms)
+    what = "the residual streams, queries, keys and values of a training batch, and their gradients"
+    assert found[what] == 2 * 4 * B * T * 320 + 2 * 8 * B * T
+    logits = next(t for t in terms if t.what.startswith("the logits of a training batch"))
+    assert [s.key for s in logits.sizes] == ["train.batch_size", "model.n_ctx", "model.d_vocab"]
+
+
+def test_a_refusal_says_needs_for_one_term_and_need_for_several():
+    one = memory.Term("the synthetic data", 3_000_000, (memory.Size("data.n_train_sequences", 10**6, 20000),))
+    two = memory.Term("the logits", 1_000_000, (memory.Size("model.d_vocab", 100, 64),))
+    with pytest.raises(UserError) as caught:
+        memory.require_fits(memory.Estimate("the model", (one,)), available=2_000_000)
+    assert str(caught.value) == (
+        "data.n_train_sequences = 1000000: the synthetic data needs about 3.0 MB, "
+        "more than the 2.0 MB of memory available"
+    )
+    with pytest.raises(UserError) as caught:
+        memory.require_fits(memory.Estimate("the model", (one, two)), available=2_000_000)
+    assert str(caught.value) == (
+        "data.n_train_sequences = 1000000: the model need about 4.0 MB (most of it the synthetic data), "
+        "more than the 2.0 MB of memory available"
+    )

@@ -1,0 +1,53 @@
+"""pipeline.tables on tables built by hand: the excess over the baseline, the joined measures and
+their split, and read_csv's one-line refusals naming the file."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from pipeline import tables
+from pipeline.errors import UserError
+
+
+def raw_rows(variant: str | None, scores: list[float]) -> pd.DataFrame:
+    rows = {c: [0] * len(scores) for c in tables.RAW_SCORES_COLUMNS if c != "variant"}
+    rows["score"] = scores
+    frame = pd.DataFrame(rows)
+    return frame.assign(variant=variant)[list(tables.RAW_SCORES_COLUMNS)] if variant else frame
+
+
+def test_excess_is_the_score_less_its_baseline():
+    frame = pd.DataFrame({"score": [0.5, 0.25], "baseline_mean": [0.125, 0.5]})
+    assert tables.excess(frame).tolist() == [0.375, -0.25]
+
+
+def test_joined_measures_are_the_scores_then_the_invariant_numbered_afresh():
+    scores = raw_rows("errata", [0.1, 0.2]).set_axis([5, 7])
+    invariant = raw_rows(None, [0.3]).set_axis([5])
+    joined = tables.join_measures(scores, invariant)
+    assert joined.index.tolist() == [0, 1, 2]
+    assert joined["variant"].tolist() == ["errata", "errata", tables.INVARIANT]
+    assert joined["score"].tolist() == [0.1, 0.2, 0.3]
+    back_scores, back_invariant = tables.split_measures(joined)
+    assert back_scores["score"].tolist() == [0.1, 0.2] and back_invariant["score"].tolist() == [0.3]
+
+
+def test_read_csv_refuses_in_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "scores.csv"
+    path.write_text("kind,score\nQ,0.5\n")
+    assert tables.read_csv(path, ["kind", "score"])["score"].tolist() == [0.5]
+    with pytest.raises(UserError) as caught:
+        tables.read_csv(path, ["kind", "variant"])
+    assert str(caught.value) == f"{path}: missing column 'variant' (has kind, score)"
+    path.write_text("kind,score\n")
+    assert tables.read_csv(path, ["kind"]).empty  # a header alone is a table, unless refused
+    with pytest.raises(UserError) as caught:
+        tables.read_csv(path, ["kind"], empty_ok=False)
+    assert str(caught.value) == f"{path}: no rows, only a header: not a complete table of its stage"
+    path.write_text("")
+    with pytest.raises(UserError) as caught:
+        tables.read_csv(path)
+    assert str(caught.value) == f"{path}: not a readable table (No columns to parse from file)"
+    with pytest.raises(UserError, match=r": file not found$"):
+        tables.read_csv(tmp_path / "absent.csv")
