@@ -63,6 +63,16 @@ def test_discovered_hands_on_the_rows_with_their_index_in_the_kinds_table():
     assert (none.d_head, none.leading) == (0, 0)  # nothing shown: no d_head to show
 
 
+def test_a_pair_without_a_calibrated_z_ranks_as_the_lowest_and_ties_keep_the_csvs_order():
+    found = [("K", 0, 0, 1, 0), ("K", 0, 1, 1, 0), ("K", 0, 2, 1, 0)]
+    frame, shares = tables({}, found)
+    keys = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
+    scores = pd.DataFrame([(*p, "true", z) for p, z in zip(found[1:], (-math.inf, 2.0), strict=True)])
+    scores.columns = [*keys, "variant", "z_cal"]  # 0.0 -> 1.0 has no row: its z is missing
+    picked = cf.discovered(frame, shares, scores)
+    assert list(picked.shown["src_head"]) == [2, 0, 1]  # z 2, then missing and -inf tied, in the csv's order
+
+
 @pytest.fixture
 def drawn():
     frame, shares = tables({FOUND[0]: (3, 1)}, FOUND, channel_discovery=[FOUND[1]])
@@ -120,6 +130,8 @@ def test_with_many_channels_every_third_is_ticked():
     fig = cf.channel_maps(cf.discovered(frame, shares), shares)
     (panel,) = [ax for ax in fig.axes if ax.images]
     assert list(panel.get_xticks()) == list(range(0, 21, 3)) == list(panel.get_yticks())
+    assert panel.get_xlabel() == "reader channel j (leading 21 of 64)"
+    assert panel.get_ylabel() == "writer channel i (leading 21 of 64)"
     plt.close(fig)
 
 
