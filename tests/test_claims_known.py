@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
+
+import pytest
+
 from pipeline.compare import claims
 from pipeline.compare.claims import NONE, Claim
 from pipeline.tables import HYPOTHESES
@@ -35,3 +40,35 @@ def test_a_claim_given_no_settings_has_the_documented_defaults(monkeypatch):
     assert y == Claim("y", "words", "number", 0.0, False, compute, {}, None, (), True)
     assert y.calibrated is True and y.versus == () and y.hypotheses() == (NONE,)
     assert list(claims.CLAIMS) == ["y"]
+
+
+def test_the_agreement_cut_at_a_threshold_and_its_absence():
+    """An effect's agreement cut at min_effect is its own entry, at a threshold its "by_threshold"
+    entry; whatever is absent reads as NaN, never an error (a seed without the heads)."""
+    at_05 = {"ranking": {"K": {"true": {"pr_auc": 0.75}}}, "role_baseline": {"K": {"pr_auc": 0.5}}}
+    effect = {"ranking": {"K": {"true": {"pr_auc": 0.25}}}, "by_threshold": {"0.05": at_05}}
+    inp = SimpleNamespace(agreement={"pattern_effect": effect, "bare": {}})
+    assert claims._cut(inp, "pattern_effect", None) is effect
+    assert claims._cut(inp, "pattern_effect", 0.05) is at_05
+    assert claims._ranking(inp, "pattern_effect", "K", "true", "pr_auc") == 0.25
+    assert claims._ranking(inp, "pattern_effect", "K", "true", "pr_auc", threshold=0.05) == 0.75
+    assert claims._role_pr_auc(inp, "pattern_effect", "K", threshold=0.05) == 0.5
+    assert claims._cut(inp, "bare", 0.05) == {} and claims._cut(inp, "absent", 0.05) == {}
+    assert math.isnan(claims._ranking(inp, "bare", "K", "true", "pr_auc", threshold=0.05))
+    assert math.isnan(claims._role_pr_auc(inp, "bare", "K", threshold=0.05))
+    assert math.isnan(claims._role_pr_auc(inp, "pattern_effect", "K", threshold=0.1))
+
+
+def test_mean_log_of_a_ratio_reads_both_columns_as_floats():
+    """mean ln(a / c): ln 2 and ln 4 average to 1.5 ln 2, whatever dtype the columns hold (an
+    object column, as a frame built from JSON or with None in it holds); a missing value or a
+    non-positive ratio gives NaN."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"a": [1.0, 8.0], "c": pd.Series([0.5, 2.0], dtype=object)})
+    assert claims._mean_log(frame, "a", "c") == pytest.approx(1.5 * math.log(2))
+    assert claims._mean_log(frame, "a") == pytest.approx(0.5 * math.log(8))
+    missing = pd.DataFrame({"a": [1.0, 8.0], "c": pd.Series([0.5, None], dtype=object)})
+    assert math.isnan(claims._mean_log(missing, "a", "c"))
+    assert math.isnan(claims._mean_log(pd.DataFrame({"a": [1.0, -8.0]}), "a"))
+    assert math.isnan(claims._mean_log(pd.DataFrame({"a": []}, dtype=float), "a"))

@@ -282,3 +282,25 @@ def test_synthetic_sequences_are_split_first_ones_held_out_with_a_manifest():
     assert str(caught.value) == (
         "data.n_train_sequences = 1: leaves no training sequences after holding out eval_fraction = 0.05"
     )
+
+
+def test_the_synthetic_probe_is_token_zero_then_a_random_span_twice():
+    """[n, 1 + 2 * length]: a first token 0, then `length` uniform tokens, repeated."""
+    probe = datasets.repeated_random_tokens(50, 6, 5, torch.Generator().manual_seed(0))
+    assert probe.shape == (50, 13) and probe.dtype == torch.long
+    assert torch.equal(probe[:, 0], torch.zeros(50, dtype=torch.long))
+    assert torch.equal(probe[:, 1:7], probe[:, 7:])
+    assert set(probe[:, 1:].unique().tolist()) == set(range(5))  # 300 draws reach each of 5 tokens
+    synthetic = datasets.load(DataConfig(n_train_sequences=20), MODEL, 0, 4, need_train=False)
+    assert synthetic.heldout is None
+    assert datasets.repeated_probe(synthetic, 50, 6, 5, seed=0).shape == (50, 13)
+
+
+def test_token_ids_of_any_integer_dtype_come_back_as_int64():
+    """uint16 (tokens.npy's dtype) in, torch.long / int64 out: the model's embedding takes long ids."""
+    ids = (np.arange(40) % 7).astype(np.uint16).reshape(5, 8)
+    rows = datasets.Rows(ids)
+    assert rows.rows.dtype == torch.long and torch.equal(rows.rows, torch.from_numpy(ids.astype(np.int64)))
+    assert rows.batch(3, torch.Generator().manual_seed(0)).dtype == torch.long
+    copied, n = datasets.with_copies(ids, CopiesConfig(rate=0.0), np.random.default_rng(0))
+    assert copied.dtype == np.int64 and np.array_equal(copied, ids) and n == 0
