@@ -85,23 +85,36 @@ def test_errata_variant_names_the_variants():
         FiguresConfig(errata_variant="x").validate()
 
 
-@pytest.mark.parametrize(
-    "section",
-    [
-        Config(),
-        Config(data=TEXT, model=ModelConfig(d_vocab=256)),
-        Config(seeds=[3]),
+# (a value at the edge of its rule, accepted; one step past it, refused)
+EDGES = [
+    (Config(), Config(seeds=[-1])),
+    (Config(data=TEXT, model=ModelConfig(d_vocab=256)), Config(data=TEXT, model=ModelConfig(d_vocab=255))),
+    (Config(seeds=[3]), Config(seeds=[3, 3])),
+    (
         Config(analysis=AnalysisConfig(heads=HeadsConfig(window_length=63))),
-        Config(train=TrainConfig(probe_length=31)),
+        Config(analysis=AnalysisConfig(heads=HeadsConfig(window_length=64))),
+    ),
+    (Config(train=TrainConfig(probe_length=31)), Config(train=TrainConfig(probe_length=32))),
+    (
         TrainConfig(source="load", checkpoint="ckpt/model.v2.pt"),
-        TrainConfig(checkpoint="seed{seed}.safetensors", save_every=0, warmup_steps=0),
+        TrainConfig(source="load", checkpoint="ckpt/model.v2.p"),
+    ),
+    (TrainConfig(checkpoint="seed{seed}.safetensors", save_every=0), TrainConfig(save_every=-1)),
+    (
         TrainConfig(checkpoint="weights.pth", warmup_steps=10, steps=10),
-        CopiesConfig(min_span=10, anneal_start=0.5, anneal_end=0.5),
-        SyntheticDataConfig(min_segment=8, topic_fraction=1.0),
-    ],
-)
-def test_the_values_at_the_edges_of_the_rules_are_accepted(section):
-    section.validate()
+        TrainConfig(warmup_steps=11, steps=10),
+    ),
+    (TrainConfig(warmup_steps=0), TrainConfig(warmup_steps=-1)),
+    (CopiesConfig(min_span=10, anneal_start=0.5, anneal_end=0.5), CopiesConfig(min_span=11)),
+    (SyntheticDataConfig(min_segment=8, topic_fraction=1.0), SyntheticDataConfig(topic_fraction=1.01)),
+]
+
+
+@pytest.mark.parametrize("edge,past", EDGES)
+def test_the_values_at_the_edges_of_the_rules_are_accepted(edge, past):
+    edge.validate()
+    with pytest.raises(UserError):
+        past.validate()
 
 
 def test_checkpoint_steps_are_the_multiples_the_listed_steps_and_the_last():
