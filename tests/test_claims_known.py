@@ -72,3 +72,14 @@ def test_mean_log_of_a_ratio_reads_both_columns_as_floats():
     assert math.isnan(claims._mean_log(missing, "a", "c"))
     assert math.isnan(claims._mean_log(pd.DataFrame({"a": [1.0, -8.0]}), "a"))
     assert math.isnan(claims._mean_log(pd.DataFrame({"a": []}, dtype=float), "a"))
+
+
+def test_selectivity_is_zero_when_both_maxima_are_zero():
+    """(T - O) / (|T| + |O|) with T = O = 0: no cell singled out, 0 (not a division by zero)."""
+    import pandas as pd
+
+    rows = [("true", "K", "induction", "previous_token", 0.0), ("true", "V", "other", "other", 0.0)]
+    scored = pd.DataFrame(rows, columns=["variant", "kind", "dst_role", "src_role", "excess"])
+    assert claims.selectivity(scored, "true") == 0.0
+    scored.loc[0, "excess"] = 0.25
+    assert claims.selectivity(scored, "true") == 1.0
