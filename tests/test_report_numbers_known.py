@@ -42,10 +42,10 @@ def stats_rows(*rows) -> pd.DataFrame:
 
 def test_each_statistics_decimals_come_from_its_largest_number_over_every_row():
     stats = stats_rows(
-        ("e", "excess", 0.05, 0.01, 0.09),  # REAL: unbounded
-        ("e", "excess", 12.3, 10.0, 14.6),  # the largest, in the second row: 14.6 -> one decimal
+        ("e", "excess", 12.3, 10.0, 14.6),  # REAL: unbounded; the largest, 14.6 -> one decimal
+        ("e", "excess", 0.05, 0.01, 0.09),  # a later, smaller row does not lower it
         ("e", "relative", -0.5, -0.9, 0.002),
-        ("e", "excess_anisotropy", -0.5, -50.0, 10.0),  # the lower end the largest: 50 -> one decimal
+        ("e", "excess_anisotropy", -0.5, -500.0, 10.0),  # the lower end the largest: 500 -> none
         ("e", "z_growth", 0.05, 0.01, 0.09),  # small: 0.09 -> 0.0900, four decimals
         ("t", "lag", 150.0, 90.0, 210.0),  # WHOLE: the mean of steps, none from 100 on
         ("c", "pr_auc_at_0.05", 0.8, 0.7, 1.2),  # UNIT: two decimals, whatever the interval
@@ -53,7 +53,7 @@ def test_each_statistics_decimals_come_from_its_largest_number_over_every_row():
     formats = report.Formats(stats)
     assert formats("e", "excess").places == 1
     assert formats("e", "relative").places == 3
-    assert formats("e", "excess_anisotropy").places == 1
+    assert formats("e", "excess_anisotropy").places == 0
     assert formats("e", "z_growth").places == 4
     assert formats("t", "lag") == report.Format(report.WHOLE, 0)
     assert formats("c", "pr_auc_at_0.05") == report.Format(report.UNIT, 2)
@@ -394,7 +394,11 @@ def test_the_page_puts_each_figure_where_the_contents_link_it():
     assert [page.index(o) for o in order] == sorted(page.index(o) for o in order)
     assert page.count("<figure ") == 3
     assert "Verdict: the rule; <em>untestable</em>" in page
-    assert "the role-only baseline ranks the pairs by the heads' roles alone (previous-token or " in page
+    assert (
+        "PR-AUC's chance level is the fraction of causal edges; the role-only baseline ranks the pairs by "
+        "the heads' roles alone (previous-token or recent-window into induction first, then pairs of named "
+        "roles)."
+    ) in page
     assert (
         '<p class="note">Scores to three significant digits of their column\'s largest; "–": missing, '
         in page
