@@ -44,3 +44,37 @@ def test_every_table_of_a_seed_must_have_a_row(tmp_path):
             read.read_seed(1, *args)
         assert str(caught.value) == f"{path}: no rows, only a header: not a complete table of its stage"
         path.write_text(whole)
+
+
+def test_a_heads_summary_or_metrics_without_what_compare_reads_is_refused_by_name(tmp_path):
+    import json
+
+    import synthetic_seeds as syn
+
+    dirs = syn.write_stage_outputs(tmp_path, [1])
+    args = (dirs["train"], dirs["composition"], dirs["heads"], dirs["dynamics"])
+    summary_path = dirs["heads"] / "seed1" / "summary.json"
+    whole = json.loads(summary_path.read_text())
+    roles = (
+        "{role: {heldout_loss_effect, probe_loss_effect, placebo_p, serves_heldout}} "
+        "for induction, previous_token"
+    )
+    no_placebo = {
+        r: {k: v for k, v in s.items() if k != "placebo_p"} for r, s in whole["role_ablation"].items()
+    }
+    for changed, refusal in (
+        ({"agreement": None}, "agreement: missing: expected {effect: {spearman, top_source}}"),
+        ({"role_ablation": no_placebo}, f"role_ablation: missing: expected {roles}"),
+        ({"role_ablation": []}, f"role_ablation: missing: expected {roles}"),
+    ):
+        summary_path.write_text(json.dumps({**whole, **changed}))
+        with pytest.raises(UserError) as caught:
+            read.read_seed(1, *args)
+        assert str(caught.value) == f"{summary_path}: {refusal}"
+    summary_path.write_text(json.dumps(whole))
+    metrics_path = dirs["train"] / "seed1" / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    metrics_path.write_text(json.dumps({k: v for k, v in metrics.items() if k != "prev_token"}))
+    with pytest.raises(UserError) as caught:
+        read.read_seed(1, *args)
+    assert str(caught.value) == f"{metrics_path}: prev_token: missing"
