@@ -271,6 +271,28 @@ def test_a_checkpoint_changed_after_the_origin_stage_is_refused(tmp_path, monkey
         train.run(cfg, 0, chosen)
 
 
+def test_load_records_what_it_read_and_reads_a_repository_without_config_json_by_its_known_fields(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    saved = save_checkpoint(tmp_path / "checkpoints" / "seed0", 0)
+    cfg = params.from_dict(params.compose([*TINY, "train=load"], conf_dir=ROOT / "conf"))
+    chosen = origin.choose(cfg.train, 0)
+    result = train.load(cfg, 0, chosen)
+    # the train stage's manifest names the checkpoint and the config.json the origin stage chose
+    assert result.manifest["checkpoint"] == chosen["checkpoint"]
+    assert result.manifest["config"] == chosen["config"]
+    # a repository known without config.json (pipeline.hub.KNOWN): its sizes come from the weights'
+    # shapes, what the shapes cannot say from its fields; the same weights are read either way
+    fields = {"positional_embedding_type": "standard", "normalization_type": "LN", "attn_only": True}
+    known = dict(chosen, config={"known": "someone/attn_only_2l", "fields": fields})
+    by_fields = train.load(cfg, 0, known)
+    assert by_fields.manifest["config"] == known["config"]
+    for name, weight in saved.state_dict().items():
+        assert torch.equal(by_fields.model.state_dict()[name], weight), name
+    assert by_fields.curve["eval_loss"].item() == result.curve["eval_loss"].item()
+
+
 def test_checkpoint_suffix_is_validated():
     with pytest.raises(UserError, match="train.checkpoint"):
         params.from_dict(
