@@ -1,0 +1,443 @@
+"""The stages' own lines, in-process: each stage's command line (its prog, every option, which
+are required, their types and help), and what each writes for a tiny real chain of inputs (origin,
+train, weights, composition, heads with --invariant and --channels, dynamics, figures; tokenizer
+unused; compare and report on tests/synthetic_seeds.py): the files it names, the fields and
+settings it passes on, the figures the library draws of those inputs at the configured dpi.
+
+The pipeline's maths is tested beside its modules; this file checks that each stage hands them
+the right arguments and writes what they return where the next stage and the docs expect it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from importlib import import_module
+from io import StringIO
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import synthetic_seeds as syn
+from dvc_repo import TINY
+from PIL import Image
+
+from pipeline import checkpoint, cli, io, tables
+from pipeline import params as params_mod
+from pipeline.behaviour import channel_check
+from pipeline.model import origin
+from pipeline.present import figures
+from pipeline.present.figures import composition as composition_figures
+from pipeline.present.figures import dynamics as dynamics_figures
+from pipeline.present.figures import heads as heads_figures
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = "output directory"
+
+# stage: {option: (required, type, help)}; a flag's type is "flag" (store_true)
+OPTIONS = {
+    "tokenizer": {"--out": (True, None, OUT)},
+    "origin": {
+        "--seed": (True, int, "the seed ('{seed}' in train.checkpoint)"),
+        "--out": (True, None, OUT),
+    },
+    "train": {
+        "--seed": (True, int, "training seed"),
+        "--origin": (True, None, "origin.json of the origin stage (train or load)"),
+        "--tokenized": (False, None, "the tokenizer stage's directory (data.source = text)"),
+        "--out": (True, None, OUT),
+        "--no-progress": (
+            False,
+            "flag",
+            "no progress at all (else a bar on a terminal, a line per evaluation without one, as under DVC)",
+        ),
+    },
+    "weights": {
+        "--model": (True, None, "checkpoint (.safetensors)"),
+        "--config": (True, None, "its config.json (HookedTransformerConfig fields)"),
+        "--out": (True, None, OUT),
+    },
+    "composition": {
+        "--weights": (True, None, "heads.safetensors (or any attention-only checkpoint)"),
+        "--seed": (False, int, "seed of the random baselines and nulls"),
+        "--out": (True, None, OUT),
+    },
+    "heads": {
+        "--model": (True, None, "checkpoint (.safetensors)"),
+        "--config": (True, None, "its config.json"),
+        "--weights": (True, None, "analysis-ready heads.safetensors of the weights stage"),
+        "--scores": (True, None, "scores.csv of the composition stage"),
+        "--invariant": (
+            False,
+            None,
+            "invariant.csv of the composition stage: its agreement with the ablation too",
+        ),
+        "--channels": (
+            False,
+            None,
+            "channels.csv of the composition stage: cut each discovered K pair's top channel",
+        ),
+        "--tokenized": (False, None, "the tokenizer stage's directory (data.source = text)"),
+        "--seed": (False, int, "seed of the evaluation batches (the training seed)"),
+        "--out": (True, None, OUT),
+    },
+    "dynamics": {
+        "--checkpoints": (True, None, "train's checkpoints/ (index.json and files)"),
+        "--config": (True, None, "config.json of the model they checkpoint"),
+        "--tokenized": (False, None, "the tokenizer stage's directory (data.source = text)"),
+        "--seed": (False, int, "seed of the baselines, nulls and batches (the training seed)"),
+        "--out": (True, None, OUT),
+        "--no-progress": (
+            False,
+            "flag",
+            "no progress at all (else a bar on a terminal, a line per checkpoint without one, as under DVC)",
+        ),
+    },
+    "figures": {
+        "--scores": (True, None, "scores.csv of the composition stage"),
+        "--heads": (False, None, "heads.csv of the heads stage (labels heads by role)"),
+        "--ablation": (False, None, "ablation.csv of the heads stage"),
+        "--heads-summary": (False, None, "summary.json of the heads stage (Spearman correlations)"),
+        "--patterns": (False, None, "patterns.safetensors of the heads stage"),
+        "--dynamics": (
+            False,
+            None,
+            "the dynamics stage's directory of this seed (steps.tsv, summary.json)",
+        ),
+        "--channels": (False, None, "channels.csv of the composition stage (with --channel-shares)"),
+        "--channel-shares": (
+            False,
+            None,
+            "channels.safetensors of the composition stage (with --channels)",
+        ),
+        "--out": (True, None, OUT),
+    },
+    "compare": {
+        "--train": (True, None, "train stage directory (seed<N>/metrics.json, curve.tsv)"),
+        "--composition": (True, None, "composition stage directory (seed<N>/scores.csv)"),
+        "--heads": (True, None, "heads stage directory (seed<N>/heads.csv, summary.json)"),
+        "--dynamics": (True, None, "dynamics stage directory (seed<N>/steps.tsv)"),
+        "--out": (True, None, OUT),
+    },
+    "report": {
+        "--compare": (True, None, "compare stage directory (tables, verdicts.json, figures/)"),
+        "--figures": (True, None, "figures stage directory (seed<N>/*.png|svg)"),
+        "--out": (True, None, "the HTML file to write"),
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_each_stage_takes_its_documented_options_and_runs_them_through_the_error_boundary(name, monkeypatch):
+    """The parser `main` hands to `run_cli`, with the argv it was given: prog `python -m
+    stages.<name>`, --params and --debug (stage_parser), and exactly the stage's options."""
+    module = import_module(f"stages.{name}")
+    handed = []
+    hand = lambda parser, body, argv: handed.append((parser, body, argv)) or 7  # noqa: E731
+    monkeypatch.setattr(module, "run_cli", hand)
+    argv = ["--out", "x"]
+    assert module.main(argv) == 7
+    [(parser, body, got)] = handed
+    assert got is argv and callable(body)
+    assert parser.prog == f"python -m stages.{name}"
+    options = {}
+    for action in parser._actions:
+        if action.dest in ("help", "params", "debug"):
+            continue
+        [option] = action.option_strings
+        kind = "flag" if (action.nargs, action.const, action.default) == (0, True, False) else action.type
+        options[option] = (action.required, kind, action.help)
+        assert action.dest == option[2:].replace("-", "_")
+    assert options == OPTIONS[name]
+    assert (parser.get_default("params"), parser.get_default("seed")) == (
+        "params.yaml",
+        0 if "--seed" in options and not options["--seed"][0] else None,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_a_missing_required_option_is_argparses_usage_error(name, capsys):
+    """Every required option left out: exit code 2 and argparse's line naming them all."""
+    module = import_module(f"stages.{name}")
+    with pytest.raises(SystemExit) as stopped:
+        module.main([])
+    assert stopped.value.code == 2
+    required = [o for o, (req, _, _) in OPTIONS[name].items() if req]
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: python -m stages.{name} ")
+    assert err.rstrip().endswith(f"error: the following arguments are required: {', '.join(required)}")
+
+
+# --- one tiny real chain ------------------------------------------------------------------
+
+
+def png_dpi(path: Path) -> tuple[float, float]:
+    with Image.open(path) as image:
+        return tuple(round(d) for d in image.info["dpi"])
+
+
+class Chain:
+    def __init__(self, root: Path):
+        self.root = root
+        self.params = params_mod.compose(TINY, conf_dir=ROOT / "conf")
+        self.p = root / "params.yaml"
+        self.p.write_text(params_mod.dump(self.params))
+        self.cfg = params_mod.load(self.p)
+        self.out = {}
+
+    def run(self, name: str, *argv: str, out: str | None = None) -> Path:
+        path = self.root / (out or name)
+        assert import_module(f"stages.{name}").main(["--params", str(self.p), *argv, "--out", str(path)]) == 0
+        self.out[out or name] = path
+        return path
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> Chain:
+    c = Chain(tmp_path_factory.mktemp("chain"))
+    o = c.run("origin", "--seed", "3")
+    train = c.run("train", "--seed", "3", "--origin", str(o / "origin.json"), "--no-progress")
+    model, config = str(train / "model.safetensors"), str(train / "config.json")
+    w = c.run("weights", "--model", model, "--config", config)
+    comp = c.run("composition", "--weights", str(w / "heads.safetensors"), "--seed", "3")
+    c.heads_args = [
+        "--model", model, "--config", config, "--weights", str(w / "heads.safetensors"),
+        "--scores", str(comp / "scores.csv"), "--invariant", str(comp / "invariant.csv"),
+        "--channels", str(comp / "channels.csv"), "--seed", "3",
+    ]  # fmt: skip
+    h = c.run("heads", *c.heads_args)
+    d = c.run("dynamics", "--checkpoints", str(train / "checkpoints"), "--config", config, "--seed", "3")
+    c.figure_args = [
+        "--scores", str(comp / "scores.csv"), "--heads", str(h / "heads.csv"),
+        "--ablation", str(h / "ablation.csv"), "--heads-summary", str(h / "summary.json"),
+        "--patterns", str(h / "patterns.safetensors"), "--dynamics", str(d),
+        "--channels", str(comp / "channels.csv"), "--channel-shares", str(comp / "channels.safetensors"),
+    ]  # fmt: skip
+    c.run("figures", *c.figure_args)
+    return c
+
+
+def test_origin_writes_the_chosen_origin_of_its_seed(chain):
+    chosen = json.loads((chain.out["origin"] / "origin.json").read_text())
+    assert chosen == origin.choose(chain.cfg.train, 3) == {"source": "train"}
+    assert sorted(p.name for p in chain.out["origin"].iterdir()) == ["origin.json"]
+
+
+def test_origin_reads_the_params_it_is_given(tmp_path, capsys):
+    """A train.source = load whose checkpoint names the seed: origin.json records that seed's
+    checkpoint and config.json, from the --params file (not ./params.yaml)."""
+    composed = params_mod.compose(TINY, conf_dir=ROOT / "conf")
+    seeded = "seed{seed}/model.safetensors"
+    composed["train"] |= {"source": "load", "checkpoint_dir": str(tmp_path / "ckpt"), "checkpoint": seeded}
+    (tmp_path / "ckpt" / "seed5").mkdir(parents=True)
+    (tmp_path / "ckpt" / "seed5" / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "ckpt" / "seed5" / "config.json").write_text("{}")
+    p = tmp_path / "params.yaml"
+    p.write_text(params_mod.dump(composed))
+    from stages import origin as stage
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        assert stage.main(["--params", str(p), "--seed", "5", "--out", str(tmp_path / "o")]) == 0
+    chosen = json.loads((tmp_path / "o" / "origin.json").read_text())
+    assert chosen["source"] == "load"
+    assert Path(chosen["checkpoint"]["path"]).as_posix().endswith("ckpt/seed5/model.safetensors")
+    assert Path(chosen["config"]["path"]).as_posix().endswith("ckpt/seed5/config.json")
+
+
+def test_train_writes_its_model_config_curve_metrics_and_manifest(chain):
+    train = chain.out["train"]
+    names = {p.name for p in train.iterdir()}
+    files = {"model.safetensors", "config.json", "curve.tsv", "metrics.json", "manifest.json"}
+    assert names == files | {"checkpoints"}
+    metrics = json.loads((train / "metrics.json").read_text())
+    assert {"induction", "prev_token", "eval_loss"} <= set(metrics)
+    state, meta = checkpoint.load_state(train / "model.safetensors")
+    assert meta["seed"] == "3" or meta["seed"] == 3
+    assert state
+
+
+def test_weights_writes_heads_and_a_summary_of_steps_config_and_extra_tensors(chain):
+    w = chain.out["weights"]
+    assert {p.name for p in w.iterdir()} == {"heads.safetensors", "summary.json"}
+    summary = json.loads((w / "summary.json").read_text())
+    assert set(summary) == {"steps", "config", "extra_tensors"}
+    trained = json.loads((chain.out["train"] / "config.json").read_text())
+    assert summary["config"] == trained | summary["config"]  # the train stage's config.json, and more
+    assert isinstance(summary["steps"], list) and summary["extra_tensors"] == sorted(summary["extra_tensors"])
+
+
+def test_composition_writes_every_table_and_the_channel_shares(chain):
+    comp = chain.out["composition"]
+    assert {p.name for p in comp.iterdir()} == {
+        "scores.csv", "invariant.csv", "placebo.csv", "channels.csv", "channels_placebo.csv",
+        "channels.safetensors", "summary.json",
+    }  # fmt: skip
+    scores = tables.read_csv(comp / "scores.csv", tables.SCORES_COLUMNS, empty_ok=False)
+    assert len(scores) > 0
+    _, meta = checkpoint.load_state(comp / "channels.safetensors")
+    assert meta["rows"] == "channels.csv"
+
+
+def test_heads_with_channels_writes_the_check_and_its_summary(chain):
+    h = chain.out["heads"]
+    assert {p.name for p in h.iterdir()} == {
+        "heads.csv", "ablation.csv", "ablation_batches.csv", "channel_ablation.csv",
+        "patterns.safetensors", "summary.json",
+    }  # fmt: skip
+    checked = pd.read_csv(h / "channel_ablation.csv")
+    summary = json.loads((h / "summary.json").read_text())
+    expected = channel_check.summarize(checked)
+    assert summary["channel_ablation"] == json.loads(json.dumps(expected))
+    assert summary["channel_ablation"]["n_pairs"] == len(expected["pairs"])
+
+
+def test_dynamics_summary_records_the_configured_fdr(chain):
+    summary = json.loads((chain.out["dynamics"] / "summary.json").read_text())
+    assert summary["fdr"] == chain.cfg.analysis.composition.fdr
+    assert summary["checkpoints"] == len(pd.read_csv(chain.out["dynamics"] / "steps.tsv", sep="\t"))
+
+
+def test_dynamics_without_a_terminal_prints_one_line_per_checkpoint(chain, tmp_path, monkeypatch, capsys):
+    """Without a terminal ("lines"), the calls inside each checkpoint stay quiet even where they
+    would print a line at every step (LINE_EVERY 0): the stage's own line is the only one."""
+    monkeypatch.setattr(cli, "LINE_EVERY", 0.0)
+    capsys.readouterr()
+    from stages import dynamics as stage
+
+    argv = [
+        "--params", str(chain.p), "--checkpoints", str(chain.out["train"] / "checkpoints"),
+        "--config", str(chain.out["train"] / "config.json"), "--seed", "3", "--out", str(tmp_path / "d"),
+    ]  # fmt: skip
+    assert stage.main(argv) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines
+    assert all(re.match(r"dynamics seed 3: \d+/\d+ checkpoints", line) for line in lines), lines
+
+
+def test_figures_writes_every_figure_at_the_configured_dpi(chain):
+    f = chain.out["figures"]
+    bases = {
+        "errata_diagram", *(f"composition_{k}" for k in composition_figures.KINDS), "copying_vs_qk",
+        "attention_patterns", *(f"ablation_{n}" for n in ("heldout_loss", "loss", "attn", "pattern")),
+        "dynamics", "channels",
+    }  # fmt: skip
+    drawn = {f"{b}.{x}" for b in bases for x in ("png", "svg")}
+    assert {p.name for p in f.iterdir()} == drawn | {"channels.json"}
+    dpi = chain.cfg.analysis.figures.dpi
+    for base in bases:
+        assert png_dpi(f / f"{base}.png") == (dpi, dpi), base
+
+
+def redraw(fig, tmp: Path, name: str, dpi: int) -> bytes:
+    return figures.save(fig, tmp / name, formats=("png",), dpi=dpi)[0].read_bytes()
+
+
+def test_figures_draws_the_librarys_figures_of_its_inputs(chain, tmp_path):
+    """The errata diagram of the configured variant beside the true one, the ablation figures
+    (attn_effect: Q and K only) with the heads summary's rho, the patterns about their middle,
+    the dynamics figure at the summary's fdr: byte for byte the library's own of the same inputs."""
+    f, a, cfg = chain.out["figures"], chain.cfg.analysis, chain.cfg.analysis.figures
+    h, comp = chain.out["heads"], chain.out["composition"]
+    scores = tables.read_csv(comp / "scores.csv", tables.SCORES_COLUMNS)
+    heads = tables.read_csv(h / "heads.csv", ("layer", "head", "role", "copying", "qk_positivity"))
+    variants = (cfg.errata_variant, "true")
+    diagram = composition_figures.errata_diagram(
+        scores, cfg.edges, cfg.edge_z, cfg.edge_threshold, heads, variants, a.composition.fdr
+    )
+    assert redraw(diagram, tmp_path, "errata_diagram", cfg.dpi) == (f / "errata_diagram.png").read_bytes()
+    effects = tables.read_csv(h / "ablation.csv", tables.ABLATION_COLUMNS)
+    rhos = heads_figures.spearman_of(io.read_json(h / "summary.json"))
+    for effect, name, kinds in (("attn_effect", "attn", "QK"), ("loss_effect", "loss", "QKV")):
+        kinds = tuple(kinds)
+        fig = heads_figures.ablation_vs_composition(effects, scores, effect, rhos.get(effect), kinds)
+        assert redraw(fig, tmp_path, name, cfg.dpi) == (f / f"ablation_{name}.png").read_bytes(), name
+    pattern = heads_figures.read_example(h / "patterns.safetensors")
+    fig = heads_figures.attention_patterns(pattern, heads, (pattern.shape[-1] - 1) // 2)
+    assert redraw(fig, tmp_path, "patterns", cfg.dpi) == (f / "attention_patterns.png").read_bytes()
+    steps = tables.read_csv(chain.out["dynamics"] / "steps.tsv", tables.STEPS_COLUMNS, sep="\t")
+    pair, fdr = dynamics_figures.read_summary(chain.out["dynamics"] / "summary.json")
+    fig = dynamics_figures.dynamics_figure(steps, pair, fdr)
+    assert redraw(fig, tmp_path, "dynamics", cfg.dpi) == (f / "dynamics.png").read_bytes()
+
+
+def test_figures_refuses_scores_without_rows_and_one_channel_file_alone(chain, tmp_path, capsys):
+    from stages import figures as stage
+
+    header = tmp_path / "scores.csv"
+    header.write_text((chain.out["composition"] / "scores.csv").read_text().splitlines()[0] + "\n")
+    base = ["--params", str(chain.p), "--out", str(tmp_path / "f")]
+    capsys.readouterr()
+    assert stage.main([*base, "--scores", str(header)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {header}")
+    scores = str(chain.out["composition"] / "scores.csv")
+    channels = str(chain.out["composition"] / "channels.csv")
+    assert stage.main([*base, "--scores", scores, "--channels", channels]) == 2
+    assert capsys.readouterr().err == "error: --channels, --channel-shares: give both or neither\n"
+    assert not (tmp_path / "f").exists()
+
+
+def test_tokenizer_unused_writes_empty_tokens_and_a_null_tokenizer(chain, tmp_path):
+    """data.source = synthetic: the stage is unused; its files are there, and empty."""
+    out = chain.run("tokenizer", out="tokenizer")
+    tokens = np.load(out / "tokens.npy")
+    assert tokens.shape == (0,) and tokens.dtype == np.uint16
+    assert (out / "tokenizer.json").read_text() == "null\n"
+    assert json.loads((out / "manifest.json").read_text())
+
+
+# --- compare and report on hand-made seeds ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """compare on tests/synthetic_seeds.py's two seeds (and a stale seed9 under train/), then report."""
+    root = tmp_path_factory.mktemp("compared")
+    dirs = syn.write_stage_outputs(root / "outputs", [0, 1])
+    (dirs["train"] / "seed9").mkdir()
+    p = root / "params.yaml"
+    overrides = ["seeds=[0,1]", "analysis.compare.dpi=40", "analysis.compare.min_seeds=2"]
+    p.write_text(params_mod.dump(params_mod.compose(overrides)))
+    from stages import compare, report
+
+    out = root / "compare"
+    argv = ["--params", str(p), *(f"--{n}={dirs[n]}" for n in ("train", "composition", "heads", "dynamics"))]
+    err = StringIO()
+    with contextlib.redirect_stderr(err):
+        assert compare.main([*argv, "--out", str(out)]) == 0
+    page = root / "index.html"
+    assert report.main(["--params", str(p), "--compare", str(out), "--figures", str(dirs["figures"]),
+                        "--out", str(page)]) == 0  # fmt: skip
+    return out, page, dirs, err.getvalue()
+
+
+def test_compare_writes_its_tables_and_figures_at_the_configured_dpi(compared):
+    out, _, _, _ = compared
+    written = {f"{t}.csv" for t in ("claims", "stats", "groups", "roles")} | {"curves.tsv"}
+    written |= {"verdicts.json", "summary.json"}
+    assert {p.name for p in out.iterdir()} == written | {"figures"}
+    bases = ("claims", "roles", "curves", "timing")
+    drawn = {f"{b}.{x}" for b in bases for x in ("png", "svg")}
+    assert {p.name for p in (out / "figures").iterdir()} == drawn
+    for base in bases:
+        assert png_dpi(out / "figures" / f"{base}.png") == (40, 40), base
+    for name in ("claims", "stats", "groups", "roles"):
+        assert len(pd.read_csv(out / f"{name}.csv")) > 0, name
+    assert isinstance(json.loads((out / "verdicts.json").read_text()), dict)
+
+
+def test_compare_notes_a_stale_seed_directory(compared):
+    _, _, dirs, err = compared
+    stale = dirs["train"] / "seed9"
+    assert err == f"note: {stale} is not in seeds [0, 1]: left out (delete it to keep outputs/ tidy)\n"
+
+
+def test_report_writes_one_page_titled_as_configured_with_the_compare_stats(compared):
+    _, page, _, _ = compared
+    text = page.read_text()
+    assert text.lstrip().lower().startswith("<!doctype html>")
+    title = params_mod.load(page.parent / "params.yaml").analysis.report.title
+    assert f"<title>{title}</title>" in text
+    assert 'id="across-seeds"' in text  # the compare stage's stats, one row each
