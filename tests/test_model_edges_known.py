@@ -1,0 +1,116 @@
+"""Known answers at the edges of model/ and the role ablation's placebo test that the sample of
+mutmut's mutants found unchecked: the refusals' exact words and the file they name, NeelNanda's
+config.json without `normalization`, the CUDA-only branches (a CUDA device stood in on the CPU: the
+choice is what is checked, not CUDA's numbers), and a role ranked below a placebo set."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipeline import checkpoint
+from pipeline.behaviour import heads
+from pipeline.config import HeadsConfig, ModelConfig, TrainConfig
+from pipeline.errors import UserError
+from pipeline.model import origin, tl_checkpoint, train, transformer
+from pipeline.model.transformer import AttnOnlyTransformer
+
+CFG = ModelConfig(
+    n_layers=2, n_heads=2, d_head=4, d_model=16, n_ctx=16, d_vocab=24, positional_embedding_type="standard"
+)
+
+
+def test_a_load_without_a_checkpoint_is_refused_naming_train_checkpoint():
+    with pytest.raises(UserError) as caught:
+        origin.checkpoint_path(replace(TrainConfig(), checkpoint=None), 0)
+    assert str(caught.value) == "train.checkpoint: required when train.source = 'load'"
+
+
+def test_a_config_json_that_is_not_an_object_is_refused_naming_it():
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config([1, 2])
+    assert str(caught.value) == "config.json: must be a JSON object of HookedTransformerConfig fields"
+
+
+def test_neel_nandas_config_without_normalization_keeps_its_normalization_type():
+    raw = {"n_layers": 2, "shortformer_pos": True, "normalization_type": "LN"}
+    out = tl_checkpoint.neel_translated(raw)
+    assert out["normalization_type"] == "LN" and out["positional_embedding_type"] == "shortformer"
+    assert tl_checkpoint.neel_translated({"normalization": None})["normalization_type"] is None
+
+
+def test_a_bad_field_of_a_checkpoint_without_config_json_names_the_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    path = tmp_path / "model.safetensors"
+    checkpoint.save_state(path, AttnOnlyTransformer(CFG).state_dict())
+    fields = {"positional_embedding_type": "rotary", "normalization_type": None, "attn_only": True}
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.read_checkpoint(path, fields)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert "rotary" in str(caught.value)
+
+
+@pytest.fixture
+def cuda_setup(monkeypatch):
+    """train._setup as on a CUDA device (torch.device("cuda") exists on a CPU build), its global
+    switches put back afterwards."""
+    monkeypatch.setattr(train, "resolve_device", lambda name, key: torch.device("cuda"))
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.get_num_threads(),
+    )
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before[:2]
+    torch.use_deterministic_algorithms(before[2], warn_only=before[3])
+    torch.set_num_threads(before[4])
+
+
+def test_on_cuda_setup_makes_cublas_deterministic_and_sets_tf32_as_asked(cuda_setup):
+    device = train._setup(replace(TrainConfig(), device="cuda", precision="tf32"))
+    assert device.type == "cuda"
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert torch.is_deterministic_algorithms_warn_only_enabled()  # the fused backward has no such kernel
+
+
+class _OnCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: which kernel causal_attention picks, seen on a CPU."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return True
+
+
+def test_causal_attention_takes_the_fused_kernel_on_cuda_and_the_manual_one_on_the_cpu(monkeypatch):
+    calls = []
+    fused = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return fused(*(torch.Tensor(a) if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
+
+    monkeypatch.setattr(transformer.F, "scaled_dot_product_attention", spy)
+    q, k, v = torch.randn(3, 1, 2, 5, 4, generator=torch.Generator().manual_seed(0)).unbind(0)
+    on_cpu = transformer.causal_attention(q, k, v)
+    assert calls == []
+    on_cuda = transformer.causal_attention(q.as_subclass(_OnCuda), k, v)
+    assert calls == [{"is_causal": True}]
+    torch.testing.assert_close(torch.Tensor(on_cuda), on_cpu)
+
+
+def test_a_role_below_a_placebo_set_does_not_serve_held_out_text():
+    """One of three placebo sets at or above the role: p = (1 + 1) / (1 + 3) = 0.5, not the smallest."""
+    sets = [[(0, 0)], [(0, 1)], [(1, 0)]]
+    cfg = HeadsConfig(placebo_sets=3, min_effect=0.01)
+    out = heads._placebo(sets, [[0.5, 0.1, 0.1]], {"heldout_loss_effect": [0.3]}, cfg)
+    assert out["placebo_p"] == 0.5 and out["serves_heldout"] is False
+    top = heads._placebo(sets, [[0.2, 0.1, 0.1]], {"heldout_loss_effect": [0.3]}, cfg)
+    assert top["placebo_p"] == 0.25 and top["serves_heldout"] is True
