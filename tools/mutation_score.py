@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import re
 import sys
@@ -209,15 +208,15 @@ def sample(found: dict, n: int, seed: int = 36) -> dict:
     return {name: found[name] for name in picked}
 
 
-def wilson(caught: int, judged: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a binomial proportion (95% for z = 1.96): honest at a score near
-    100%, where the normal approximation's interval runs past it."""
+def wilson(caught: int, judged: int, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (scipy's): honest at a score near 100%,
+    where the normal approximation's interval runs past it."""
     if judged == 0:
         return (0.0, 1.0)
-    p = caught / judged
-    centre = (p + z * z / (2 * judged)) / (1 + z * z / judged)
-    half = z * math.sqrt(p * (1 - p) / judged + z * z / (4 * judged * judged)) / (1 + z * z / judged)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    from scipy.stats import binomtest
+
+    ci = binomtest(caught, judged).proportion_ci(confidence_level=level, method="wilson")
+    return (float(ci.low), float(ci.high))
 
 
 def score(c: Counter) -> float | None:
