@@ -215,8 +215,18 @@ def chain(tmp_path_factory) -> Chain:
         "--patterns", str(h / "patterns.safetensors"), "--dynamics", str(d),
         "--channels", str(comp / "channels.csv"), "--channel-shares", str(comp / "channels.safetensors"),
     ]  # fmt: skip
-    c.run("figures", *c.figure_args)
     return c
+
+
+@pytest.fixture
+def figured(chain, tmp_path) -> Path:
+    """The figures stage on the chain's outputs, run inside each test that reads it: mutmut maps a
+    function to the tests that call it, and a module fixture's calls go to its first user only."""
+    from stages import figures as stage
+
+    out = tmp_path / "figures"
+    assert stage.main(["--params", str(chain.p), *chain.figure_args, "--out", str(out)]) == 0
+    return out
 
 
 def test_origin_writes_the_chosen_origin_of_its_seed(chain):
@@ -317,8 +327,8 @@ def test_dynamics_without_a_terminal_prints_one_line_per_checkpoint(chain, tmp_p
     assert all(re.match(r"dynamics seed 3: \d+/\d+ checkpoints", line) for line in lines), lines
 
 
-def test_figures_writes_every_figure_at_the_configured_dpi(chain):
-    f = chain.out["figures"]
+def test_figures_writes_every_figure_at_the_configured_dpi(chain, figured):
+    f = figured
     bases = {
         "errata_diagram", *(f"composition_{k}" for k in composition_figures.KINDS), "copying_vs_qk",
         "attention_patterns", *(f"ablation_{n}" for n in ("heldout_loss", "loss", "attn", "pattern")),
@@ -335,11 +345,11 @@ def redraw(fig, tmp: Path, name: str, dpi: int) -> bytes:
     return figures.save(fig, tmp / name, formats=("png",), dpi=dpi)[0].read_bytes()
 
 
-def test_figures_draws_the_librarys_figures_of_its_inputs(chain, tmp_path):
+def test_figures_draws_the_librarys_figures_of_its_inputs(chain, figured, tmp_path):
     """The errata diagram of the configured variant beside the true one, the ablation figures
     (attn_effect: Q and K only) with the heads summary's rho, the patterns about their middle,
     the dynamics figure at the summary's fdr: byte for byte the library's own of the same inputs."""
-    f, a, cfg = chain.out["figures"], chain.cfg.analysis, chain.cfg.analysis.figures
+    f, a, cfg = figured, chain.cfg.analysis, chain.cfg.analysis.figures
     h, comp = chain.out["heads"], chain.out["composition"]
     scores = tables.read_csv(comp / "scores.csv", tables.SCORES_COLUMNS)
     heads = tables.read_csv(h / "heads.csv", ("layer", "head", "role", "copying", "qk_positivity"))
