@@ -327,7 +327,7 @@ def test_dynamics_without_a_terminal_prints_one_line_per_checkpoint(chain, tmp_p
     assert all(re.match(r"dynamics seed 3: \d+/\d+ checkpoints", line) for line in lines), lines
 
 
-def test_figures_writes_every_figure_at_the_configured_dpi(chain, figured):
+def test_the_figures_stage_writes_every_figure_at_the_configured_dpi(chain, figured):
     f = figured
     bases = {
         "errata_diagram", *(f"composition_{k}" for k in composition_figures.KINDS), "copying_vs_qk",
@@ -345,7 +345,7 @@ def redraw(fig, tmp: Path, name: str, dpi: int) -> bytes:
     return figures.save(fig, tmp / name, formats=("png",), dpi=dpi)[0].read_bytes()
 
 
-def test_figures_draws_the_librarys_figures_of_its_inputs(chain, figured, tmp_path):
+def test_the_figures_stage_draws_the_librarys_figures_of_its_inputs(chain, figured, tmp_path):
     """The errata diagram of the configured variant beside the true one, the ablation figures
     (attn_effect: Q and K only) with the heads summary's rho, the patterns about their middle,
     the dynamics figure at the summary's fdr: byte for byte the library's own of the same inputs."""
