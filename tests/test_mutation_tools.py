@@ -177,10 +177,37 @@ def test_a_sample_draws_n_per_subpackage_by_its_seed_whatever_has_run():
     assert set(mutation_score.sample(found, 40)) <= set(found)
 
 
+def test_a_full_runs_time_is_the_stratified_estimate_with_its_interval():
+    # a: 2 of 4 mutants sampled, 1 s and 3 s -> 4 x 2 s = 8 s, variance 4^2 x 2 / 2 x (1 - 2/4) = 8;
+    # b: all 3 of 3 sampled -> exactly 15 s, no variance (the finite-population correction is 0)
+    times = {"a": [1.0, 3.0], "b": [5.0, 5.0, 5.0]}
+    total, low, high = mutation_score.full_run_estimate(times, {"a": 4, "b": 3})
+    half = 1.959964 * 8**0.5
+    assert (total, low, high) == pytest.approx((23.0, 23.0 - half, 23.0 + half))
+    # every mutant sampled: the sum itself, known exactly
+    assert mutation_score.full_run_estimate({"a": [2.0, 4.0]}, {"a": 2}) == pytest.approx((6.0, 6.0, 6.0))
+    # the interval never runs below no time at all
+    assert mutation_score.full_run_estimate({"a": [0.0, 100.0]}, {"a": 1000})[1] == 0.0
+
+
+def test_the_estimate_line_gives_hours_on_the_workers_or_says_why_not():
+    found = _found({"circuits": 4, "stages": 3})
+    names = sorted(found)
+    sampled = {n: found[n] for n in names[:2] + names[4:]}  # 2 of circuits' 4, all 3 of stages'
+    seconds = dict(zip(sorted(sampled), [3600.0, 10800.0, 1800.0, 1800.0, 1800.0], strict=True))
+    line = mutation_score.estimate_line(found, sampled, seconds, workers=2)
+    # circuits 4 x 2 h = 8 h, stages 3 x 0.5 h = 1.5 h: 9.5 h serial, 4.75 h on 2 workers
+    assert line.startswith("a full run (7 mutants), estimated from the sample's test times: 4.8 h on 2 ")
+    assert "not estimated" in mutation_score.estimate_line(found, sampled, {}, workers=2)
+    one = {n: seconds[n] for n in list(seconds)[1:]}  # one circuits mutant timed: no spread to measure
+    assert "not estimated" in mutation_score.estimate_line(found, sampled, one, workers=2)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--sample", "0"], "--sample must be at least 1, got 0"),
+        (["--workers", "0"], "--workers must be at least 1, got 0"),
         (["--names"], "--names lists a sample's mutants: give --sample N"),
     ],
 )

@@ -18,7 +18,8 @@ stale: the script names it and exits 2, so the list cannot silently excuse a dif
     python tools/mutation_score.py --survivors pipeline.circuits.scoring   # of a subpackage or module
     python tools/mutation_score.py --check       # exit 1 below the targets (95% circuits/, 85% others)
     python tools/mutation_score.py --sample 200 --names   # the unchecked mutants of the sample, to run
-    python tools/mutation_score.py --sample 200  # the score on that sample, with its 95% interval
+    python tools/mutation_score.py --sample 200  # the score on that sample, with its 95% interval,
+                                                 # and a full run's time estimated from its test times
 
 A full run is 21,516 mutants: hours on 2 cores. `--sample N` draws N mutants per subpackage,
 uniformly and by a fixed seed (the same names on every machine for the same code), and scores the
@@ -208,6 +209,35 @@ def sample(found: dict, n: int, seed: int = 36) -> dict:
     return {name: found[name] for name in picked}
 
 
+def durations() -> dict[str, float]:
+    """Every run mutant's test time in seconds (mutmut's `durations_by_key`: the wall time of the
+    forked child that ran its tests), from mutants/**/*.py.meta."""
+    out = {}
+    for source in SOURCES:
+        for meta in sorted((ROOT / "mutants" / source).rglob("*.py.meta")):
+            out.update(json.loads(meta.read_text()).get("durations_by_key", {}))
+    return out
+
+
+def full_run_estimate(
+    times: dict[str, list[float]], sizes: dict[str, int], z: float = 1.959964
+) -> tuple[float, float, float]:
+    """A full run's total test time from a stratified sample: per subpackage, its mutants times the
+    mean time of its sampled ones, summed; and the 95% interval of that sum (the stratified
+    estimator's variance, sum of N^2 s^2 / n (1 - n/N), with the finite-population correction).
+    `times`: the sampled mutants' seconds per subpackage; `sizes`: each subpackage's mutants.
+    Returns (estimate, low, high) in seconds, serial: divide by the workers for the wall time."""
+    total = var = 0.0
+    for group, ts in times.items():
+        n, N = len(ts), sizes[group]
+        mean = sum(ts) / n
+        s2 = sum((t - mean) ** 2 for t in ts) / (n - 1) if n > 1 else 0.0
+        total += N * mean
+        var += N * N * s2 / n * (1 - n / N)
+    half = z * var**0.5
+    return total, max(total - half, 0.0), total + half
+
+
 def wilson(caught: int, judged: int, level: float = 0.95) -> tuple[float, float]:
     """The Wilson score interval of a binomial proportion (scipy's): honest at a score near 100%,
     where the normal approximation's interval runs past it."""
@@ -276,6 +306,23 @@ def generate() -> int:
     return subprocess.run([sys.executable, "-c", GENERATE], cwd=ROOT, stdout=sys.stderr).returncode
 
 
+def estimate_line(every: dict, found: dict, seconds: dict[str, float], workers: int) -> str:
+    """What a full run would take, estimated from the sample's run mutants (or why not)."""
+    sizes = Counter(group_of(path) for _, path in every.values())
+    times: dict[str, list[float]] = {}
+    for name, (_, path) in found.items():
+        if name in seconds:
+            times.setdefault(group_of(path), []).append(seconds[name])
+    if set(times) != set(sizes) or any(len(ts) < 2 for ts in times.values()):
+        return "a full run's time: not estimated until the sample has run in every subpackage"
+    total, low, high = full_run_estimate(times, sizes)
+    hours = [t / 3600 / workers for t in (total, low, high)]
+    return (
+        f"a full run ({len(every)} mutants), estimated from the sample's test times: "
+        f"{hours[0]:.1f} h on {workers} workers (95% interval {hours[1]:.1f}-{hours[2]:.1f} h)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -293,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--seed", type=int, default=36, help="the sample's seed (default 36)")
     ap.add_argument(
+        "--workers", type=int, default=2, help="mutmut's --max-children, for a full run's estimated time"
+    )
+    ap.add_argument(
         "--names", action="store_true", help="print the sample's mutants mutmut has not run yet, and stop"
     )
     ap.add_argument(
@@ -301,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.sample is not None and args.sample < 1:
         print(f"mutation_score: --sample must be at least 1, got {args.sample}", file=sys.stderr)
+        return 2
+    if args.workers < 1:
+        print(f"mutation_score: --workers must be at least 1, got {args.workers}", file=sys.stderr)
         return 2
     if args.names and args.sample is None:
         print("mutation_score: --names lists a sample's mutants: give --sample N", file=sys.stderr)
@@ -324,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample is not None:
         print(f"a sample of {args.sample} mutants per subpackage (seed {args.seed}) of {len(every)}")
     print(text)
+    if args.sample is not None:
+        print(estimate_line(every, found, durations(), args.workers))
     print(
         f"equivalent: {len(listed)} listed in {EQUIVALENTS.relative_to(ROOT)}/, "
         + ", ".join(f"{sum(r == name for r in ruled.values())} by rule {name}" for name in RULES)
