@@ -32,8 +32,9 @@ repro: $(VENV)/.installed
 # TransformerLens 4.x cannot share a venv with 3.9 (the interop extra): the interop4 tests run
 # in their own venv, .venv-tl4, an overlay on .venv (below; its tests: 12 s, collecting only the files
 # that mark a test interop4, where collecting the whole suite for them took 19 s). Its install,
-# measured on 2 cores shared with other jobs, pip's cache warm: 17 s and 41 MB at a load of about 4 (1 min 14 s at a load of 7-8), where a venv of its own reinstalled
-# torch and the rest: 1 min 24 s to 3 min 26 s and 2.0 GB (6 min 58 s at that load of 7-8).
+# measured on 2 cores shared with other jobs, pip's cache warm: 17 s and 41 MB at a load of about 4
+# (1 min 14 s at a load of 7-8), where a venv of its own reinstalled torch and the rest: 1 min 24 s
+# to 3 min 26 s and 2.0 GB (6 min 58 s at that load of 7-8).
 TEST_WORKERS ?= auto
 INTEROP4_FILES = $(shell grep -l 'mark\.interop4' tests/test_*.py)
 test: lint browser $(VENV_TL4)/.installed
