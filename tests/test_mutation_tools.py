@@ -214,3 +214,19 @@ def test_the_estimate_line_gives_hours_on_the_workers_or_says_why_not():
 def test_a_bad_sample_request_is_one_line_and_exit_2(argv, message, capsys):
     assert mutation_score.main(argv) == 2
     assert capsys.readouterr().err.strip() == f"mutation_score: {message}"
+
+
+def test_mutmut_runs_a_mutants_test_files_cheapest_first_each_file_whole():
+    from conftest import cheapest_files_first
+
+    nodeids = ["tests/test_b.py::x", "tests/test_a.py::y", "tests/test_b.py::z", "tests/test_c.py::w"]
+    seconds = {"tests/test_b.py::x": 1.0, "tests/test_b.py::z": 2.0, "tests/test_a.py::y": 5.0}
+    # b costs 3 s, a 5 s; c was never timed (a new test): 0 s, first. b keeps x before z.
+    assert cheapest_files_first(nodeids, seconds) == [
+        "tests/test_c.py::w",
+        "tests/test_b.py::x",
+        "tests/test_b.py::z",
+        "tests/test_a.py::y",
+    ]
+    backwards = cheapest_files_first(list(reversed(nodeids)), seconds)  # a file keeps its given order
+    assert backwards[1:3] == ["tests/test_b.py::z", "tests/test_b.py::x"]
