@@ -61,6 +61,18 @@ def test_the_score_counts_timeouts_as_caught_and_leaves_out_equivalent_and_unche
     assert mutation_score.score(Counter({"mutants": 3, "not checked": 3})) is None
 
 
+def test_a_samples_whole_score_weighs_each_subpackage_by_its_size():
+    # a: 10 sampled of 100, 2 equivalent, 6 of 8 caught (75%): about 80 judged mutants in all;
+    # b: all 10 of 10, 10 of 10 caught. Pooled: 16 / 18; weighed: (80 x 0.75 + 10 x 1) / 90.
+    a = Counter({"mutants": 10, "killed": 6, "survived": 2, "equivalent": 2})
+    b = Counter({"mutants": 10, "killed": 10})
+    assert mutation_score.stratified_score({"a": a, "b": b}, {"a": 100, "b": 10}) == pytest.approx(70 / 90)
+    # a subpackage with nothing judged yet is left out, not counted as 0
+    c = Counter({"mutants": 5, "not checked": 5})
+    assert mutation_score.stratified_score({"b": b, "c": c}, {"b": 10, "c": 50}) == 1.0
+    assert mutation_score.stratified_score({"c": c}, {"c": 50}) is None
+
+
 def test_groups_are_the_subpackages_the_ground_and_stages():
     base = mutation_score.ROOT / "mutants"
     assert mutation_score.group_of(base / "pipeline/circuits/strands.py") == "circuits"

@@ -160,7 +160,11 @@ def check_equivalents(found: dict, equivalents: list[Equivalent]) -> list[str]:
     return stale
 
 
-def table(found: dict, equivalent: set[str], interval: bool = False) -> tuple[str, dict[str, float | None]]:
+def table(
+    found: dict, equivalent: set[str], interval: bool = False, sizes: dict[str, int] | None = None
+) -> tuple[str, dict[str, float | None]]:
+    """The score table. `sizes` (each subpackage's mutants in all) marks `found` as a stratified
+    sample: the `all` row's score is then `stratified_score`, without an interval."""
     counts: dict[str, Counter] = {}
     for name, (status, path) in found.items():
         c = counts.setdefault(group_of(path), Counter())
@@ -186,7 +190,12 @@ def table(found: dict, equivalent: set[str], interval: bool = False) -> tuple[st
         total.update(c)
         scores[group] = score(c)
         rows.append(_row(group, c, TARGETS.get(group, DEFAULT_TARGET), interval))
-    rows.append(_row("all", total, None, interval))
+    if sizes is None:
+        rows.append(_row("all", total, None, interval))
+    else:
+        whole = stratified_score(counts, sizes)
+        pooled = _row("all", total, None, interval)
+        rows.append(pooled[:8] + ("-" if whole is None else f"{100 * whole:.1f}%", "-", "-"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
     lines = [
         "  ".join(
@@ -247,6 +256,22 @@ def wilson(caught: int, judged: int, level: float = 0.95) -> tuple[float, float]
 
     ci = binomtest(caught, judged).proportion_ci(confidence_level=level, method="wilson")
     return (float(ci.low), float(ci.high))
+
+
+def stratified_score(counts: dict[str, Counter], sizes: dict[str, int]) -> float | None:
+    """The whole code's score from a stratified sample: each subpackage's sample score weighed by
+    the non-equivalent mutants it is estimated to hold (its size times its sample's judged share),
+    where pooling the samples would weigh every subpackage alike whatever its size."""
+    weighed = judged_total = 0.0
+    for group, c in counts.items():
+        s = score(c)
+        if s is None:
+            continue
+        sampled = c["mutants"] - c["not checked"]
+        judged = sizes[group] * (sampled - c["equivalent"]) / sampled
+        weighed += judged * s
+        judged_total += judged
+    return weighed / judged_total if judged_total else None
 
 
 def score(c: Counter) -> float | None:
@@ -373,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     listed = {e.mutant for e in equivalents}
     stale = check_equivalents(every, equivalents)
     ruled = by_rule(found, listed)
-    text, scores = table(found, listed | set(ruled), interval=args.sample is not None)
+    sizes = None if args.sample is None else Counter(group_of(path) for _, path in every.values())
+    text, scores = table(found, listed | set(ruled), interval=args.sample is not None, sizes=sizes)
     if args.sample is not None:
         print(f"a sample of {args.sample} mutants per subpackage (seed {args.seed}) of {len(every)}")
     print(text)
