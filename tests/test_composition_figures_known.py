@@ -57,6 +57,10 @@ def test_head_labels_add_the_role_but_not_other_or_a_missing_one():
     assert labels == ["0.0 previous-token", "0.1", "1.0 induction", "1.1"]
     assert figures._head_label(1, 0, None) == "1.0"
     assert figures._head_label(1, 0, ROLES.drop(columns="role")) == "1.0"
+    # an empty role cell (NaN as read from a CSV, or None) is no role: not "1.1 nan"
+    empty = pd.DataFrame({"layer": [1, 1], "head": [1, 0], "role": [float("nan"), None]})
+    assert [figures._head_label(1, head, empty) for head in (1, 0)] == ["1.1", "1.0"]
+    assert figures._head_label(1, 1, ROLES.astype({"role": object})) == "1.1"
 
 
 def test_diagram_edges_by_each_criterion():

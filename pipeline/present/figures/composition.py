@@ -66,8 +66,9 @@ def _head_label(layer: int, head: int, roles: pd.DataFrame | None) -> str:
     label = f"{layer}.{head}"
     if roles is not None:
         match = roles[(roles["layer"] == layer) & (roles["head"] == head)]
-        if len(match) and "role" in match and match["role"].iloc[0] not in ("other", None):
-            label += f" {str(match['role'].iloc[0]).replace('_', '-')}"
+        role = match["role"].iloc[0] if len(match) and "role" in match else None
+        if pd.notna(role) and role != "other":  # an empty cell reads back as NaN: no role to show
+            label += f" {str(role).replace('_', '-')}"
     return label
 
 
