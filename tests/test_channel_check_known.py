@@ -111,5 +111,10 @@ def test_a_whole_path_table_without_batches_is_refused(planted_check):
     probes, heldout = probes[:1], heldout[:1]
     whole = whole_path(model, probes, heldout)
     assert len(channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole)) == 2
-    with pytest.raises(KeyError, match="batch"):
+    refusal = r"^`whole` has no column batch: it holds each batch's whole-path cuts$"
+    with pytest.raises(ValueError, match=refusal):
         channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole.drop(columns="batch"))
+    with pytest.raises(ValueError, match=r"^`whole` has no column kind, pattern_effect: "):
+        channel_check.check_batches(
+            model, hw, table, probes, heldout, LENGTH, whole.drop(columns=["pattern_effect", "kind"])
+        )

@@ -118,6 +118,9 @@ def check_batches(
     tables.ABLATION_COLUMNS)."""
     if len(repeated) != len(heldout):
         raise ValueError(f"{len(repeated)} probe batches but {len(heldout)} held-out ones")
+    missing = [c for c in ("batch", "kind", *PAIR, *EFFECTS) if c not in whole.columns]
+    if missing:  # e.g. ablation.csv (the mean over batches) given for ablation_batches.csv
+        raise ValueError(f"`whole` has no column {', '.join(missing)}: it holds each batch's whole-path cuts")
     pairs = discovered(table)
     chosen = cuts(hw, pairs, source)
     model = model.to(device)  # in place; a no-op on the CPU
