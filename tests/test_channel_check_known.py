@@ -15,6 +15,7 @@ from pipeline.behaviour import ablation, channel_check, heads
 from pipeline.circuits import weights
 from pipeline.config import HeadsConfig
 from pipeline.data import datasets
+from pipeline.errors import UserError
 
 T_975_1 = 12.706204736174698  # t_{0.975} with 1 degree of freedom
 
@@ -118,3 +119,20 @@ def test_a_whole_path_table_without_batches_is_refused(planted_check):
         channel_check.check_batches(
             model, hw, table, probes, heldout, LENGTH, whole.drop(columns=["pattern_effect", "kind"])
         )
+
+
+def test_a_pair_within_one_layer_is_refused_naming_the_table(planted_check):
+    """A pair is a later pair: a reader in the writer's own layer (src_layer == dst_layer) is refused."""
+    _, hw, table, _, _ = planted_check
+    pairs = channel_check.discovered(table).head(1).assign(src_layer=1, dst_layer=1)
+    with pytest.raises(
+        UserError, match=r"^channels.csv: pair 1\.\d -> 1\.\d is not a later pair of 2 layers"
+    ):
+        channel_check.cuts(hw, pairs, "channels.csv")
+
+
+def test_discovered_keeps_the_tables_columns_and_numbers_its_rows_afresh(planted_check):
+    _, _, table, _, _ = planted_check
+    pairs = channel_check.discovered(table)
+    assert list(pairs.columns) == list(table.columns)  # the old index is dropped, not kept as a column
+    assert list(pairs.index) == list(range(len(pairs))) and len(pairs) == 2

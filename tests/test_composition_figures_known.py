@@ -140,6 +140,10 @@ def test_the_diagrams_titles_count_the_edges_and_the_suptitle_says_the_criterion
     assert tuple(diagram.get_size_inches()) == pytest.approx((9.2, 0.45 * 2 + 1.8))
 
 
+def test_the_diagrams_panel_titles_are_nine_point(diagram):
+    assert [ax.title.get_fontsize() for ax in diagram.axes] == [9, 9]
+
+
 def test_the_diagram_with_one_variant_and_the_other_criteria():
     fig = figures.errata_diagram(scores_table(), variants=(CORRECTED,), fdr=0.1)
     (ax,) = fig.axes

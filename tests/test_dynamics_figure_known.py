@@ -123,6 +123,14 @@ def test_phase_change_is_marked_on_both_panels_at_the_first_step_that_reaches_th
     assert same_colour(note.get_color(), "#d62728")
 
 
+def test_the_phase_note_sits_three_points_right_of_its_mark_at_the_same_height(drawn):
+    _, top, _, _ = drawn
+    (note,) = top.texts
+    assert note.xyann == (3, 0)
+    assert note.anncoords == "offset points"
+    assert (note.get_horizontalalignment(), note.get_verticalalignment()) == ("left", "top")
+
+
 def test_without_a_phase_change_or_a_pair_nothing_is_marked_or_titled():
     fig = dynamics.dynamics_figure(steps_table(induction=(0.1, 0.2, 0.3)), None, 0.1)
     top, bottom, _ = fig.axes

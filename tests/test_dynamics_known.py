@@ -183,6 +183,23 @@ def test_steps_table_known_answers(layers, induction, prev_token):
         )
 
 
+def test_previous_token_is_over_the_first_layer_alone_in_a_two_layer_model():
+    """The later layer's previous-token heads are left out even where they score higher."""
+    losses = pd.DataFrame({"step": list(STEPS), "tokens": [0, 80], "eval_loss": [3.0, 2.5]})
+    scores = head_scores(2).assign(prev_token=lambda t: 0.5 + 0.1 * t["layer"] + t["step"] / 100)
+    got = dynamics.steps_table(pair_rows((0, 1, 1, 0)), scores, losses, {"src": [0, 1], "dst": [1, 0]})
+    assert got["prev_token"].tolist() == pytest.approx([0.5, 0.6])  # layer 0's, not layer 1's 0.6, 0.7
+
+
+def test_run_hands_its_device_to_analyse(run, cfg, monkeypatch):
+    root, _, _ = run
+    calls = []
+    monkeypatch.setattr(dynamics, "analyse", lambda *args, **kwargs: calls.append((args, kwargs)) or "done")
+    assert dynamics.run(root / "checkpoints", root / "config.json", cfg, 0, device="cpu") == "done"
+    ((args, kwargs),) = calls
+    assert kwargs.get("device", args[-1]) == "cpu"
+
+
 def test_summarize_names_the_checkpoints_and_the_pair():
     steps = pd.DataFrame({"step": [0, 100], "tokens": [0, 800], "eval_loss": [3.0, 2.0],
                           "induction": [0.1, 0.6], "prev_token": [0.2, 0.7]})  # fmt: skip

@@ -222,6 +222,28 @@ def test_ablation_panels_plot_absolute_effect_against_score_minus_baseline():
     plt.close(fig)
 
 
+def test_ablation_dots_are_twelve_square_points():
+    effects = pd.DataFrame([{"kind": "K", **PAIR, "loss_effect": -0.3}])
+    scores = pd.DataFrame(
+        [{"kind": "K", **PAIR, "variant": v, "score": 0.4, "baseline_mean": 0.1} for v in VARIANTS]
+    )
+    fig = figures.ablation_vs_composition(effects, scores, kinds=("K",))
+    assert [list(ax.collections[0].get_sizes()) for ax in fig.axes] == [[12]] * len(VARIANTS)
+    plt.close(fig)
+
+
+def test_read_example_refuses_a_file_that_is_not_safetensors_naming_the_file_and_why(tmp_path):
+    from pipeline.errors import UserError
+
+    path = tmp_path / "patterns.safetensors"
+    path.write_bytes(b"garbage")
+    with pytest.raises(UserError) as e:
+        figures.read_example(path)
+    assert str(e.value) == (
+        f"{path}: not a patterns file of the heads stage (Error while deserializing header: header too small)"
+    )
+
+
 # --- the heads summary's Spearman correlations ----------------------------------------------
 
 

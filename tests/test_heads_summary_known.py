@@ -55,3 +55,28 @@ def test_summary_records_its_min_effect_and_counts_by_it(min_effect, counted):
     causal = got["agreement"]["loss_effect"]["ranking"]["K"]["true"]["causal"]
     assert causal == counted  # the edges whose effect reaches min_effect (no spread over batches)
     json.dumps(got, allow_nan=False)
+
+
+def test_role_ablations_placebo_sets_are_drawn_from_the_runs_seed():
+    """The same seed draws the same placebo sets; another seed, others (the `placebo_sets` stream)."""
+    import torch
+    from models import random_model
+
+    from pipeline.config import HeadsConfig
+
+    model = random_model("tiny", seed=3, n_heads=6, n_ctx=16, d_vocab=32)
+    text = [torch.randint(0, 32, (4, 16), generator=torch.Generator().manual_seed(0))]
+    table = pd.DataFrame(
+        [
+            {"layer": l, "head": h, "role": "induction" if (l, h) == (1, 0) else "other"}
+            for l in (0, 1)
+            for h in range(6)
+        ]
+    )
+    cfg = HeadsConfig(placebo_sets=3)
+
+    def drawn(seed):
+        return heads.role_ablation(model, table, text, text, cfg, seed=seed)["induction"]["placebo_sets"]
+
+    assert drawn(0) == drawn(0)
+    assert len({json.dumps(drawn(s)) for s in range(4)}) > 1

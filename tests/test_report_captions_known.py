@@ -33,6 +33,14 @@ def test_images_come_in_order_with_their_captions_and_an_undescribed_one_says_so
     )
 
 
+def test_a_figure_with_no_caption_text_has_one_space_before_its_file_name():
+    image = report.Image("x.png", b"x", "image/png", report.Caption("x", "Figure: x", ""))
+    assert report.figure(image, "fx") == (
+        '<figure id="fx"><img src="data:image/png;base64,eA==" alt="Figure: x"><figcaption>'
+        '<strong>Figure: x.</strong> <span class="file">x.png</span></figcaption></figure>'
+    )
+
+
 def test_a_missing_figure_directory_is_named(tmp_path):
     with pytest.raises(UserError) as e:
         report.read_images(tmp_path / "figures")

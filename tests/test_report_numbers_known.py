@@ -287,6 +287,19 @@ def test_the_ranking_table_reads_each_measures_pr_auc_and_the_role_only_baseline
     assert report.ranking_table(claim_c(("Q", "loss_effect", "true", "pr_auc", 0.9))) == "<p>No ablation.</p>"
 
 
+def test_the_ranking_tables_four_number_columns_are_intervals_kept_on_one_line():
+    rows = [("K", "loss_effect", NONE, s, 0.5) for s in ("causal_edges", "causal_fraction", "role_pr_auc")]
+    rows += [("K", "loss_effect", v, s, 0.6) for v in MEASURES for s in ("pr_auc", "roc_auc")]
+    text = report.ranking_table(claim_c(*rows))
+    assert re.findall(r"<th(?: [^>]*)?>", text) == ["<th>"] * 2 + ['<th class="num iv">'] * 4
+    first = text.split("<tbody><tr>")[1].split("</tr>")[0]
+    assert first == (
+        '<td>loss_<wbr>effect</td><td>true</td><td class="num iv">0.5 [0.4, 0.6]</td>'
+        + '<td class="num iv">0.50 [0.40, 0.60]</td>'
+        + '<td class="num iv">0.60 [0.50, 0.70]</td>' * 2
+    )
+
+
 def test_the_threshold_table_has_a_row_per_threshold_the_effect_was_cut_at():
     rows = [
         ("K", "pattern_effect", NONE, "causal_edges_at_0.05", 2.0),
@@ -362,7 +375,7 @@ def image(stem: str) -> report.Image:
     return report.Image(f"{stem}.png", stem.encode(), "image/png", report.FIGURES[stem])
 
 
-def test_the_page_puts_each_figure_where_the_contents_link_it():
+def small_page() -> str:
     dims = {"hypothesis": NONE, "kind": NONE, "variant": NONE, "effect": NONE}
     claims = pd.DataFrame([{"claim": "e", **dims, "statistic": "excess", "seed": 0, "value": 0.5}])
     stats = pd.DataFrame(
@@ -372,10 +385,14 @@ def test_the_page_puts_each_figure_where_the_contents_link_it():
     groups = pd.DataFrame(
         columns=["seed", "kind", "variant", "dst_role", "src_role", "n_pairs", "max_excess"]
     )
-    page = report.render(
+    return report.render(
         "A title", "train: {}", {"python": "3.x"}, verdicts() | {"rule": "the rule"}, 0.95, stats, claims,
         roles, groups, [image("timing"), image("claims")], {0: [image("dynamics")], 1: []},
     )  # fmt: skip
+
+
+def test_the_page_puts_each_figure_where_the_contents_link_it():
+    page = small_page()
     contents = page.split('<nav id="contents">')[1].split("</nav>")[0]
     assert '<a href="#compare-figures">Across seeds: timing, training, head roles</a>' in contents
     assert (
@@ -406,3 +423,11 @@ def test_the_page_puts_each_figure_where_the_contents_link_it():
     environment = page.split('<h2 id="environment">')[1]
     assert rows_of(environment) == [["python", "3.x"]]
     assert "<thead><tr><th></th><th>value</th></tr></thead>" in environment
+
+
+def test_the_page_says_what_composition_is_measured_as_and_how_heads_are_compared():
+    assert (
+        "Composition is measured as score minus the random-matrix baseline of its variant "
+        "(<em>excess</em>); heads are compared across seeds through their roles, not their indices. "
+        "<em>true</em> is the corrected score"
+    ) in small_page()
