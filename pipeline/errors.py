@@ -28,6 +28,10 @@ class UserError(Exception):
     """
 
     def __init__(self, where: str, problem: str, value: Any = _NOTHING):
+        # the message's promise is a key or file and what is wrong with it: one without either is
+        # our bug, not the user's, so it fails loudly here instead of printing "None: ..."
+        if not (isinstance(where, str) and where and isinstance(problem, str) and problem):
+            raise TypeError(f"UserError needs a key or file and a problem, got {where!r} and {problem!r}")
         self.where = where
         self.problem = problem
         self.value = value

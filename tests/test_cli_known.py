@@ -116,3 +116,13 @@ def test_no_progress_shows_nothing(capsys):
         bar.update(2)
     assert (bar.mode, bar.bar) == (None, None)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "where, problem",
+    [(None, "must be > 0"), ("", "must be > 0"), ("model.n_heads", None), ("model.n_heads", "")],
+)
+def test_a_user_error_without_its_key_or_its_problem_is_our_bug_not_a_message(where, problem):
+    with pytest.raises(TypeError, match="UserError needs a key or file and a problem"):
+        UserError(where, problem, 0)
+    assert str(UserError("model.n_heads", "must be > 0", 0)) == "model.n_heads = 0: must be > 0"
