@@ -36,6 +36,17 @@ def test_a_config_json_that_is_not_an_object_is_refused_naming_it():
     assert str(caught.value) == "config.json: must be a JSON object of HookedTransformerConfig fields"
 
 
+def test_a_config_json_without_a_size_is_refused_naming_the_first_missing_field():
+    raw = {k: v for k, v in tl_checkpoint.tl_config(CFG).items() if k not in ("d_model", "n_ctx")}
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config(raw, "their/config.json")
+    assert str(caught.value) == "their/config.json: d_model: missing from config.json"
+    assert (caught.value.where, caught.value.problem) == (
+        "their/config.json: d_model",
+        "missing from config.json",
+    )
+
+
 def test_neel_nandas_config_without_normalization_keeps_its_normalization_type():
     raw = {"n_layers": 2, "shortformer_pos": True, "normalization_type": "LN"}
     out = tl_checkpoint.neel_translated(raw)
@@ -104,6 +115,22 @@ def test_causal_attention_takes_the_fused_kernel_on_cuda_and_the_manual_one_on_t
     on_cuda = transformer.causal_attention(q.as_subclass(_OnCuda), k, v)
     assert calls == [{"is_causal": True}]
     torch.testing.assert_close(torch.Tensor(on_cuda), on_cpu)
+
+
+def test_a_block_called_without_cache_keeps_no_head_results_and_adds_what_the_cached_path_adds():
+    """Block.forward's default is training's path (cache=False): the fused attention, no per-head
+    result or pattern kept; its output is the cached path's resid + sum_h result^h + b_O."""
+    torch.manual_seed(0)
+    block = AttnOnlyTransformer(CFG).blocks[0].double()
+    resid = torch.randn(2, 5, CFG.d_model, dtype=torch.float64)
+    plain = block(resid)
+    assert plain.result is None and plain.pattern is None
+    cached = block(resid, cache=True)
+    assert cached.result.shape == (2, 5, CFG.n_heads, CFG.d_model)
+    assert cached.pattern.shape == (2, CFG.n_heads, 5, 5)
+    by_heads = resid + cached.result.sum(dim=2) + block.attn.b_O
+    torch.testing.assert_close(plain.resid, by_heads, rtol=0, atol=1e-12)
+    torch.testing.assert_close(cached.resid, by_heads, rtol=0, atol=1e-12)
 
 
 def test_a_role_below_a_placebo_set_does_not_serve_held_out_text():

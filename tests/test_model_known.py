@@ -61,6 +61,16 @@ def test_a_bridge_whose_shapes_disagree_with_its_config_names_the_config():
     assert str(caught.value) == f"{BAD_HEADS}config.json"
 
 
+def test_a_bridge_whose_config_is_refused_names_bridge_cfg():
+    """A bridge with MLPs (attn_only false) is refused before its state dict is read, naming
+    `bridge.cfg`, the object its config came from."""
+    model = random_model(STANDARD, dtype=torch.float32)
+    config, bridge_state = tl_checkpoint.bridge_checkpoint(STANDARD, model.state_dict())
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.bridge_state_dict(Bridge({**config, "attn_only": False}, bridge_state))
+    assert str(caught.value) == "bridge.cfg: attn_only = False: not an attention-only model (it has MLPs)"
+
+
 def test_a_written_bridge_checkpoint_says_its_format(tmp_path):
     model = random_model(STANDARD, dtype=torch.float32)
     out = tl_checkpoint.write_bridge_checkpoint(tmp_path / "bridge", STANDARD, model.state_dict())

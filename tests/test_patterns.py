@@ -83,6 +83,17 @@ def test_duplicate_token_averages_over_queries_that_have_an_earlier_copy():
     assert torch.isnan(patterns.duplicate_token(p, torch.arange(5)[None])).all()  # no query has one
 
 
+def test_duplicate_token_with_a_single_query_that_has_an_earlier_copy_is_that_querys_mass():
+    """One query of the batch (query 2: token 7 at key 0) has an earlier copy: the score is its
+    mass there, 0.75 for head 0 and 0.25 for head 1, not NaN (NaN only when no query has one)."""
+    tokens = torch.tensor([[7, 3, 7, 4]])
+    p = torch.zeros(1, 2, 4, 4, dtype=torch.float64)
+    p[0, :, :, 0] = 1.0
+    p[0, 0, 2] = torch.tensor([0.75, 0.25, 0.0, 0.0])
+    p[0, 1, 2] = torch.tensor([0.25, 0.5, 0.25, 0.0])
+    assert patterns.duplicate_token(p, tokens).tolist() == [0.75, 0.25]
+
+
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**31 - 1), k=st.integers(1, 6))
 def test_scores_are_fractions_and_ignore_the_batch_order(seed, k):

@@ -12,6 +12,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import planted
 import pytest
@@ -291,6 +292,81 @@ def test_load_records_what_it_read_and_reads_a_repository_without_config_json_by
     for name, weight in saved.state_dict().items():
         assert torch.equal(by_fields.model.state_dict()[name], weight), name
     assert by_fields.curve["eval_loss"].item() == result.curve["eval_loss"].item()
+
+
+def test_a_load_with_text_data_evaluates_on_the_tokenizer_stages_held_out_tokens(tmp_path, monkeypatch):
+    """train.run with train.source = load and data.source = text hands the tokenizer stage's
+    directory on: the held-out tokens after manifest.json's train_tokens are what it is evaluated
+    on (the loss computed here on those windows), the manifest what it records; the loaded model is
+    its only checkpoint, step 0."""
+    monkeypatch.chdir(tmp_path)
+    saved = save_checkpoint(tmp_path / "checkpoints" / "seed0", 0)
+    cfg = params.from_dict(params.compose([*TINY, "train=load"], conf_dir=ROOT / "conf"))
+    data = replace(cfg.data, source="text", copies=replace(cfg.data.copies, rate=0.0))
+    cfg = replace(cfg, data=data)
+    tok = tmp_path / "tokenized"
+    tok.mkdir()
+    ids = np.random.default_rng(0).integers(0, 16, 100).astype(np.uint16)
+    np.save(tok / "tokens.npy", ids)
+    manifest = {"source": "text", "train_tokens": 60, "vocab": 16}
+    (tok / "manifest.json").write_text(json.dumps(manifest))
+    saves = []
+    result = train.run(cfg, 0, origin.choose(cfg.train, 0), str(tok), False, lambda *a: saves.append(a))
+    assert result.manifest["eval_data"] == manifest
+    windows = torch.from_numpy(ids[60:].astype(np.int64)).view(2, 20)  # held-out: 40 tokens, 2 windows
+    with torch.no_grad():
+        want = next_token_loss(saved(windows), windows).item()
+    assert result.curve["eval_loss"].item() == pytest.approx(want, rel=1e-6)
+    assert [(step, tokens) for step, tokens, _ in saves] == [(0, 0)]
+
+
+def test_training_on_a_token_stream_reports_the_share_of_copied_tokens(tmp_path, monkeypatch):
+    """A token stream with copies annealed to rate 0 from 3/4 of the steps (step 9 of 12): the
+    last quarter's share is 0; the run's is the stream's copied over drawn tokens, drawn being
+    12 steps x 4 windows x 20 positions = 960."""
+    ids = np.random.default_rng(1).integers(0, 16, 800).astype(np.int64)
+    np.save(tmp_path / "tokens.npy", ids)
+    cfg = params.from_dict(params.compose(TINY, conf_dir=ROOT / "conf"))
+    copies = replace(cfg.data.copies, rate=0.5, anneal_start=0.75, anneal_end=0.75)
+    tokens = replace(cfg.data.tokens, path="tokens.npy")
+    cfg = replace(
+        cfg, data=replace(cfg.data, source="tokens", dir=str(tmp_path), tokens=tokens, copies=copies)
+    )
+    streams_seen = []
+    load = datasets.load
+
+    def spy(*args, **kwargs):
+        dataset = load(*args, **kwargs)
+        streams_seen.append(dataset.train)
+        return dataset
+
+    monkeypatch.setattr(train.datasets, "load", spy)
+    metrics = train.train(cfg, seed=0, progress=False).metrics
+    (stream,) = streams_seen
+    assert isinstance(stream, datasets.Stream) and stream.tokens_drawn == 960 and stream.tokens_copied > 0
+    assert metrics["copy_share"] == stream.tokens_copied / 960
+    assert metrics["copy_share_last_quarter"] == 0.0
+
+
+def test_a_held_out_loss_that_is_not_finite_stops_training_naming_train_lr(monkeypatch):
+    """The second evaluation (step 5) made inf: one line naming train.lr, its value, the step and
+    what to do."""
+    cfg = params.from_dict(params.compose(TINY, conf_dir=ROOT / "conf"))
+    evaluate, steps = train.evaluate, []
+
+    def second_inf(*args):
+        row = evaluate(*args)
+        steps.append(row)
+        return {**row, "eval_loss": math.inf} if len(steps) == 2 else row
+
+    monkeypatch.setattr(train, "evaluate", second_inf)
+    with pytest.raises(UserError) as caught:
+        train.train(cfg, seed=0, progress=False)
+    advice = "lower it, raise train.warmup_steps or lower train.grad_clip"
+    assert (
+        str(caught.value) == f"train.lr = {cfg.train.lr!r}: the held-out loss became inf at step 5: {advice}"
+    )
+    assert len(steps) == 2
 
 
 def test_checkpoint_suffix_is_validated():
