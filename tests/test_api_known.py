@@ -9,6 +9,7 @@ and seed it used, and the one-line refusals of a bad model, config or token batc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -246,3 +247,55 @@ def test_transformer_lens_classes_are_told_by_their_top_level_package():
     assert not api._is_instance_of(made("HookedTransformer", "my_transformer_lens.x"), "HookedTransformer")
     assert not api._is_instance_of(made("HookedTransformer", "transformer_lensx.y"), "HookedTransformer")
     assert not api._is_instance_of(made("TransformerBridge", "transformer_lens.x"), "HookedTransformer")
+
+
+def test_composition_runs_on_the_device_asked_not_the_models(model, monkeypatch):
+    """`device` is where the analysis runs: asked for "cpu:0", `circuits.analysis.composition` is
+    called with "cpu:0", not the model's "cpu", and its result is the call's."""
+    calls = []
+    real = analysis.composition
+
+    def spy(hw, cfg, seed, positions, device=None):
+        calls.append((cfg, seed, positions, device))
+        calls.append(real(hw, cfg, seed, positions, device))
+        return calls[-1]
+
+    monkeypatch.setattr(analysis, "composition", spy)
+    found = api.composition(model, 5, SETTINGS, device="cpu:0")
+    assert calls[0] == (SETTINGS.composition, 5, "standard", "cpu:0") and len(calls) == 2
+    assert found is calls[1]
+
+
+def test_heads_read_the_composition_given_not_one_computed_again(model, tokens):
+    """qk_positivity pairs each later head with the earlier head of its largest true K score in the
+    composition given: scores that make head (0, a) the best source of both layer-1 heads give both
+    the QK positivity with (0, a), whatever the model's own scores say. Own scores can agree with at
+    most one of a = 0 and a = 1, as each differs from the other in both heads."""
+    w = api.weights_of(model)
+    own = api.composition(model, 0, SETTINGS)
+    expected = {
+        a: heads_analysis.qk_positivity(w.heads, {(1, 0): (0, a), (1, 1): (0, a)}).reshape(-1).numpy()
+        for a in range(CFG.n_heads)
+    }
+    assert np.isnan(expected[0][:2]).all() and not np.isnan(expected[0][2:]).any()  # layer 0 reads nothing
+    assert (expected[0][2:] != expected[1][2:]).all()  # the source matters to both heads
+    for a in range(CFG.n_heads):
+        scores = own.scores.copy()
+        k_true = (scores["kind"] == "K") & (scores["variant"] == "true")
+        scores.loc[k_true, "score"] = np.where(scores.loc[k_true, "src_head"] == a, 1.0, 0.5)
+        given = dataclasses.replace(own, scores=scores)
+        roles = api.heads(model, tokens, composition=given, config=SETTINGS).roles
+        np.testing.assert_array_equal(roles["qk_positivity"].to_numpy(), expected[a])
+
+
+def test_roles_refuse_weights_that_overflow_the_forward_pass_naming_the_model(model, tokens):
+    """Weights scaled by 1e100 are finite, but the attention scores overflow float64: roles refuse
+    them in one line naming where the model came from (a state dict)."""
+    state = {k: v.double() * 1e100 if ".W_" in k else v for k, v in model.state_dict().items()}
+    columns = ["dst_layer", "dst_head", "src_layer", "src_head", "kind", "variant", "score"]
+    no_scores = api.Composition(pd.DataFrame(columns=columns), *[None] * 6)  # roles read only its scores
+    with pytest.raises(UserError) as caught:
+        api.roles(state, tokens, composition=no_scores, config=SETTINGS)
+    assert str(caught.value) == (
+        "state dict: attention patterns or losses are not finite on the evaluation batches: weights too large"
+    )

@@ -43,6 +43,10 @@ REFUSED = [
     (CopiesConfig(anneal_start=0.9, anneal_end=0.5), "anneal_start = 0.9: must be <= anneal_end = 0.5"),
     (TextDataConfig(glob="../x/*.txt"), "glob = '../x/*.txt': must be relative to data.dir, without '..'"),
     (DataConfig(source="tokens"), "tokens.path: is required when data.source = 'tokens'"),
+    (
+        DataConfig(copies=CopiesConfig(anneal_start=0.5, anneal_end=0.5)),
+        "copies.anneal_start = 0.5: applies to text and token streams only",
+    ),
     (FiguresConfig(edges="p"), "edges = 'p': must be one of fdr, z, excess"),
     (FiguresConfig(edge_threshold=-0.5), "edge_threshold = -0.5: must be >= 0"),
     (AnalysisConfig(device="tpu"), "device = 'tpu': must be one of auto, cpu, cuda"),
@@ -80,6 +84,18 @@ def test_a_bad_value_is_refused_in_one_line_naming_key_value_and_rule(section, m
     assert str(caught.value) == message
 
 
+def test_a_normalization_type_written_none_or_None_is_null():
+    """YAML and Hydra overrides may give the string "none" or "None" for null: both are no
+    LayerNorm (None); "NONE" is not one of the spellings."""
+    for spelled in ("none", "None"):
+        m = ModelConfig(normalization_type=spelled)
+        m.validate()
+        assert m.normalization_type is None
+    with pytest.raises(UserError) as caught:
+        ModelConfig(normalization_type="NONE").validate()
+    assert str(caught.value) == "normalization_type = 'NONE': must be null (none) or 'LN'"
+
+
 def test_errata_variant_names_the_variants():
     with pytest.raises(UserError, match=r"^errata_variant = 'x': must be one of errata_"):
         FiguresConfig(errata_variant="x").validate()
@@ -107,6 +123,7 @@ EDGES = [
     (TrainConfig(warmup_steps=0), TrainConfig(warmup_steps=-1)),
     (CopiesConfig(min_span=10, anneal_start=0.5, anneal_end=0.5), CopiesConfig(min_span=11)),
     (SyntheticDataConfig(min_segment=8, topic_fraction=1.0), SyntheticDataConfig(topic_fraction=1.01)),
+    (DataConfig(copies=CopiesConfig(anneal_start=1.0)), DataConfig(copies=CopiesConfig(anneal_start=0.99))),
 ]
 
 

@@ -74,3 +74,28 @@ def test_a_checkpoint_by_name_is_a_load_origin_the_train_stage_reads(cache, tmp_
     assert chosen["config"] == {"path": "config.json", "sha256": io.sha256_file(snap / "config.json")}
     (tmp_path / "origin.json").write_text(json.dumps(chosen))
     assert origin.read(tmp_path / "origin.json") == chosen  # origin.json as the origin stage writes it
+
+
+def test_a_snapshot_the_cache_lists_as_incomplete_is_not_in_the_cache(cache):
+    """The cache's tree listing of the commit (trees/<commit>.json, huggingface_hub's record of what
+    the snapshot holds) names model.safetensors, which the snapshot lacks (an interrupted download):
+    the library refuses it, and so does snapshot, in one line with the download command."""
+    snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
+    trees = snap.parent.parent / "trees"
+    trees.mkdir()
+    listing = {
+        "format_version": 1,
+        "files": {
+            "config.json": {"size": 2, "blob_id": "0" * 40},
+            "model.safetensors": {"size": 8, "blob_id": "1" * 40},
+        },
+    }
+    (trees / f"{snap.name}.json").write_text(json.dumps(listing))
+    with pytest.raises(UserError) as caught:
+        hub.snapshot(VALUE, KEY)
+    assert str(caught.value) == (
+        f"{KEY} = {VALUE!r}: revision main of {TINY_REPO} is not in the cache {cache}: "
+        f"run `hf download {TINY_REPO}` first (nothing is downloaded at run time)"
+    )
+    (snap / "model.safetensors").write_bytes(b"weights!")  # the download completed
+    assert hub.snapshot(VALUE, KEY).path == snap

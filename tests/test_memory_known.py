@@ -119,3 +119,30 @@ def test_a_refusal_says_needs_for_one_term_and_need_for_several():
         "data.n_train_sequences = 1000000: the model need about 4.0 MB (most of it the synthetic data), "
         "more than the 2.0 MB of memory available"
     )
+
+
+def test_the_weights_terms_and_the_key_a_refusal_names():
+    """4 bytes a parameter and buffer (biases counted without use_bias too): W_E and W_U, 2 V D, and
+    b_U, V; W_pos, T D; per layer W_Q, W_K, W_V, W_O, 4 H D dh, and b_Q, b_K, b_V, b_O,
+    3 H dh + D. The attention weights are the largest term and grow with n_layers, n_heads, d_head
+    and d_model; n_layers is the one furthest above its default (2 of 2, the others below theirs)."""
+    embeddings, positions = 2 * V * D + V, T * D
+    layers = L * (4 * H * D * dh + 3 * H * dh + D)
+    assert (embeddings, positions, layers) == (528, 320, 1104)
+    terms = memory._weights(memory._Shape(MODEL), 4, "float32")
+    assert [(t.what, t.bytes) for t in terms] == [
+        ("the embeddings W_E, W_U (float32)", 4 * 528),
+        ("the positional embedding W_pos (float32)", 4 * 320),
+        ("the attention weights (float32)", 4 * 1104),
+    ]
+    assert [[(s.key, s.value) for s in t.sizes] for t in terms] == [
+        [("model.d_vocab", V), ("model.d_model", D)],
+        [("model.n_ctx", T), ("model.d_model", D)],
+        [("model.n_layers", L), ("model.n_heads", H), ("model.d_head", dh), ("model.d_model", D)],
+    ]
+    with pytest.raises(UserError) as caught:
+        memory.require_fits(memory.Estimate("the weights", tuple(terms)), available=1000)
+    assert str(caught.value) == (
+        "model.n_layers = 2: the weights need about 7.8 kB (most of it the attention weights (float32)), "
+        "more than the 1.0 kB of memory available"
+    )
