@@ -64,3 +64,15 @@ def test_role_scores_are_floats():
     got = agreement.role_scores(pairs, roles)
     assert got.dtype == np.float64
     assert got.tolist() == [2.0, 1.0, 0.0]
+
+
+def test_spearman_of_scores_spread_less_than_one_is_defined_and_ranks_the_size_of_the_effect():
+    """Composition scores lie in [0, 1]: a spread of 0.3 is a spread. |effect| (0.3, 0.1, 0.2)
+    ranks (3, 1, 2), score (0.1, 0.2, 0.4) ranks (1, 2, 3): d = (2, -1, -1), sum d^2 = 6,
+    rho = 1 - 6 * 6 / (3 * (9 - 1)) = -0.5. Only kind K, variant true has rows: the rest None."""
+    pairs = [("K", 0, a, 1, 0) for a in range(3)]
+    effects = pd.DataFrame(pairs, columns=agreement.PAIR).assign(loss_effect=[-0.3, 0.1, 0.2])
+    scores = pd.DataFrame(pairs, columns=agreement.PAIR).assign(variant="true", score=[0.1, 0.2, 0.4])
+    got = agreement.spearman(effects, scores, "loss_effect")
+    assert got["K"]["true"] == pytest.approx(-0.5)
+    assert got["Q"]["true"] is None and got["K"]["errata_bcda"] is None

@@ -136,3 +136,26 @@ def test_discovered_keeps_the_tables_columns_and_numbers_its_rows_afresh(planted
     pairs = channel_check.discovered(table)
     assert list(pairs.columns) == list(table.columns)  # the old index is dropped, not kept as a column
     assert list(pairs.index) == list(range(len(pairs))) and len(pairs) == 2
+
+
+def test_a_discovered_pair_missing_from_the_whole_path_table_or_twice_in_it_is_refused(planted_check):
+    """Each discovered pair's channel share divides by the whole path's effect on the same batch:
+    a pair with no whole-path row (0.2 -> 1.1's K rows dropped) is refused in one exact line, and a
+    pair with two (a row repeated) is refused too, rather than counted twice."""
+    model, hw, table, dataset, cfg = planted_check
+    probes, heldout = heads.evaluation_batches(dataset, cfg, model.cfg.d_vocab, 3)
+    probes, heldout = probes[:1], heldout[:1]
+    whole = whole_path(model, probes, heldout)
+    gone = (
+        (whole["kind"] == "K")
+        & (whole["src_head"] == 2)
+        & (whole["dst_layer"] == 1)
+        & (whole["dst_head"] == 1)
+    )
+    assert gone.sum() == 1
+    with pytest.raises(ValueError) as e:
+        channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole[~gone])
+    assert str(e.value) == "a discovered pair or batch has no whole-path cut in `whole`"
+    twice = pd.concat([whole, whole[gone]], ignore_index=True)
+    with pytest.raises(pd.errors.MergeError):
+        channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, twice)

@@ -69,3 +69,73 @@ def test_nothing_to_compare_is_refused():
     with pytest.raises(UserError) as caught:
         stats.compare([], CompareConfig(), 0.1, 0.05)
     assert str(caught.value) == "seeds = []: no seeds to compare"
+
+
+def test_order_puts_kinds_first_unknown_values_last_alphabetically_and_keeps_ties_in_their_order():
+    """Kinds in KINDS order (Q, K, V), then values it does not know by name (A before Z); rows
+    that tie on every key keep the order they came in (a stable sort), here 5 rows of each kind."""
+    import pandas as pd
+
+    kinds = ["V", "Z", "K", "A", "Q"] * 5
+    frame = pd.DataFrame({"kind": kinds, "row": range(25)})
+    got = stats._order(frame, ["kind"])
+    expected = [r for k in ("Q", "K", "V", "A", "Z") for r in range(25) if kinds[r] == k]
+    assert got["row"].tolist() == expected  # Q: 4, 9, 14, 19, 24; K: 2, 7, ...
+    assert got.index.tolist() == list(range(25))
+
+
+def test_headline_of_a_summary_without_the_causal_check_leaves_its_cells_empty():
+    """A summary with no causal_check, m_by_kind or detection_limits (say, one written before
+    they existed): the verdicts and means of its claims, and empty cells for the rest. A claim
+    with one hypothesis ("-") keeps its name; one with two shows both verdicts when they differ
+    and the rotated hypothesis's mean."""
+    summary = {
+        "n_seeds": 3,
+        "claims": {
+            "b": {"-": {"verdict": "holds", "mean": 0.4}},
+            "a": {
+                "rotated": {"verdict": "holds", "mean": 0.2},
+                "true": {"verdict": "inconclusive", "mean": 0.1},
+            },
+        },
+        "training": {"final_loss": 2.5},
+    }
+    assert stats.headline(summary) == {
+        "n_seeds": 3,
+        "verdict": {"b": "holds", "a": "holds/inconclusive"},
+        "mean": {"b": 0.4, "a_rotated": 0.2},
+        "training": {"final_loss": 2.5},
+        "m_by_kind": {},
+        "c_vs_roles": {"pr_auc_true": None, "role_pr_auc": None},
+        "detection_limit_K": {},
+    }
+
+
+def curves_of(steps_per_seed: dict[int, list[int]]):
+    """curve.tsv rows of each seed at its steps: tokens 100 x step, train_loss seed + step / 10,
+    the other measures 0.5 x seed."""
+    import pandas as pd
+
+    rows = [
+        {"seed": seed, "step": step, "tokens": 100 * step, "train_loss": seed + step / 10,
+         "eval_loss": 0.5 * seed, "induction": 0.5 * seed, "prev_token": 0.5 * seed, "icl": 0.5 * seed}
+        for seed, steps in steps_per_seed.items()
+        for step in steps
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_mean_curve_averages_the_seeds_at_each_step_and_refuses_different_steps():
+    """Seeds 0 and 2 at steps 0 and 10: train_loss (0 + 2) / 2 + step / 10 = 1 and 2, the rest 0.5,
+    tokens an integer. Seed 2 at steps 0 and 20 instead: refused, naming both seeds."""
+    got = stats.mean_curve(curves_of({0: [0, 10], 2: [0, 10]}))
+    assert list(got.columns) == list(stats.CURVE_COLUMNS)
+    assert got["step"].tolist() == [0, 10] and got["tokens"].tolist() == [0, 1000]
+    assert got["tokens"].dtype == "int64"
+    assert got["train_loss"].tolist() == pytest.approx([1.0, 2.0])
+    assert got["eval_loss"].tolist() == pytest.approx([0.5, 0.5])
+    with pytest.raises(UserError) as caught:
+        stats.mean_curve(curves_of({0: [0, 10], 2: [0, 20]}))
+    assert str(caught.value) == (
+        "curve.tsv = [0, 2]: seeds were evaluated at different steps (different train configs?)"
+    )

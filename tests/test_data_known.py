@@ -128,6 +128,34 @@ def test_a_pretrained_tokenizer_of_65536_tokens_fits_and_65537_do_not(cache):
     )
 
 
+def test_a_malformed_pretrained_tokenizer_json_is_refused_naming_the_file_and_the_librarys_reason(cache):
+    """The file as it lies in the cache, then the tokenizers library's own reason (read here by
+    loading the same file directly), cut at 200 characters."""
+    from tokenizers import Tokenizer
+
+    snap = add_snapshot(cache, "org/broken", {"tokenizer.json": b'{"version": "1.0", "model": 3}'})
+    path = snap / "tokenizer.json"
+    with pytest.raises(Exception) as library_says:
+        Tokenizer.from_file(str(path))
+    reason = str(library_says.value)[:200]
+    with pytest.raises(UserError) as caught:
+        tokenizer.pretrained("hf:org/broken")
+    assert str(caught.value) == f"{path}: not a tokenizer.json the tokenizers library reads ({reason})"
+
+
+def test_a_token_path_outside_data_dir_is_refused_with_the_path_as_given(tmp_path):
+    """`..` may not climb out of data.dir: the message shows the relative path the config gave."""
+    inside = tmp_path / "data"
+    inside.mkdir()
+    np.save(tmp_path / "outside.npy", np.arange(100, dtype=np.uint16))  # it exists: only its place is wrong
+    cfg = DataConfig(source="tokens", dir=str(inside), tokens=TokensDataConfig(path="../outside.npy"))
+    with pytest.raises(UserError) as caught:
+        datasets.load(cfg, MODEL, seed=0, n_eval=4)
+    assert str(caught.value) == (
+        f"data.tokens.path = '../outside.npy': must stay inside data.dir = {str(inside)!r}"
+    )
+
+
 def test_one_training_window_and_one_held_out_window_are_enough():
     """n_ctx + 1 training tokens give one window and its next-token targets; n_ctx held-out tokens
     one evaluation window. One token fewer on either side is refused, naming both counts."""
@@ -154,8 +182,12 @@ def test_text_source_at_the_edge_of_one_window_each_side(tmp_path):
     windows = ds.train.batch(64, torch.Generator().manual_seed(0))
     assert {tuple(w) for w in windows.tolist()} == {tuple(range(8)), tuple(range(1, 9))}  # both starts
     write_tokenized(tmp_path / "tok", np.arange(16, dtype=np.uint16), 8)
-    with pytest.raises(UserError, match=r"8 training and 8 held-out tokens: too few for n_ctx = 8 windows"):
+    with pytest.raises(UserError) as caught:
         datasets.load(text, MODEL, 0, 4, tokenized=tmp_path / "tok")
+    assert str(caught.value) == (
+        f"{tmp_path / 'tok' / 'tokens.npy'}: 8 training and 8 held-out tokens: "
+        "too few for n_ctx = 8 windows (more text, or a smaller model.n_ctx)"
+    )
 
 
 def npy_with_a_long_error(path):
