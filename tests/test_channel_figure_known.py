@@ -161,3 +161,15 @@ def test_a_channels_file_of_the_wrong_shape_is_named_with_its_kind(tmp_path):
     assert str(e.value) == f"{path}: V: shape [2, 4, 3], expected [pairs, d_head, d_head]"
     save_file({"K": np.zeros((2, 4, 4), np.float32)}, str(path))
     assert list(cf.read_shares(path)) == ["K"]
+
+
+def test_a_file_that_is_not_safetensors_is_refused_naming_the_file_and_why(tmp_path):
+    """Seven bytes cannot hold safetensors' 8-byte header length: the file is named, and why."""
+    path = tmp_path / "channels.safetensors"
+    path.write_bytes(b"garbage")
+    with pytest.raises(UserError) as e:
+        cf.read_shares(path)
+    assert str(e.value) == (
+        f"{path}: not a channels file of the composition stage "
+        "(Error while deserializing header: header too small)"
+    )

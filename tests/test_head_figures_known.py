@@ -232,6 +232,20 @@ def test_ablation_dots_are_twelve_square_points():
     plt.close(fig)
 
 
+def test_ablation_panels_tick_labels_are_seven_points_on_both_axes():
+    effects = pd.DataFrame([{"kind": "K", **PAIR, "loss_effect": -0.3}])
+    scores = pd.DataFrame(
+        [{"kind": "K", **PAIR, "variant": v, "score": 0.4, "baseline_mean": 0.1} for v in VARIANTS]
+    )
+    fig = figures.ablation_vs_composition(effects, scores, kinds=("K",))
+    fig.canvas.draw()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = [t for t in axis.get_ticklabels() if t.get_text()]
+            assert labels and {t.get_fontsize() for t in labels} == {7}
+    plt.close(fig)
+
+
 def test_read_example_refuses_a_file_that_is_not_safetensors_naming_the_file_and_why(tmp_path):
     from pipeline.errors import UserError
 

@@ -151,6 +151,21 @@ def test_the_environment_names_threads_variables_and_packages(monkeypatch, tmp_p
     assert default == "torch's default (one per physical core)"
 
 
+def test_the_environment_counts_the_cpus_this_process_may_use_of_the_machines(monkeypatch, tmp_path):
+    asked = []
+
+    def affinity(pid):
+        asked.append(pid)
+        return {0, 3, 5}
+
+    monkeypatch.setattr(report.os, "sched_getaffinity", affinity, raising=False)
+    monkeypatch.setattr(report.os, "cpu_count", lambda: 8)
+    assert report.environment(1, tmp_path)["cpus (visible / total)"] == "3 / 8"
+    assert asked == [0]  # this process
+    monkeypatch.delattr(report.os, "sched_getaffinity")  # macOS and Windows have no affinity call
+    assert report.environment(1, tmp_path)["cpus (visible / total)"] == "? / 8"
+
+
 def test_the_environment_reads_the_git_revision_or_says_git_is_missing(monkeypatch, tmp_path, capfd):
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
     subprocess.run([*git, "init", "-q"], check=True)
@@ -420,6 +435,15 @@ def test_the_page_puts_each_figure_where_the_contents_link_it():
         '<p class="note">Scores to three significant digits of their column\'s largest; "–": missing, '
         in page
     )
+    clipped = (
+        "Intervals are clipped to the range the statistic can take (PR-AUC, ROC-AUC, shares, rates and "
+        "0/1 indicators to [0, 1], Spearman's rho and selectivity to [-1, 1], their differences to "
+        "[-2, 2], counts and steps to 0 or more): the t interval is symmetric about the mean and knows "
+        "no bound. Every number of a statistic has the same decimals (three significant digits at its "
+        "largest); counts per seed are whole."
+    )
+    assert page.count(clipped) == 2  # under the verdicts and above every statistic across seeds
+    assert f"(valid for a handful of seeds). {clipped} Verdict: the rule;" in page
     environment = page.split('<h2 id="environment">')[1]
     assert rows_of(environment) == [["python", "3.x"]]
     assert "<thead><tr><th></th><th>value</th></tr></thead>" in environment

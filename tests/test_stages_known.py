@@ -310,9 +310,12 @@ def test_dynamics_summary_records_the_configured_fdr(chain):
     assert summary["checkpoints"] == len(pd.read_csv(chain.out["dynamics"] / "steps.tsv", sep="\t"))
 
 
-def test_dynamics_without_a_terminal_prints_one_line_per_checkpoint(chain, tmp_path, monkeypatch, capsys):
+def test_dynamics_without_a_terminal_prints_a_line_per_checkpoint_and_writes_its_four_tables(
+    chain, tmp_path, monkeypatch, capsys
+):
     """Without a terminal ("lines"), the calls inside each checkpoint stay quiet even where they
-    would print a line at every step (LINE_EVERY 0): the stage's own line is the only one."""
+    would print a line at every step (LINE_EVERY 0): the stage's own line is the only one. Its
+    files: the names the figures and compare stages read, heads.csv a row per checkpoint and head."""
     monkeypatch.setattr(cli, "LINE_EVERY", 0.0)
     capsys.readouterr()
     from stages import dynamics as stage
@@ -325,6 +328,17 @@ def test_dynamics_without_a_terminal_prints_one_line_per_checkpoint(chain, tmp_p
     lines = capsys.readouterr().err.splitlines()
     assert lines
     assert all(re.match(r"dynamics seed 3: \d+/\d+ checkpoints", line) for line in lines), lines
+    d = tmp_path / "d"
+    assert sorted(p.name for p in d.iterdir()) == [
+        "composition.csv",
+        "heads.csv",
+        "steps.tsv",
+        "summary.json",
+    ]
+    steps = pd.read_csv(d / "steps.tsv", sep="\t")
+    heads = tables.read_csv(d / "heads.csv", tables.DYNAMICS_HEADS_COLUMNS, empty_ok=False)
+    model = chain.cfg.model
+    assert len(heads) == len(steps) * model.n_layers * model.n_heads
 
 
 def test_the_figures_stage_writes_every_figure_at_the_configured_dpi(chain, figured):
@@ -387,6 +401,99 @@ def test_figures_refuses_scores_without_rows_and_one_channel_file_alone(chain, t
     assert stage.main([*base, "--scores", scores, "--channels", channels]) == 2
     assert capsys.readouterr().err == "error: --channels, --channel-shares: give both or neither\n"
     assert not (tmp_path / "f").exists()
+
+
+def test_the_figures_stage_titles_the_errata_diagram_with_the_configured_fdr(chain, tmp_path):
+    """analysis.composition.fdr = 0.2 (not the default 0.05): the diagram the stage writes is the
+    library's at q < 0.2, and not the one at 0.05."""
+    from stages import figures as stage
+
+    composed = json.loads(json.dumps(chain.params))
+    composed["analysis"]["composition"]["fdr"] = 0.2
+    p = tmp_path / "params.yaml"
+    p.write_text(params_mod.dump(composed))
+    cfg = params_mod.load(p).analysis.figures
+    assert cfg.edges == "fdr"  # the criterion whose title names the rate
+    scores_csv = chain.out["composition"] / "scores.csv"
+    out = tmp_path / "f"
+    assert stage.main(["--params", str(p), "--scores", str(scores_csv), "--out", str(out)]) == 0
+    scores = tables.read_csv(scores_csv, tables.SCORES_COLUMNS)
+    drawn = {}
+    for fdr in (0.2, 0.05):
+        args = (scores, cfg.edges, cfg.edge_z, cfg.edge_threshold, None, (cfg.errata_variant, "true"), fdr)
+        diagram = composition_figures.errata_diagram(*args)
+        assert diagram._suptitle.get_text().startswith(
+            f"Head composition. Edge: a discovery, FDR q < {fdr:g}\n"
+        )
+        drawn[fdr] = redraw(diagram, tmp_path, f"at{fdr}", cfg.dpi)
+    written = (out / "errata_diagram.png").read_bytes()
+    assert written == drawn[0.2] and written != drawn[0.05]
+
+
+def tokens_dir(root: Path, vocab: int, n: int = 1200, cut: int = 400) -> Path:
+    """A tokenizer stage's output by hand: n random ids below `vocab`, the first `cut` for training."""
+    root.mkdir()
+    np.save(root / "tokens.npy", np.random.default_rng(0).integers(0, vocab, n).astype(np.uint16))
+    (root / "manifest.json").write_text(json.dumps({"source": "text", "train_tokens": cut, "vocab": vocab}))
+    return root
+
+
+def test_heads_on_text_reads_the_tokenized_directory_and_records_the_seed_of_its_patterns(
+    chain, tmp_path, capsys
+):
+    """data.source = text (a pretrained tokenizer named, so model.d_vocab need not be its
+    vocab_size): held-out windows from --tokenized; without it, the stage's refusal. The probe
+    [first, span, span] and its pattern [layer, head, pos, pos] are saved with the seed that drew it."""
+    from stages import heads as stage
+
+    composed = json.loads(json.dumps(chain.params))
+    composed["data"] |= {"source": "text"}
+    composed["data"]["text"]["corpus"] = "kjv"
+    composed["data"]["tokenizer"]["pretrained"] = "hf:org/tok"
+    p = tmp_path / "params.yaml"
+    p.write_text(params_mod.dump(composed))
+    model = chain.cfg.model
+    tokenized = tokens_dir(tmp_path / "tokenized", model.d_vocab)
+    w, c = chain.out["weights"], chain.out["composition"]
+    train = chain.out["train"]
+    argv = [
+        "--params", str(p), "--model", str(train / "model.safetensors"),
+        "--config", str(train / "config.json"), "--weights", str(w / "heads.safetensors"),
+        "--scores", str(c / "scores.csv"), "--seed", "3",
+    ]  # fmt: skip
+    assert stage.main([*argv, "--out", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err == (
+        "error: data.source = 'text': text needs the tokenizer stage's output (--tokenized)\n"
+    )
+    out = tmp_path / "h"
+    assert stage.main([*argv, "--tokenized", str(tokenized), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ablation.csv", "ablation_batches.csv", "heads.csv", "patterns.safetensors", "summary.json",
+    ]  # fmt: skip
+    state, meta = checkpoint.load_state(out / "patterns.safetensors")
+    span = 1 + 2 * chain.cfg.analysis.heads.repeat_length
+    assert meta == {"seed": "3"}
+    assert sorted(state) == ["pattern", "tokens"]
+    assert tuple(state["pattern"].shape) == (model.n_layers, model.n_heads, span, span)
+    tokens, length = state["tokens"].tolist(), chain.cfg.analysis.heads.repeat_length
+    assert len(tokens) == span and tokens[1 : 1 + length] == tokens[1 + length :]  # [first, span, span]
+
+
+def test_tokenizer_notes_a_pretrained_tokenizer_that_the_data_source_never_reads(tmp_path, capsys):
+    """data.source = synthetic with data.tokenizer.pretrained named: the stage says, in one line on
+    stderr, that the name is unused, and writes its unused files."""
+    from stages import tokenizer as stage
+
+    composed = params_mod.compose(TINY, conf_dir=ROOT / "conf")
+    composed["data"]["tokenizer"]["pretrained"] = "hf:org/tok"
+    p = tmp_path / "params.yaml"
+    p.write_text(params_mod.dump(composed))
+    assert stage.main(["--params", str(p), "--out", str(tmp_path / "t")]) == 0
+    assert capsys.readouterr().err == (
+        "note: data.tokenizer.pretrained = 'hf:org/tok' is unused: data.source = 'synthetic' is not "
+        "tokenized (data.source=text reads text through it)\n"
+    )
+    assert (tmp_path / "t" / "tokenizer.json").read_text() == "null\n"
 
 
 def test_tokenizer_unused_writes_empty_tokens_and_a_null_tokenizer(chain, tmp_path):
