@@ -1,11 +1,17 @@
 """Known answers of pipeline/data/ worked out by hand: a token file's manifest field by field, the
 copies a token stream writes, evaluation-only loading of every source, the probe's span at the
 held-out stream's exact length and one token short of it, and the tokenizer size limit at its
-edge (65,536 ids fit uint16's tokens.npy, 65,537 do not)."""
+edge (65,536 ids fit uint16's tokens.npy, 65,537 do not); the KJV reader on a tiny database of the
+pinned schema, local files' whole manifest, a stream batch's draws worked step by step, and a
+pretrained tokenizer's sample and refusal line."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import sqlite3
+import threading
+import urllib.parse
 from dataclasses import asdict, replace
 
 import numpy as np
@@ -19,6 +25,7 @@ from pipeline.config import (
     CopiesConfig,
     DataConfig,
     ModelConfig,
+    SyntheticDataConfig,
     TextDataConfig,
     TokenizerConfig,
     TokensDataConfig,
@@ -336,3 +343,205 @@ def test_token_ids_of_any_integer_dtype_come_back_as_int64():
     assert rows.batch(3, torch.Generator().manual_seed(0)).dtype == torch.long
     copied, n = datasets.with_copies(ids, CopiesConfig(rate=0.0), np.random.default_rng(0))
     assert copied.dtype == np.int64 and np.array_equal(copied, ids) and n == 0
+
+
+def test_a_token_file_too_short_for_a_held_out_window_is_refused_naming_the_file_and_eval_fraction(tmp_path):
+    """200 tokens at eval_fraction 0.1: 180 to train on and 20 held out, one window of n_ctx 20
+    each side (accepted), not of n_ctx 21 (refused, both counts and the fraction named)."""
+    cfg = token_file(tmp_path, CopiesConfig(rate=0.0))
+    ds = datasets.load(cfg, ModelConfig(n_ctx=20), seed=0, n_eval=4)
+    assert torch.equal(ds.eval, (torch.arange(180, 200) % 50).view(1, 20))
+    with pytest.raises(UserError) as caught:
+        datasets.load(cfg, ModelConfig(n_ctx=21), seed=0, n_eval=4)
+    assert str(caught.value) == (
+        f"{(tmp_path / 'ids.npy').resolve()}: 180 training and 20 held-out tokens: "
+        "too few for n_ctx = 21 windows (eval_fraction = 0.1)"
+    )
+
+
+def test_more_topics_than_the_vocabulary_is_refused_naming_both_values():
+    """The library refuses it too (a caller may skip `validate`); as many topics as tokens is fine."""
+    rng = np.random.default_rng(0)
+    x = datasets.synthetic_sequences(3, MODEL, DataConfig(synthetic=SyntheticDataConfig(topics=64)), rng)
+    assert x.shape == (3, N_CTX) and x.dtype == np.int64
+    with pytest.raises(UserError) as caught:
+        datasets.synthetic_sequences(3, MODEL, DataConfig(synthetic=SyntheticDataConfig(topics=65)), rng)
+    assert str(caught.value) == "data.synthetic.topics = 65: must be <= model.d_vocab = 64"
+
+
+def test_a_stream_batch_with_copies_draws_everything_from_its_generator():
+    """The windows' starts, then one 62-bit seed for the copies, both from the batch's generator
+    (worked through here step by step); the global torch seed changes nothing."""
+    copies = CopiesConfig(rate=0.5, min_span=2, max_span=3, min_distance=2)
+    tokens = np.arange(200) % 50
+    gen = torch.Generator().manual_seed(5)
+    starts = torch.randint(0, 200 - N_CTX + 1, (16,), generator=gen).tolist()
+    drawn = int(torch.randint(0, 2**62, (1,), generator=gen))
+    windows = np.stack([tokens[s : s + N_CTX] for s in starts])
+    expected, copied = datasets.with_copies(windows, copies, np.random.default_rng(drawn))
+    assert copied > 0 and not np.array_equal(expected, windows)
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        stream = datasets.Stream(tokens, N_CTX, copies)
+        batch = stream.batch(16, torch.Generator().manual_seed(5))
+        assert torch.equal(batch, torch.from_numpy(expected))
+        assert (stream.tokens_drawn, stream.tokens_copied) == (16 * N_CTX, copied)
+
+
+def test_a_pretrained_tokenizers_failing_line_is_shown_stripped_and_cut_at_60_characters():
+    from tokenizers import Tokenizer
+
+    words = ["in", "the", "beginning", "god", "created", "and", "earth"]
+    tok = Tokenizer.from_str(word_level_tokenizer(words).decode())
+    line = "   in the beginning god created the heaven and the earth and the earth\n"
+    shown = "in the beginning god created the heaven and the earth and th"
+    assert len(shown) == 60
+    with pytest.raises(UserError) as caught:
+        tokenizer.encode(tok, ["in the beginning\n", line, "heaven\n"], "hf:org/words")
+    assert str(caught.value) == (
+        "data.tokenizer.pretrained = 'hf:org/words': its tokenizer.json cannot encode the text: "
+        f"WordLevel error: Missing [UNK] token from the vocabulary (on the line {shown!r})"
+    )
+
+
+def test_a_pretrained_tokenizer_is_tried_on_the_lines_as_they_are_encoded_line_breaks_kept():
+    """A word-level tokenizer without a pre-tokenizer reads each line whole: one that knows the
+    lines with their line breaks encodes the text, so the sample tried first must not refuse it."""
+    from tokenizers import Tokenizer, models
+
+    tok = Tokenizer(models.WordLevel({"in the beginning\n": 0, "god created\n": 1}))
+    text = "in the beginning\ngod created\n" * 4  # 116 characters: the split at 58, two lines each
+    tokenizer.require_encodes(tok, text, 58, "hf:org/lines")
+    result = tokenizer.tokenize(text, 256, 0.5, tok, "hf:org/lines")
+    assert result.tokens.tolist() == [0, 1] * 4
+    assert (result.train_tokens, result.train_chars, result.vocab) == (4, 58, 2)
+
+
+def terminal_output(action) -> bytes:
+    """What `action` writes to stdout and stderr when both are a terminal (a pseudo-terminal)."""
+    master, slave = os.openpty()
+    chunks = []
+
+    def drain():  # read while it writes: a full terminal buffer would block the writer
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other end is closed and nothing is left
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(slave, 1)
+        os.dup2(slave, 2)
+        action()
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, slave):
+            os.close(fd)
+        reader.join(timeout=10)
+        os.close(master)
+    return b"".join(chunks)
+
+
+def test_training_the_tokenizer_draws_no_progress_bar_on_a_terminal():
+    """The stage's log stays one line per event: the trainer's progress bars (drawn by the
+    tokenizers library only on a terminal) are off. The terminal check itself: the library's
+    bars do reach this pseudo-terminal when asked for."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    lines = ["in the beginning\n", "god created the heaven\n"] * 10
+    result = []
+    assert terminal_output(lambda: result.append(tokenizer.train(lines, 300))) == b""
+    assert 256 < result[0].get_vocab_size() <= 300
+
+    def with_bars():
+        trainer = trainers.BpeTrainer(vocab_size=300, show_progress=True)
+        bpe = Tokenizer(models.BPE())
+        bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        bpe.train_from_iterator(lines, trainer)
+
+    assert b"Pre-processing sequences" in terminal_output(with_bars)
+
+
+def test_local_text_files_manifest_names_the_directory_the_glob_and_each_file(tmp_path):
+    """Bytes and characters differ for UTF-8 beyond ASCII: "cafe" with an accent is 4 characters,
+    5 bytes; the file without a final newline gets one in the text, not in its own sha256."""
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a.txt").write_bytes("caf\u00e9".encode())
+    (tmp_path / "b" / "c.txt").write_bytes(b"beta\n")
+    text, manifest = corpus.read_files(tmp_path, "**/*.txt")
+    assert text == "caf\u00e9\nbeta\n"
+    assert manifest == {
+        "dir": str(tmp_path),
+        "glob": "**/*.txt",
+        "files": [
+            {"path": "a.txt", "bytes": 5, "sha256": hashlib.sha256(b"caf\xc3\xa9").hexdigest()},
+            {"path": "b/c.txt", "bytes": 5, "sha256": hashlib.sha256(b"beta\n").hexdigest()},
+        ],
+        "chars": 10,
+        "sha256": hashlib.sha256("caf\u00e9\nbeta\n".encode()).hexdigest(),
+    }
+
+
+def tiny_bible(path):
+    """The pinned database's two tables (its schema), three books, rows stored out of order."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE Books(TestamentID INT, BookID INT, ShortName TEXT, LongName TEXT)")
+    con.execute(
+        "CREATE TABLE Bible(TestamentID INT, BookID INT, ChapterID INT, VerseID INT, Index_ TEXT, "
+        "IndexTypeID INT, NumParagraphs INT, Passage1 TEXT, Passage2 TEXT)"
+    )
+    con.executemany(
+        "INSERT INTO Books VALUES (?, ?, ?, ?)",
+        [(2, 1, "Matthew", "The Gospel of Matthew"), (1, 1, "Genesis", "The First Book of Moses"),
+         (1, 2, "Exodus", "The Second Book of Moses")],
+    )  # fmt: skip
+    con.executemany(
+        "INSERT INTO Bible VALUES (?, ?, ?, ?, '', 0, 1, ?, ?)",
+        [(2, 1, 1, 1, "1:1 The book of the generation", ""),
+         (1, 1, 2, 1, "2:1 Thus the heavens", "were  finished"),
+         (1, 1, 1, 2, "1:2 And the earth", None),
+         (1, 2, 1, 1, "1:1 Now these are", "the names 1:2 of Israel"),
+         (1, 1, 1, 1, "1:1 In the beginning", "")],
+    )  # fmt: skip
+    con.commit()
+    con.close()
+
+
+def test_the_kjv_reader_gives_a_title_line_per_book_then_its_verses_in_order_without_numbers(
+    tmp_path, monkeypatch
+):
+    """Worked by hand from the rows: books in testament order, verses by chapter then verse, the
+    two passage columns joined, verse numbers and doubled spaces gone. It reads the same where
+    SQLite is built without SQLITE_USE_URI (a `file:` name is then a URI only when the caller
+    asks for one; emulated here: otherwise the whole string is a file name, relative to the
+    working directory), and it never writes to the database."""
+    db = tmp_path / "Bible.db"
+    tiny_bible(db)
+    before = (db.read_bytes(), db.stat().st_mtime_ns)
+    expected = (
+        "The First Book of Moses\nIn the beginning\nAnd the earth\nThus the heavens were finished\n"
+        "The Second Book of Moses\nNow these are the names of Israel\n"
+        "The Gospel of Matthew\nThe book of the generation\n"
+    )
+    assert corpus._kjv(db) == expected
+    real = sqlite3.connect
+
+    def without_uri_filenames(database, *args, uri=False, **kwargs):
+        if not uri:
+            database = "file:" + urllib.parse.quote(str(database))  # the name, taken literally
+        return real(database, *args, uri=True, **kwargs)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sqlite3, "connect", without_uri_filenames)
+    assert corpus._kjv(db) == expected
+    with pytest.raises(sqlite3.OperationalError):  # the emulation: a URI not asked for is a file name
+        sqlite3.connect(f"file:{db}?mode=ro")
+    assert (db.read_bytes(), db.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Bible.db"]
