@@ -3,7 +3,7 @@ copies a token stream writes, evaluation-only loading of every source, the probe
 held-out stream's exact length and one token short of it, and the tokenizer size limit at its
 edge (65,536 ids fit uint16's tokens.npy, 65,537 do not); the KJV reader on a tiny database of the
 pinned schema, local files' whole manifest, a stream batch's draws worked step by step, and a
-pretrained tokenizer's sample and refusal line."""
+pretrained tokenizer's sample and refusal line, and each sequence's own copy length."""
 
 from __future__ import annotations
 
@@ -545,3 +545,23 @@ def test_the_kjv_reader_gives_a_title_line_per_book_then_its_verses_in_order_wit
         sqlite3.connect(f"file:{db}?mode=ro")
     assert (db.read_bytes(), db.stat().st_mtime_ns) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Bible.db"]
+
+
+def test_each_sequence_draws_its_own_copy_length():
+    """Copies start in every sequence at the first position they may (rate 1 there, 0 after),
+    all from min_distance 2 back: sequence i then copies exactly positions 2 .. 1 + L_i, where
+    L_i, its own span length, is drawn per sequence from [1, 8]; over 400 sequences every length
+    occurs (a length shared by all would be one value)."""
+    n, T, d = 400, 16, 2
+    copies = CopiesConfig(rate=1.0, min_span=1, max_span=8, min_distance=d)
+    copier = datasets._Copier(n, copies, np.random.default_rng(0))
+    x = np.zeros((n, T), dtype=np.int64)
+    background = 1000 + np.arange(T)  # position t's own token, the same in every sequence
+    counts = [copier.write(x, t, np.full(n, background[t]), 1.0 if t == d else 0.0) for t in range(T)]
+    copied = x != background  # [n, T]: where a copied token was written
+    lengths = copied.sum(axis=1)
+    for row, length in zip(copied, lengths, strict=True):
+        assert row.tolist() == [False] * d + [True] * length + [False] * (T - d - length)
+    assert np.array_equal(x[:, d:][copied[:, d:]], x[:, :-d][copied[:, d:]])  # the token 2 back
+    assert counts[:d] == [0] * d and sum(counts) == lengths.sum()
+    assert sorted(set(lengths.tolist())) == list(range(1, 9))
