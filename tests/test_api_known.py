@@ -299,3 +299,65 @@ def test_roles_refuse_weights_that_overflow_the_forward_pass_naming_the_model(mo
     assert str(caught.value) == (
         "state dict: attention patterns or losses are not finite on the evaluation batches: weights too large"
     )
+
+
+def test_weights_without_their_checkpoint_or_their_config_are_refused_by_roles_naming_them(model, tokens):
+    """A `Weights` holding a config but no checkpoint (or a checkpoint but no config) cannot be
+    built into a model to run: roles refuses either in one line naming the weights' source."""
+    w = api.weights_of(model)
+    refusal = "roles needs the model's checkpoint and config.json, not analysis-ready weights"
+    for missing in ({"state": None}, {"config": None}):
+        with pytest.raises(UserError) as caught:
+            api.roles(dataclasses.replace(w, **missing), tokens, config=SETTINGS)
+        assert str(caught.value) == f"AttnOnlyTransformer: {refusal}", missing
+
+
+def test_an_unknown_setting_is_refused_listing_every_known_one():
+    with pytest.raises(UserError) as caught:
+        api._settings(CompositionConfig, "composition", None, {"fd": 0.1})
+    assert str(caught.value) == (
+        "analysis.composition.fd: unknown setting (one of baseline_samples, fdr, null_samples)"
+    )
+
+
+def test_a_mapping_that_is_not_names_to_tensors_is_refused_in_one_line():
+    for bad in ({"embed.W_E": 1.0}, {0: torch.zeros(1)}):
+        with pytest.raises(UserError) as caught:
+            api.weights_of(bad)
+        assert str(caught.value) == "state dict: must map names (TransformerLens's) to tensors"
+
+
+class TransformerBridge:
+    """What `weights_of` reads of a TransformerLens 4.x TransformerBridge: its class's name and
+    top-level package, `cfg.to_dict()`, `state_dict()` and `parameters()`."""
+
+    __module__ = "transformer_lens.model_bridge.bridge"
+
+    def __init__(self, config: dict, state: dict):
+        self.cfg = type("Cfg", (), {"to_dict": lambda _: dict(config)})()
+        self._state = state
+
+    def state_dict(self) -> dict:
+        return dict(self._state)
+
+    def parameters(self):
+        return iter(self._state.values())
+
+
+def test_a_transformer_bridge_is_read_as_its_checkpoint_and_carries_its_own_config(model):
+    """A bridge holding our model's weights (`tl_checkpoint.bridge_checkpoint`) reads as the same
+    checkpoint given as a state dict with its config, named TransformerBridge; a model_config
+    beside it is refused, as the bridge carries its own."""
+    bridge = TransformerBridge(*tl_checkpoint.bridge_checkpoint(CFG, model.state_dict()))
+    read, direct = api.weights_of(bridge), api.weights_of(model.state_dict(), CFG)
+    assert (read.config, read.source, read.device) == (CFG, "TransformerBridge", torch.device("cpu"))
+    assert read.state.keys() == direct.state.keys()
+    for name, t in direct.state.items():
+        assert torch.equal(read.state[name], t), name
+    for name in ("W_Q", "W_K", "W_V", "W_O"):
+        assert torch.equal(getattr(read.heads, name), getattr(direct.heads, name)), name
+    with pytest.raises(UserError) as caught:
+        api.weights_of(bridge, CFG)
+    assert str(caught.value) == (
+        "model_config: a TransformerBridge carries its own config: leave model_config out"
+    )

@@ -126,3 +126,60 @@ def test_a_user_error_without_its_key_or_its_problem_is_our_bug_not_a_message(wh
     with pytest.raises(TypeError, match="UserError needs a key or file and a problem"):
         UserError(where, problem, 0)
     assert str(UserError("model.n_heads", "must be > 0", 0)) == "model.n_heads = 0: must be > 0"
+
+
+def test_the_params_option_says_its_default_in_the_help():
+    parser = cli.stage_parser("python -m stages.x", None)
+    shown = " ".join(parser.format_help().split())  # argparse wraps lines at the terminal's width
+    assert "--params PARAMS composed config (default: params.yaml)" in shown
+    assert "--debug show the traceback of an error" in shown
+
+
+class Recording:
+    """A stream that records its calls: ("write", text) and ("flush",)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(("write", text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.calls.append(("flush",))
+
+
+def test_a_progress_line_is_flushed_to_stderr_as_it_is_written(monkeypatch):
+    """Without a terminal stderr is block-buffered: each line is flushed at once, so that DVC shows
+    it as the stage runs and not at its end."""
+    stream = Recording()
+    monkeypatch.setattr(cli.sys, "stderr", stream)
+    cli.progress_line("train seed 0", 4, 4, started=0.0, what=" steps")
+    assert stream.calls[-1] == ("flush",)
+    text = "".join(c[1] for c in stream.calls if c[0] == "write")
+    assert re.fullmatch(r"train seed 0: 4/4 steps, \d+ s\n", text)
+
+
+def test_with_progress_in_bar_mode_is_a_tqdm_bar_over_the_items_and_prints_no_lines(capsys, monkeypatch):
+    import tqdm
+
+    bars = []
+
+    def spy(items, desc, unit):
+        bars.append((list(items), desc, unit))
+        return iter(items)
+
+    monkeypatch.setattr(tqdm, "tqdm", spy)
+    items = ["a", "b", "c"]
+    assert list(cli.with_progress(items, "dynamics seed 0", "bar", "checkpoint")) == items
+    assert bars == [(items, "dynamics seed 0", "checkpoint")]
+    assert capsys.readouterr().err == ""
+    # "lines": a plain line after each item, its label appended
+    assert list(cli.with_progress(items, "d", "lines", "checkpoint", label=lambda i: f" ({i})")) == items
+    lines = capsys.readouterr().err.splitlines()
+    assert [re.sub(r"\d+ s", "N s", line) for line in lines] == [
+        "d: 1/3 checkpoints (a), N s, about N s left",
+        "d: 2/3 checkpoints (b), N s, about N s left",
+        "d: 3/3 checkpoints (c), N s",
+    ]
+    assert bars == [(items, "dynamics seed 0", "checkpoint")]

@@ -42,6 +42,8 @@ REFUSED = [
     (CopiesConfig(min_span=11), "min_span = 11: must be <= max_span = 10"),
     (CopiesConfig(anneal_start=0.9, anneal_end=0.5), "anneal_start = 0.9: must be <= anneal_end = 0.5"),
     (TextDataConfig(glob="../x/*.txt"), "glob = '../x/*.txt': must be relative to data.dir, without '..'"),
+    (TextDataConfig(glob=" "), "glob = ' ': must not be empty"),
+    (TextDataConfig(max_chars=0), "max_chars = 0: must be > 0"),
     (DataConfig(source="tokens"), "tokens.path: is required when data.source = 'tokens'"),
     (
         DataConfig(copies=CopiesConfig(anneal_start=0.5, anneal_end=0.5)),
@@ -72,6 +74,10 @@ REFUSED = [
     (TrainConfig(source="fit"), "source = 'fit': must be one of train, load"),
     (TrainConfig(warmup_steps=11, steps=10), "warmup_steps = 11: must be in [0, steps = 10]"),
     (TrainConfig(checkpoint="model.bin"), "checkpoint = 'model.bin': must end in .safetensors, .pt or .pth"),
+    (
+        TrainConfig(steps=10, warmup_steps=0, save_steps=[10, 11]),
+        "save_steps[1] = 11: must be in [0, steps = 10] (a shorter run: set train.save_steps=[] too)",
+    ),
     (TrainConfig(lr=NAN), "lr = nan: must be a finite number (not inf or NaN)"),
     (TrainConfig(betas=[0.9, INF]), "betas[1] = inf: must be a finite number (not inf or NaN)"),
 ]
@@ -124,6 +130,11 @@ EDGES = [
     (CopiesConfig(min_span=10, anneal_start=0.5, anneal_end=0.5), CopiesConfig(min_span=11)),
     (SyntheticDataConfig(min_segment=8, topic_fraction=1.0), SyntheticDataConfig(topic_fraction=1.01)),
     (DataConfig(copies=CopiesConfig(anneal_start=1.0)), DataConfig(copies=CopiesConfig(anneal_start=0.99))),
+    (
+        TrainConfig(steps=10, warmup_steps=0, save_steps=[0, 10]),
+        TrainConfig(steps=10, warmup_steps=0, save_steps=[-1]),
+    ),
+    (TextDataConfig(glob="*.txt", max_chars=1), TextDataConfig(glob="", max_chars=1)),
 ]
 
 

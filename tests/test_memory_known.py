@@ -146,3 +146,44 @@ def test_the_weights_terms_and_the_key_a_refusal_names():
         "model.n_layers = 2: the weights need about 7.8 kB (most of it the attention weights (float32)), "
         "more than the 1.0 kB of memory available"
     )
+
+
+def test_the_later_heads_loss_passes_take_every_head_whose_logits_fit_in_a_chunk():
+    """One sequence of one position over a vocabulary of one token: a later head's logits are one
+    element, so a chunk of ABLATION_CHUNK = 2^24 elements holds the loss passes of all 2^23 + 1
+    heads at once (as `behaviour.ablation` chunks them: 2^24 // (1 x 1 x 1) heads); the source heads'
+    results, 2^23 + 1 elements each, fit one at a time (2^24 // (2^23 + 1) = 1)."""
+    heads = 2**23 + 1
+    m = ModelConfig(n_layers=2, n_heads=heads, d_head=1, d_model=1, n_ctx=1, d_vocab=1)
+    outputs = 1 * 1 * (2 * 1 * heads * 1 + heads * 1 * 1)  # one source: result, delta, pattern
+    block_call = 1 * 1 * (3 * heads + 2 * heads + 6)
+    loss_passes = heads * 1 * 1 * (4 * 1 + 2 * 1 + heads * 1)  # every later head at once
+    assert loss_passes > block_call
+    size = memory.Size("analysis.heads.eval_sequences", 1, 64)
+    one = memory._Batch(size, memory._Shape(m).n_ctx, 1, "the held-out batch", ("n", "pos"))
+    terms = by_what(memory._ablation(memory._Shape(m), one))
+    assert terms["one chunk of the path ablation on the held-out batch"] == 8 * (outputs + loss_passes)
+
+
+def test_on_a_gpu_a_refusal_of_several_terms_names_the_estimate_and_the_gpus_free_memory():
+    """With the GPU's free memory given, the device terms are held against it, the host terms
+    (the synthetic data) against the host's memory: each refusal names the estimate."""
+    logits = memory.Term("the logits", 3_000_000, (memory.Size("model.d_vocab", 100, 64),))
+    weights = memory.Term("the weights", 1_000_000, (memory.Size("model.d_model", 128, 64),))
+    data = memory.Term(
+        "the synthetic data", 500, (memory.Size("data.n_train_sequences", 10, 20000),), host=True
+    )
+    estimate = memory.Estimate("the model and its buffers", (logits, weights, data))
+    memory.require_fits(estimate, available=1000, device_available=4_000_000)  # each part fits its memory
+    with pytest.raises(UserError) as caught:
+        memory.require_fits(estimate, available=10**12, device_available=2_000_000)
+    assert str(caught.value) == (
+        "model.d_vocab = 100: the model and its buffers need about 4.0 MB (most of it the logits), "
+        "more than the 2.0 MB of GPU memory free"
+    )
+    with pytest.raises(UserError) as caught:
+        memory.require_fits(estimate, available=400, device_available=10**12)
+    assert str(caught.value) == (
+        "data.n_train_sequences = 10: the synthetic data needs about 500 B, "
+        "more than the 400 B of memory available"
+    )

@@ -95,3 +95,40 @@ def test_a_missing_checkpoint_or_its_config_is_refused_naming_train_checkpoint(t
         str(caught.value)
         == f"{named}{first.parent / 'config.json'} not found (the checkpoint's config, beside it)"
     )
+
+
+def test_the_usage_line_names_the_module_to_run(capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["__main__.py"])  # what argparse would name it otherwise
+    with pytest.raises(SystemExit):
+        params.main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m pipeline.params [-h]")
+
+
+def test_local_text_whose_glob_matches_no_file_is_refused_naming_the_glob(tmp_path):
+    """data.source = text without a corpus reads the files data.text.glob matches under data.dir:
+    none (only a folder of that name) is refused; one file is enough."""
+    from pipeline.config import Config, DataConfig, TextDataConfig
+
+    cfg = Config(data=DataConfig(source="text", dir="mine", text=TextDataConfig(glob="*.txt")))
+    (tmp_path / "mine" / "a folder.txt").mkdir(parents=True)
+    with pytest.raises(UserError) as caught:
+        params.require_inputs(cfg, tmp_path)
+    assert str(caught.value) == "data.text.glob = '*.txt': matches no files under data.dir = 'mine'"
+    (tmp_path / "mine" / "psalms.txt").write_text("Praise ye the LORD.")
+    params.require_inputs(cfg, tmp_path)
+
+
+def test_hydras_error_under_another_conf_is_one_line_without_its_search_path(tmp_path):
+    """Under a conf/ the Hydra plugin does not wrap, Hydra's own error for an unknown option lists
+    the options one a line, then its whole config search path: the refusal is the error's lines
+    joined, up to that search path."""
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    options = " ".join(sorted(p.stem for p in (conf / "setup").glob("*.yaml")))
+    with pytest.raises(UserError) as caught:
+        params.compose(["setup=nope"], conf_dir=conf)
+    assert str(caught.value) == (
+        f"override: In 'config': Could not find 'setup/nope' Available options in 'setup': {options}"
+    )
+    text = "Could not load 'x'\n\n\tin a file\nConfig search path:\n\tprovider=main, path=file:///conf"
+    assert str(params.hydra_error(ValueError(text))) == "override: Could not load 'x' in a file"
