@@ -172,10 +172,12 @@ def train(
     last_quarter = (0, 0)  # the stream's (drawn, copied) counts when the last quarter of the steps begins
     start = time.perf_counter()
     mode = "bar" if progress is True else progress or None
+    # counted by hand: a bar iterated over range(steps + 1) stops one short at the `break` below
+    # (tqdm counts an item when the next is asked for), ending at 12/13 where the run is done
     bar = tqdm(
-        range(t.steps + 1), desc=f"train seed {seed}", disable=mode != "bar", mininterval=1.0, unit="step"
+        total=t.steps + 1, desc=f"train seed {seed}", disable=mode != "bar", mininterval=1.0, unit="step"
     )
-    for step in bar:
+    for step in range(t.steps + 1):
         if step % t.eval_every == 0 or step == t.steps:
             train_loss = torch.stack(losses).mean().item() if losses else float("nan")
             if losses and not math.isfinite(train_loss):
@@ -201,6 +203,7 @@ def train(
         if step in saved:  # nothing here draws a random number: the run is the same without it
             save(step, step * t.batch_size * cfg.model.n_ctx, cpu_state(model))
         if step == t.steps:
+            bar.update()
             break
         if step == t.steps - t.steps // 4 and isinstance(dataset.train, datasets.Stream):
             last_quarter = (dataset.train.tokens_drawn, dataset.train.tokens_copied)
@@ -215,6 +218,8 @@ def train(
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         opt.step()
         losses.append(loss.detach())
+        bar.update()
+    bar.close()
     seconds = time.perf_counter() - start
     curve = pd.DataFrame(rows, columns=CURVE_COLUMNS)
     metrics = _summary(curve)
