@@ -141,3 +141,67 @@ def test_a_role_below_a_placebo_set_does_not_serve_held_out_text():
     assert out["placebo_p"] == 0.5 and out["serves_heldout"] is False
     top = heads._placebo(sets, [[0.2, 0.1, 0.1]], {"heldout_loss_effect": [0.3]}, cfg)
     assert top["placebo_p"] == 0.25 and top["serves_heldout"] is True
+
+
+def test_a_snapshot_file_missing_from_the_hugging_face_cache_is_refused_with_the_download_command(
+    tmp_path, monkeypatch
+):
+    """origin.json names a snapshot this machine's cache does not hold: one line naming the file
+    where the cache would keep it and the `hf download` that fetches that commit."""
+    monkeypatch.setattr(origin.hub, "cache_dir", lambda: tmp_path)
+    snap = {"repo": "org/tiny", "revision": "main", "commit": "abc123"}
+    chosen = {
+        "source": "load",
+        "hub": snap,
+        "checkpoint": {"path": "model.safetensors", "sha256": "0" * 64},
+        "config": {"path": "config.json", "sha256": "0" * 64},
+    }
+    with pytest.raises(UserError) as caught:
+        origin.checked(chosen)
+    where = tmp_path / "models--org--tiny" / "snapshots" / "abc123" / "model.safetensors"
+    assert str(caught.value) == (
+        f"{where}: not in the Hugging Face cache: run `hf download org/tiny --revision abc123`"
+    )
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_a_checkpoint_tensor_with_nan_or_inf_is_refused_naming_the_file_and_the_tensor(bad):
+    torch.manual_seed(0)
+    state = dict(AttnOnlyTransformer(CFG).state_dict())
+    with torch.device("meta"):
+        expected = AttnOnlyTransformer(CFG).state_dict()
+    clean = tl_checkpoint.check_state(state, expected, "m.safetensors", "config.json")
+    assert clean.keys() == expected.keys()
+    state["blocks.1.attn.W_V"] = state["blocks.1.attn.W_V"].clone()
+    state["blocks.1.attn.W_V"][1, 3, 2] = bad
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.check_state(state, expected, "m.safetensors", "config.json")
+    assert str(caught.value) == "m.safetensors: blocks.1.attn.W_V: contains NaN or inf"
+
+
+def test_attn_scale_is_not_judged_against_a_d_head_that_is_not_a_positive_integer():
+    """sqrt(d_head) means nothing for d_head = 0, -4, 4.0 or null: the attention scale passes, and
+    d_head itself is refused by name (not `attn_scale: must be sqrt(d_head) = 0`, nor math's
+    domain error on sqrt(-4))."""
+    for d_head in (0, -4, 4.0, None):
+        assert tl_checkpoint._is_sqrt_d_head(3.0, {"d_head": d_head}) is True
+    assert tl_checkpoint._is_sqrt_d_head(2.0, {"d_head": 4}) is True
+    assert tl_checkpoint._is_sqrt_d_head(3.0, {"d_head": 4}) is False
+    raw = tl_checkpoint.tl_config(CFG)
+    for d_head, problem in ((0, "must be > 0"), (-4, "must be > 0"), (4.0, "must be an integer")):
+        with pytest.raises(UserError) as caught:
+            tl_checkpoint.from_tl_config({**raw, "d_head": d_head, "attn_scale": 3.0})
+        assert str(caught.value) == f"config.json: d_head = {d_head!r}: {problem}"
+
+
+def test_a_checkpoint_without_config_json_missing_a_sized_weight_is_refused_naming_it():
+    """Without config.json the sizes come from W_Q, W_pos and W_E: the first one missing is named."""
+    torch.manual_seed(0)
+    state = AttnOnlyTransformer(CFG).state_dict()
+    sizes = {"n_layers": 2, "n_heads": 2, "d_head": 4, "d_model": 16, "n_ctx": 16, "d_vocab": 24}
+    assert tl_checkpoint.inferred_config(state, {"attn_only": True}) == {"attn_only": True, **sizes}
+    for missing in ("blocks.0.attn.W_Q", "pos_embed.W_pos", "embed.W_E"):
+        partial = {k: v for k, v in state.items() if k != missing}
+        with pytest.raises(UserError) as caught:
+            tl_checkpoint.inferred_config(partial, {})
+        assert str(caught.value) == f"{missing}: missing from the checkpoint"

@@ -348,6 +348,59 @@ def test_training_on_a_token_stream_reports_the_share_of_copied_tokens(tmp_path,
     assert metrics["copy_share_last_quarter"] == 0.0
 
 
+def test_the_progress_bar_counts_every_pass_and_shows_the_last_evaluation(monkeypatch):
+    """3 steps: passes 0, 1, 2, 3 (an update after each but the last, an evaluation at 0, 2 and 3),
+    so the bar's total is steps + 1 = 4 and it ends full, at 4 of 4 (it ended at 3 when tqdm counted
+    the passes of a loop that breaks at the last); its postfix is the last curve row's loss,
+    induction and previous-token scores, rounded as shown."""
+    bars = []
+
+    class Recorded(train.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr(train, "tqdm", Recorded)
+    overrides = ["train.steps=3", "train.eval_every=2", "train.warmup_steps=1"]
+    cfg = params.from_dict(params.compose([*TINY, *overrides], conf_dir=ROOT / "conf"))
+    result = train.train(cfg, seed=0, progress=True)
+    (bar,) = bars
+    assert result.curve["step"].tolist() == [0, 2, 3]
+    assert (bar.total, bar.desc) == (4, "train seed 0")
+    assert bar.n == 4
+    last = result.curve.iloc[-1]
+    shown = dict(item.split("=") for item in bar.postfix.split(", "))
+    assert shown == {
+        "loss": f"{last['eval_loss']:.3f}",
+        "induction": f"{last['induction']:.2f}",
+        "prev": f"{last['prev_token']:.2f}",
+    }
+
+
+def test_a_loaded_model_is_moved_to_the_runs_device(tmp_path, monkeypatch):
+    """Both ways of loading (config.json, or a repository's known fields) move the model they
+    built to train.device's device before evaluating it (a CPU model against CUDA data fails)."""
+    monkeypatch.chdir(tmp_path)
+    save_checkpoint(tmp_path / "checkpoints" / "seed0", 0)
+    cfg = params.from_dict(params.compose([*TINY, "train=load"], conf_dir=ROOT / "conf"))
+    chosen = origin.choose(cfg.train, 0)
+    moved = []
+
+    build = tl_checkpoint.build_model
+
+    def built(*args, **kwargs):  # load_model builds through build_model too
+        model = build(*args, **kwargs)
+        to = model.to
+        model.to = lambda *a, **k: (moved.append((a, k)), to(*a, **k))[1]
+        return model
+
+    monkeypatch.setattr(tl_checkpoint, "build_model", built)
+    train.load(cfg, 0, chosen)
+    fields = {"positional_embedding_type": "standard", "normalization_type": "LN", "attn_only": True}
+    train.load(cfg, 0, dict(chosen, config={"known": "someone/attn_only_2l", "fields": fields}))
+    assert moved == [((torch.device("cpu"),), {})] * 2
+
+
 def test_a_held_out_loss_that_is_not_finite_stops_training_naming_train_lr(monkeypatch):
     """The second evaluation (step 5) made inf: one line naming train.lr, its value, the step and
     what to do."""
