@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from channel_tables import tables
 from matplotlib.colors import to_rgba
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from pipeline.errors import UserError
 from pipeline.present.figures import channels as cf
@@ -90,6 +91,7 @@ def test_each_panel_ticks_every_channel_and_a_channel_discovery_gets_a_red_frame
         assert ax.xaxis.get_major_ticks()[0].tick1line.get_markersize() == 2
         assert ax.title.get_fontsize() == 7
         assert ax.get_xlabel() == "reader channel j" and ax.xaxis.get_label().get_fontsize() == 7
+    assert plain.yaxis.get_label().get_fontsize() == 7  # the writer label, like the reader's
     assert plain.get_title() == "K L0H0 -> L1H0\ntop 1.00 at (3, 1), eff. 1.0"
     assert found.get_title() == "★ K L0H1 -> L1H2\ntop 0.06 at (0, 0), eff. 16.0"
     assert plain.get_ylabel() == "writer channel i" and found.get_ylabel() == ""
@@ -109,6 +111,19 @@ def test_the_figure_is_wide_enough_for_its_title_and_counts_what_it_shows(drawn)
         "channel discovery (the pair composes mainly through its top channel)"
     )
     assert fig._suptitle.get_fontsize() == 9
+
+
+def test_the_panels_and_their_colour_bar_are_placed_by_constrained_layout(drawn):
+    fig, _ = drawn
+    assert isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
+
+
+def test_kinds_whose_tables_differ_in_d_head_are_refused_naming_the_file_and_both_sizes():
+    frame, shares = tables({}, FOUND)
+    shares["Q"] = np.full((len(shares["Q"]), 3, 3), 1 / 9)  # K and V 4 channels a side, Q 3
+    with pytest.raises(UserError) as e:
+        cf.discovered(frame, shares, source="seed0/channels.safetensors")
+    assert str(e.value) == "seed0/channels.safetensors: the kinds' tables differ in d_head ([3, 4])"
 
 
 def test_seven_panels_wrap_to_two_rows_of_six_and_a_capped_figure_says_how_many_were_left_out():

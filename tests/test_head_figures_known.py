@@ -128,6 +128,15 @@ def test_each_role_is_one_scatter_of_its_heads_scores_in_its_colour(scatter):
     assert notes == {"1.0": (0.9, 0.8), "1.1": (-0.2, 0.3), "1.2": (0.7, 0.6), "1.3": (0.1, -0.1)}
 
 
+def test_the_dots_are_36_square_points_whatever_the_styles_marker_size():
+    """matplotlib's default dot is lines.markersize squared (6 ** 2 = 36): the figure sets it, so a
+    matplotlibrc or style with another marker size does not change it."""
+    with plt.rc_context({"lines.markersize": 2.0}):
+        fig = figures.copying_vs_qk(LATER)
+    assert [list(c.get_sizes()) for c in fig.axes[0].collections] == [[36], [36], [36]]
+    plt.close(fig)
+
+
 def test_the_axes_cross_at_zero_in_light_grey_on_a_fixed_square(scatter):
     _, ax = scatter
     horizontal, vertical = ax.get_lines()

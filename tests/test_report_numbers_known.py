@@ -406,6 +406,18 @@ def small_page() -> str:
     )  # fmt: skip
 
 
+def test_the_contents_list_the_verdicts_the_rankings_then_the_long_tables_config_and_environment():
+    assert report._contents({}, False) == (
+        '<nav id="contents"><h2>Contents</h2><ol>'
+        '<li><a href="#claims">Verdicts: the errata\'s claims</a></li>'
+        '<li><a href="#causal">(c) Which score ranks the causal edges</a></li>'
+        '<li><a href="#across-seeds">Every statistic across seeds</a></li>'
+        '<li><a href="#config">Config (params.yaml)</a></li>'
+        '<li><a href="#environment">Environment</a></li>'
+        "</ol></nav>"
+    )
+
+
 def test_the_page_puts_each_figure_where_the_contents_link_it():
     page = small_page()
     contents = page.split('<nav id="contents">')[1].split("</nav>")[0]

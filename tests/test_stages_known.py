@@ -142,6 +142,8 @@ def test_each_stage_takes_its_documented_options_and_runs_them_through_the_error
     [(parser, body, got)] = handed
     assert got is argv and callable(body)
     assert parser.prog == f"python -m stages.{name}"
+    # --help: the module docstring's first line above the options, the whole docstring below
+    assert parser.description == module.__doc__.strip().splitlines()[0] and parser.epilog == module.__doc__
     options = {}
     for action in parser._actions:
         if action.dest in ("help", "params", "debug"):
@@ -269,6 +271,41 @@ def test_train_writes_its_model_config_curve_metrics_and_manifest(chain):
     assert state
 
 
+def test_train_records_its_seed_and_where_the_model_came_from_in_the_models_metadata(chain, tmp_path):
+    """The chain's trained model says {"seed": "3", "source": "train"}; the train stage loading
+    that model as seed 5's checkpoint (train.source = load: no training) says "load"."""
+    _, meta = checkpoint.load_state(chain.out["train"] / "model.safetensors")
+    assert meta == {"seed": "3", "source": "train"}
+    composed = json.loads(json.dumps(chain.params))
+    composed["train"] |= {
+        "source": "load", "checkpoint_dir": str(chain.out["train"]), "checkpoint": "model.safetensors",
+    }  # fmt: skip
+    p = tmp_path / "params.yaml"
+    p.write_text(params_mod.dump(composed))
+    chosen = io.write_json(tmp_path / "origin.json", origin.choose(params_mod.load(p).train, 5))
+    from stages import train as stage
+
+    out = tmp_path / "loaded"
+    argv = ["--params", str(p), "--seed", "5", "--origin", str(chosen), "--no-progress", "--out", str(out)]
+    assert stage.main(argv) == 0
+    _, meta = checkpoint.load_state(out / "model.safetensors")
+    assert meta == {"seed": "5", "source": "load"}
+
+
+def test_weights_records_the_models_config_with_sorted_keys_in_the_heads_files_metadata(chain, tmp_path):
+    """The `config` metadata of heads.safetensors is the train stage's config.json, its keys in
+    sorted order (the same config gives the same bytes, whatever order the fields are built in)."""
+    from stages import weights as stage
+
+    train, out = chain.out["train"], tmp_path / "w"
+    argv = ["--params", str(chain.p), "--model", str(train / "model.safetensors")]
+    assert stage.main([*argv, "--config", str(train / "config.json"), "--out", str(out)]) == 0
+    _, meta = checkpoint.load_state(out / "heads.safetensors")
+    assert json.loads(meta["config"]) == json.loads((train / "config.json").read_text())
+    keys = json.loads(meta["config"], object_pairs_hook=lambda pairs: [k for k, _ in pairs])
+    assert keys == sorted(keys) and len(keys) > 1
+
+
 def test_weights_writes_heads_and_a_summary_of_steps_config_and_extra_tensors(chain):
     w = chain.out["weights"]
     assert {p.name for p in w.iterdir()} == {"heads.safetensors", "summary.json"}
@@ -302,6 +339,49 @@ def test_heads_with_channels_writes_the_check_and_its_summary(chain):
     expected = channel_check.summarize(checked)
     assert summary["channel_ablation"] == json.loads(json.dumps(expected))
     assert summary["channel_ablation"]["n_pairs"] == len(expected["pairs"])
+
+
+def test_heads_refuses_a_scores_or_invariant_table_missing_a_column_naming_the_file_and_column(
+    chain, tmp_path, capsys
+):
+    """scores.csv without its q column, then invariant.csv without its baseline_std: one line naming
+    the file, the column and the columns it has, exit code 2, before any analysis."""
+    from stages import heads as stage
+
+    comp = chain.out["composition"]
+    capsys.readouterr()
+    for name, column in (("scores", "q"), ("invariant", "baseline_std")):
+        table = pd.read_csv(comp / f"{name}.csv").drop(columns=[column])
+        bad = tmp_path / f"{name}.csv"
+        table.to_csv(bad, index=False)
+        argv = [a if a != str(comp / f"{name}.csv") else str(bad) for a in chain.heads_args]
+        assert stage.main(["--params", str(chain.p), *argv, "--out", str(tmp_path / name)]) == 2
+        has = ", ".join(table.columns)
+        assert capsys.readouterr().err == f"error: {bad}: missing column {column!r} (has {has})\n"
+        assert not (tmp_path / name).exists()
+
+
+def test_dynamics_names_analysis_device_when_cuda_is_asked_for_and_absent(tmp_path, monkeypatch, capsys):
+    """analysis.device = cuda on a machine without CUDA: refused in one line naming the key,
+    before any file is read (the checkpoints named do not exist)."""
+    import torch
+
+    from stages import dynamics as stage
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    composed = params_mod.compose([*TINY, "analysis.device=cuda"], conf_dir=ROOT / "conf")
+    p = tmp_path / "params.yaml"
+    p.write_text(params_mod.dump(composed))
+    capsys.readouterr()
+    argv = [
+        "--params", str(p), "--checkpoints", str(tmp_path / "none"), "--config", str(tmp_path / "none.json"),
+    ]  # fmt: skip
+    assert stage.main([*argv, "--out", str(tmp_path / "d")]) == 2
+    assert (
+        capsys.readouterr().err == "error: analysis.device = 'cuda': CUDA is not available on this machine\n"
+    )
+    assert not (tmp_path / "d").exists()
 
 
 def test_dynamics_summary_records_the_configured_fdr(chain):
