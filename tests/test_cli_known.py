@@ -6,6 +6,7 @@ with glibc's own `mallinfo2`); without libc.so.6 the call is a no-op that says s
 from __future__ import annotations
 
 import ctypes
+import io
 import platform
 import re
 
@@ -183,3 +184,34 @@ def test_with_progress_in_bar_mode_is_a_tqdm_bar_over_the_items_and_prints_no_li
         "d: 3/3 checkpoints (c), N s",
     ]
     assert bars == [(items, "dynamics seed 0", "checkpoint")]
+
+
+class _Terminal:
+    """A stderr that says it is a terminal (and keeps what is written to it)."""
+
+    def __init__(self):
+        self.text = []
+
+    def isatty(self):
+        return True
+
+    def write(self, s):
+        self.text.append(s)
+        return len(s)
+
+    def flush(self):
+        pass
+
+
+def test_outside_a_stage_a_terminal_gets_a_tqdm_bar_dvc_plain_lines_and_a_pipe_nothing(monkeypatch):
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    monkeypatch.setattr(cli.sys, "stderr", _Terminal())
+    assert cli._auto_mode() == "bar"
+    progress = cli.Progress(3, "composition K", "block")
+    assert progress.mode == "bar" and progress.bar is not None and progress.bar.total == 3
+    progress.bar.close()
+    monkeypatch.setattr(cli.sys, "stderr", io.StringIO())  # a pipe or a file: not a terminal
+    assert "ipykernel" not in cli.sys.modules
+    assert cli._auto_mode() is None
+    monkeypatch.setenv("DVC_STAGE", "composition@0")
+    assert cli._auto_mode() == "lines"
