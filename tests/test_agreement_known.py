@@ -76,3 +76,13 @@ def test_spearman_of_scores_spread_less_than_one_is_defined_and_ranks_the_size_o
     got = agreement.spearman(effects, scores, "loss_effect")
     assert got["K"]["true"] == pytest.approx(-0.5)
     assert got["Q"]["true"] is None and got["K"]["errata_bcda"] is None
+
+
+def test_a_pair_whose_earlier_head_has_no_role_is_refused_naming_that_head():
+    """heads.csv without head 0.0: the pair 0.0 -> 1.0 is refused naming its earlier head (0, 0),
+    the one missing, not its later head (1, 0), which has a role."""
+    roles = pd.DataFrame([(0, 1, "other"), (1, 0, "induction")], columns=["layer", "head", "role"])
+    pairs = pd.DataFrame([("K", 0, 0, 1, 0)], columns=agreement.PAIR)
+    with pytest.raises(ValueError) as caught:
+        agreement.role_scores(pairs, roles)
+    assert str(caught.value) == "no role for head (0, 0)"

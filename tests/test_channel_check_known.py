@@ -159,3 +159,61 @@ def test_a_discovered_pair_missing_from_the_whole_path_table_or_twice_in_it_is_r
     twice = pd.concat([whole, whole[gone]], ignore_index=True)
     with pytest.raises(pd.errors.MergeError):
         channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, twice)
+
+
+def test_a_writer_channel_equal_to_d_head_is_out_of_range_and_refused(planted_check):
+    """Channels are numbered 0 .. d_head - 1 (d_head = 4 here): writer channel 4 is refused in one
+    line naming the table, as is reader channel 4 and a negative writer channel."""
+    _, hw, table, _, _ = planted_check
+    assert hw.d_head == 4
+    first = channel_check.discovered(table).head(1)
+    for writer, reader in ((4, 0), (0, 4), (-1, 0)):
+        pairs = first.assign(writer_channel=writer, reader_channel=reader)
+        with pytest.raises(UserError) as caught:
+            channel_check.cuts(hw, pairs, "channels.csv")
+        assert str(caught.value) == f"channels.csv: channel ({writer}, {reader}) out of d_head = 4"
+    last = first.assign(writer_channel=3, reader_channel=3)  # the last channel of each is in range
+    assert len(channel_check.cuts(hw, last, "channels.csv")) == 1
+
+
+def test_no_evaluation_batches_give_an_empty_table_with_every_column(planted_check):
+    """No probe and no held-out batch: nothing is cut, and the table is empty but has all of
+    COLUMNS, the channel effects included, in order."""
+    model, hw, table, _, _ = planted_check
+    whole = channel_check.discovered(table)[["kind", *channel_check.PAIR]].assign(
+        batch=0, attn_effect=1.0, loss_effect=1.0, heldout_loss_effect=1.0, pattern_effect=1.0
+    )  # a batch 0 that is not checked
+    frame = channel_check.check_batches(model, hw, table, [], [], LENGTH, whole)
+    assert list(frame.columns) == list(channel_check.COLUMNS) and len(frame) == 0
+
+
+def test_check_batches_moves_the_model_and_each_batch_to_the_device_it_is_given(planted_check, monkeypatch):
+    """device="meta" (there on every machine): the model is moved there in place and each probe
+    and held-out batch with it before the channel cuts run; the cuts' effects (here stand-ins:
+    probe -> attn 0.1, loss 0.2; held-out -> loss 0.3, pattern 0.5 x the pair's row number)
+    land in their columns, divided by the whole path's pattern effect for the causal share."""
+    _, hw, table, dataset, cfg = planted_check
+    model = one_direction_model(0.25)  # not the fixture's: this one ends on the meta device
+    probes, heldout = heads.evaluation_batches(dataset, cfg, model.cfg.d_vocab, 3)
+    probes, heldout = probes[:1], heldout[:1]
+    seen = []
+
+    def stand_in(m, tokens, chosen, length):
+        seen.append((next(m.parameters()).device.type, tokens.device.type, length))
+        n = len(chosen)
+        return pd.DataFrame({"attn_effect": [0.1] * n, "loss_effect": [0.2 if length else 0.3] * n,
+                             "pattern_effect": [0.5 * (i + 1) for i in range(n)]})  # fmt: skip
+
+    monkeypatch.setattr(ablation, "channel_ablation", stand_in)
+    pairs = channel_check.discovered(table)
+    whole = pairs[["kind", *channel_check.PAIR]].assign(
+        batch=0, attn_effect=1.0, loss_effect=1.0, heldout_loss_effect=1.0, pattern_effect=[2.0, 4.0]
+    )
+    frame = channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole, device="meta")
+    assert seen == [("meta", "meta", LENGTH), ("meta", "meta", None)]
+    assert next(model.parameters()).device.type == "meta"
+    assert frame["channel_attn_effect"].tolist() == [0.1, 0.1]
+    assert frame["channel_loss_effect"].tolist() == [0.2, 0.2]
+    assert frame["channel_heldout_loss_effect"].tolist() == [0.3, 0.3]
+    assert frame["channel_pattern_effect"].tolist() == [0.5, 1.0]
+    assert frame["causal_share"].tolist() == [0.25, 0.25]

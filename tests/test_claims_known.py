@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from pipeline.compare import claims
@@ -83,3 +84,18 @@ def test_selectivity_is_zero_when_both_maxima_are_zero():
     assert claims.selectivity(scored, "true") == 0.0
     scored.loc[0, "excess"] = 0.25
     assert claims.selectivity(scored, "true") == 1.0
+
+
+def test_only_k_from_one_layer0_head_needs_one_head_of_layer_0():
+    """Claim (d): 1.0 only when every drawn edge is K and they all leave one head, of layer 0. Two
+    heads of layer 0 are two sources (0.0); one head of layer 1 (head 0) is not of layer 0 (0.0);
+    head 0.1 alone is (1.0), with a V edge beside it it is not (0.0), and nothing drawn is 0.0."""
+
+    def drawn(*edges):
+        return pd.DataFrame(edges, columns=["kind", "src_layer", "src_head", "dst_layer", "dst_head"])
+
+    assert claims.only_k_from_one_layer0_head(drawn(("K", 0, 0, 1, 0), ("K", 0, 1, 1, 1))) == 0.0
+    assert claims.only_k_from_one_layer0_head(drawn(("K", 1, 0, 2, 0), ("K", 1, 0, 2, 1))) == 0.0
+    assert claims.only_k_from_one_layer0_head(drawn(("K", 0, 1, 1, 0), ("K", 0, 1, 1, 2))) == 1.0
+    assert claims.only_k_from_one_layer0_head(drawn(("K", 0, 1, 1, 0), ("V", 0, 1, 1, 2))) == 0.0
+    assert claims.only_k_from_one_layer0_head(drawn()) == 0.0

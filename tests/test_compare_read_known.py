@@ -78,3 +78,19 @@ def test_a_heads_summary_or_metrics_without_what_compare_reads_is_refused_by_nam
     with pytest.raises(UserError) as caught:
         read.read_seed(1, *args)
     assert str(caught.value) == f"{metrics_path}: prev_token: missing"
+
+
+def test_a_placebo_table_without_a_column_of_scores_csv_is_refused_by_name(tmp_path):
+    """placebo.csv has scores.csv's columns: one without its `z` column is refused in one line
+    naming the file, the column and the columns it has."""
+    import pandas as pd
+    import synthetic_seeds as syn
+
+    dirs = syn.write_stage_outputs(tmp_path, [1])
+    args = (dirs["train"], dirs["composition"], dirs["heads"], dirs["dynamics"])
+    path = dirs["composition"] / "seed1" / "placebo.csv"
+    placebo = pd.read_csv(path).drop(columns="z")
+    placebo.to_csv(path, index=False)
+    with pytest.raises(UserError) as caught:
+        read.read_seed(1, *args)
+    assert str(caught.value) == f"{path}: missing column 'z' (has {', '.join(placebo.columns)})"

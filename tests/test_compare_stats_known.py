@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from pipeline.compare import stats
@@ -31,6 +32,18 @@ def test_t_interval_of_one_two_three():
     assert lo == pytest.approx(2 - half, rel=1e-12) and hi == pytest.approx(2 + half, rel=1e-12)
     assert stats.t_interval([4.0, 4.0], 0.95) == (4.0, 4.0)
     assert stats.t_interval([4.0, math.nan], 0.95) == (None, None)
+
+
+def test_t_interval_reads_a_missing_value_as_nan_and_computes_in_float64():
+    """summary.json writes a missing value as null: None is left out like NaN ((1, 3, 2): 2 -+
+    t(0.975, 2) / sqrt 3). float32 values (0.5, 1.5, 4.0, exact in float32: mean 2, sample sd
+    sqrt 3.25) give their interval in float64, to 1e-12, not rounded to float32 (~1e-8)."""
+    lo, hi = stats.t_interval([1.0, None, 3.0, 2.0], 0.95)
+    half = T_975_2 / math.sqrt(3)
+    assert lo == pytest.approx(2 - half, rel=1e-12) and hi == pytest.approx(2 + half, rel=1e-12)
+    lo, hi = stats.t_interval(np.array([0.5, 1.5, 4.0], dtype=np.float32), 0.95)
+    half = T_975_2 * math.sqrt(3.25) / math.sqrt(3)
+    assert lo == pytest.approx(2 - half, rel=1e-12) and hi == pytest.approx(2 + half, rel=1e-12)
 
 
 def test_verdict_at_the_edges_of_its_rules():

@@ -83,3 +83,25 @@ def test_with_roles_names_heads_csv_by_default():
 def test_sign_test_reads_a_missing_value_as_nan():
     """summary.json writes a missing value as null: None is left out like NaN (3 of 3 above: 0.25)."""
     assert compare.sign_test([3.0, None, 2.0, 5.0], 1.0) == pytest.approx(0.25)
+
+
+def test_claim_c_reads_its_own_kind_and_effect_only_in_the_stats_too(two_seeds):
+    """(c)'s means and intervals come from the stats rows of claim c, kind K and PRIMARY_EFFECT
+    alone: every other row of claim c, and every K row of PRIMARY_EFFECT of another claim (c_inv),
+    here set to 99 and put first, stays out. Spearman's rho of the true measure: 0.6 on both seeds."""
+    stats = two_seeds.stats
+    own = (stats["claim"] == "c") & (stats["kind"] == CLAIM_KIND) & (stats["effect"] == PRIMARY_EFFECT)
+    near = (
+        (stats["claim"] == "c") | ((stats["kind"] == CLAIM_KIND) & (stats["effect"] == PRIMARY_EFFECT))
+    ) & ~own
+    assert set(stats.loc[near, "kind"]) == {"Q", "K", "V"} and "c_inv" in set(stats.loc[near, "claim"])
+    decoys = stats[near].assign(mean=99.0, lo=99.0, hi=99.0)
+    check = compare.summarize(two_seeds.claims, pd.concat([decoys, stats[~near]]), CFG)["causal_check"]
+    assert check["spearman"]["true"] == {"mean": 0.6, "lo": 0.6, "hi": 0.6, "per_seed": {"0": 0.6, "1": 0.6}}
+    for key in ("spearman", "pr_auc", "roc_auc"):
+        for m, cell in check[key].items():
+            row = stats[own & (stats["statistic"] == key) & (stats["variant"] == m)]
+            assert (cell["mean"], cell["lo"], cell["hi"]) == tuple(row[["mean", "lo", "hi"]].iloc[0]), (
+                key,
+                m,
+            )

@@ -16,10 +16,11 @@ import torch
 from models import random_model
 
 from pipeline import checkpoint, params, tables
-from pipeline.behaviour import dynamics, phases
+from pipeline.behaviour import dynamics, heads, phases
 from pipeline.circuits import composition, invariant, significance, weights
 from pipeline.errors import UserError
 from pipeline.model import tl_checkpoint
+from pipeline.model.transformer import next_token_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 LENGTH = 5
@@ -58,10 +59,13 @@ def run(tmp_path_factory):
     return root, repeated, heldout
 
 
-def test_analyse_without_a_progress_wrapper_equals_the_composition_stage_at_each_checkpoint(run, cfg):
+def test_analyse_unwrapped_equals_the_composition_stage_and_the_float64_heads_at_each_checkpoint(run, cfg):
     """progress None: the checkpoints as they are. At each, the composition rows are
     `significance.measured`'s on the weights stage's weights of that checkpoint (seed 4), the
-    tables indexed 0 .. n - 1 over both checkpoints, a steps row per checkpoint."""
+    tables indexed 0 .. n - 1 over both checkpoints, a steps row per checkpoint. The attention
+    scores and held-out loss are those of the float32 model train saved there, widened to float64
+    before it runs (the tiny random models of seeds 0 and 1 `.to(float64)`), to 1e-12: a float32
+    run differs by ~1e-7."""
     root, repeated, heldout = run
     entries = checkpoint.read_index(root / "checkpoints")
     got = dynamics.analyse(entries, root / "checkpoints", root / "config.json", repeated, heldout, cfg, 4)
@@ -78,6 +82,38 @@ def test_analyse_without_a_progress_wrapper_equals_the_composition_stage_at_each
         rows = got.composition[got.composition["step"] == entry["step"]].reset_index(drop=True)
         assert (rows["tokens"] == entry["tokens"]).all()
         pd.testing.assert_frame_equal(rows[list(expected.columns)], expected, check_dtype=False)
+    h = cfg.analysis.heads
+    for seed, step in enumerate(STEPS):
+        model = random_model("tiny", seed=seed, dtype=torch.float32).to(torch.float64)
+        with torch.no_grad():
+            values, _ = heads.pattern_scores(model, repeated, heldout, h.repeat_length, h.window_length)
+            loss = next_token_loss(model(heldout), heldout).item()
+        rows = got.heads[got.heads["step"] == step]
+        assert rows[["layer", "head"]].values.tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+        for name in tables.PATTERN_SCORES:
+            expected = values[name].reshape(-1).tolist()
+            assert rows[name].tolist() == pytest.approx(expected, rel=1e-12, abs=1e-15), name
+        assert got.steps.loc[got.steps["step"] == step, "eval_loss"].item() == pytest.approx(loss, rel=1e-12)
+
+
+def test_a_checkpoint_whose_weights_overflow_when_prepared_is_refused_naming_its_file(tmp_path, cfg):
+    """A float64 checkpoint (finite, so read_checkpoint takes it) whose value bias 1e200 times W_O
+    1e200 overflows when folded into b_O: the weights' refusal names the checkpoint's file."""
+    model = random_model("tiny", seed=0)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["blocks.0.attn.b_V"][0] = 1e200
+    state["blocks.0.attn.W_O"][0] = 1e200
+    writer = checkpoint.StepWriter(tmp_path / "checkpoints", seed=0)
+    (tmp_path / "checkpoints").mkdir()
+    writer(0, 0, state)
+    writer.write_index()
+    (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(model.cfg)))
+    entries = checkpoint.read_index(tmp_path / "checkpoints")
+    tokens = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(UserError) as e:
+        dynamics.analyse(entries, tmp_path / "checkpoints", tmp_path / "config.json", tokens, tokens, cfg, 0)
+    path = tmp_path / "checkpoints" / checkpoint.step_file(0)
+    assert str(e.value) == f"{path}: blocks.0.attn.b_O: contains NaN or inf"
 
 
 def test_analyse_loops_over_the_checkpoints_through_the_progress_wrapper(run, cfg):
@@ -209,3 +245,24 @@ def test_summarize_names_the_checkpoints_and_the_pair():
     got = dynamics.summarize(result, 0.05)
     assert got == {"checkpoints": 2, "pair": {"src": [0, 1], "dst": [1, 0]}, **phases.summary(steps, 0.05)}
     assert got["checkpoints"] == 2 and got["phase_step"] == 100
+
+
+def test_phases_summary_known_answers_under_their_keys():
+    """Checkpoints 0, 100, 200 with best induction 0.1, 0.3, 0.6: the phase step is 200 (the first
+    at 0.5 or more). Measure true's q 0.5, 0.01, 0.02 clears at 100 (<= fdr 0.05 from there on),
+    a lag of -100; every other measure's q stays 1: no clear step, no lag. Every z is 0, 1, 3 over
+    steps 0, 100, 200: least-squares slope 300 / 20000 = 0.015 per step, 1.5 per 100 steps."""
+    steps = pd.DataFrame({"step": [0, 100, 200], "tokens": [0, 800, 1600], "eval_loss": [3.0, 2.5, 2.0],
+                          "induction": [0.1, 0.3, 0.6], "prev_token": [0.2, 0.7, 0.8]})  # fmt: skip
+    for m in tables.MEASURES:
+        steps[f"z_{m}"] = [0.0, 1.0, 3.0]
+        steps[f"q_{m}"] = [0.5, 0.01, 0.02] if m == "true" else [1.0, 1.0, 1.0]
+    others = [m for m in tables.MEASURES if m != "true"]
+    assert phases.summary(steps, 0.05) == {
+        "induction_threshold": 0.5,
+        "fdr": 0.05,
+        "phase_step": 200,
+        "clear_step": {"true": 100, **dict.fromkeys(others)},
+        "lag": {"true": -100, **dict.fromkeys(others)},
+        "z_growth": dict.fromkeys(tables.MEASURES, 1.5),
+    }
