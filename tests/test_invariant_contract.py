@@ -289,3 +289,30 @@ def test_float32_weights_are_analysed_in_float64() -> None:
         strict=True,
     ):
         assert a.dtype == F64 and torch.equal(a, b)
+
+
+class _Stop(Exception):
+    """Raised by a spy once it has seen what it looks for."""
+
+
+def test_the_writers_of_a_pair_are_moved_to_the_device_asked_like_the_readers(monkeypatch) -> None:
+    """analysis.device: the pair products run there, writers and readers alike (a writer left on
+    the CPU beside readers on a GPU fails); "meta" stands in for a device that is not the CPU."""
+    seen = []
+
+    def spy(w, r):  # the pair scores, after the baseline (which runs on the CPU, _writers too)
+        seen.append((w.P.device.type, r.X.device.type))
+        raise _Stop
+
+    monkeypatch.setattr(invariant, "_pair_scores", spy)
+    with pytest.raises(_Stop):
+        invariant_scores(model_heads(), CFG, seed=0, device="meta")
+    assert seen == [("meta", "meta")]
+
+
+def test_a_kind_that_is_not_q_k_or_v_is_refused_naming_the_kinds() -> None:
+    hw = model_heads()
+    fr = invariant.frames(invariant.residual_grams(hw, "standard"))
+    with pytest.raises(ValueError) as e:
+        invariant._reader_factors(hw, fr, 1, "O")
+    assert str(e.value) == "kind must be one of Q, K, V, not 'O'"
