@@ -22,6 +22,23 @@ def pytest_configure(config):
     setting: mutmut's trampoline falls back to it). While a mutant is tested, children see it."""
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         del os.environ["MUTANT_UNDER_TEST"]
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        mutant_watchdog()
+
+
+# A mutant's tests may take 8 min (a timeout at mutmut's CPU limit); a child that has run twice that
+# long is stuck. mutmut limits CPU time only, and a forked child can block on a lock held at the fork
+# with no CPU used (a run at 030a372 waited 11 min on a futex), so it would wait for ever.
+MUTANT_WALL_S = 1200
+
+
+def mutant_watchdog(seconds: int = MUTANT_WALL_S) -> None:
+    """End this process with SIGALRM after `seconds` of wall time: mutmut records the mutant as
+    suspicious (not caught, listed with the survivors, rerun by `make mutate-blind SAMPLE=`)."""
+    import signal
+
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(seconds)
 
 
 def cheapest_files_first(nodeids: list[str], seconds: dict[str, float]) -> list[str]:

@@ -242,3 +242,23 @@ def test_mutmut_runs_a_mutants_test_files_cheapest_first_each_file_whole():
     ]
     backwards = cheapest_files_first(list(reversed(nodeids)), seconds)  # a file keeps its given order
     assert backwards[1:3] == ["tests/test_b.py::z", "tests/test_b.py::x"]
+
+
+def test_a_stuck_mutant_run_ends_by_sigalrm_which_mutmut_records_as_suspicious_and_reruns():
+    import signal
+    import subprocess
+
+    from mutmut.stats import status_by_exit_code
+
+    code = "import conftest, time; conftest.mutant_watchdog(1); time.sleep(30)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "tests", timeout=25)
+    assert proc.returncode == -signal.SIGALRM
+    assert status_by_exit_code[-signal.SIGALRM] == "suspicious"
+    found = {
+        "a": ("suspicious", None),
+        "b": ("not checked", None),
+        "c": ("survived", None),
+        "d": ("killed", None),
+        "e": ("segfault", None),
+    }
+    assert mutation_score.to_run(found) == ["a", "b"]

@@ -218,6 +218,12 @@ def sample(found: dict, n: int, seed: int = 36) -> dict:
     return {name: found[name] for name in picked}
 
 
+def to_run(found: dict) -> list[str]:
+    """The mutants a sample's run tests: those not run yet, and those whose run was cut off by
+    tests/conftest.py's wall-clock watchdog (SIGALRM: mutmut's "suspicious"), run again."""
+    return sorted(n for n, (status, _) in found.items() if status in ("not checked", "suspicious"))
+
+
 def durations() -> dict[str, float]:
     """Every run mutant's test time in seconds (mutmut's `durations_by_key`: the wall time of the
     forked child that ran its tests), from mutants/**/*.py.meta."""
@@ -368,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=2, help="mutmut's --max-children, for a full run's estimated time"
     )
     ap.add_argument(
-        "--names", action="store_true", help="print the sample's mutants mutmut has not run yet, and stop"
+        "--names",
+        action="store_true",
+        help="print the sample's mutants not run yet (or cut off by the watchdog), and stop",
     )
     ap.add_argument(
         "--generate", action="store_true", help="first write mutants/ as `mutmut run` does, testing nothing"
@@ -392,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     every = results()
     found = every if args.sample is None else sample(every, args.sample, args.seed)
     if args.names:
-        print("\n".join(sorted(n for n, (status, _) in found.items() if status == "not checked")))
+        print("\n".join(to_run(found)))
         return 0
     equivalents = load_equivalents()
     listed = {e.mutant for e in equivalents}
