@@ -187,3 +187,18 @@ def test_on_a_gpu_a_refusal_of_several_terms_names_the_estimate_and_the_gpus_fre
         "data.n_train_sequences = 10: the synthetic data needs about 500 B, "
         "more than the 400 B of memory available"
     )
+
+
+@pytest.mark.parametrize(
+    "n, shown",
+    [
+        (999, "999 B"),
+        (1000, "1.0 kB"),
+        (12.0e12, "12.0 TB"),
+        (3.0e18, "3.0 EB"),
+        (1.5e21, "1.5 ZB"),
+        (-2e6, "-2.0 MB"),
+    ],
+)
+def test_bytes_are_shown_in_decimal_units_with_one_decimal(n, shown):
+    assert memory.human(n) == shown

@@ -132,3 +132,37 @@ def test_hydras_error_under_another_conf_is_one_line_without_its_search_path(tmp
     )
     text = "Could not load 'x'\n\n\tin a file\nConfig search path:\n\tprovider=main, path=file:///conf"
     assert str(params.hydra_error(ValueError(text))) == "override: Could not load 'x' in a file"
+
+
+def test_a_keys_schema_type_is_the_list_for_the_key_and_its_element_for_an_index():
+    """An override of the wrong type names the type the schema asks for: `seeds` a list[int],
+    `seeds[0]` (and `train.save_steps[1]`) an int."""
+    assert params._schema_type("seeds") == "list[int]"
+    assert params._schema_type("train.save_steps") == "list[int]"
+    assert params._schema_type("seeds[0]") == "int"
+    assert params._schema_type("train.save_steps[1]") == "int"
+
+
+def test_check_passes_on_a_fresh_compose_and_refuses_an_edited_params_file(tmp_path, capsys):
+    conf, out = str(ROOT / "conf"), tmp_path / "params.yaml"
+    assert params.main(["--conf", conf, "--out", str(out)]) == 0
+    assert params.main(["--check", "--conf", conf, "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{out} matches {conf}/"
+    out.write_text(out.read_text().replace("lr: ", "lr: 1", 1))  # 0.001 -> 10.001: still valid
+    assert params.main(["--check", "--conf", conf, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {out}: differs from a fresh compose of {conf}/: run python -m pipeline.params"
+    )
+
+
+def test_a_missing_data_dir_or_token_file_is_refused_naming_the_key_and_value(tmp_path):
+    from pipeline.config import Config, DataConfig, TokensDataConfig
+
+    cfg = Config(data=DataConfig(source="tokens", dir="mine", tokens=TokensDataConfig(path="ids.npy")))
+    with pytest.raises(UserError) as caught:
+        params.require_inputs(cfg, tmp_path)
+    assert str(caught.value) == "data.dir = 'mine': directory not found (data.source = 'tokens' reads it)"
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(UserError) as caught:
+        params.require_inputs(cfg, tmp_path)
+    assert str(caught.value) == "data.tokens.path = 'ids.npy': file not found under data.dir = 'mine'"
