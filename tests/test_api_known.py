@@ -361,3 +361,13 @@ def test_a_transformer_bridge_is_read_as_its_checkpoint_and_carries_its_own_conf
     assert str(caught.value) == (
         "model_config: a TransformerBridge carries its own config: leave model_config out"
     )
+
+
+def test_a_model_that_carries_its_config_refuses_another_beside_it(model):
+    """Our model and a HookedTransformer carry their config, as a bridge does: a model_config
+    beside one is refused, naming the model's class."""
+    with pytest.raises(UserError) as caught:
+        api.weights_of(model, CFG)
+    assert str(caught.value) == (
+        "model_config: a AttnOnlyTransformer carries its own config: leave model_config out"
+    )

@@ -71,6 +71,7 @@ REFUSED = [
     ),
     (TrainConfig(save_every=-1), "save_every = -1: must be >= 0 (0: no periodic checkpoints)"),
     (TrainConfig(device="tpu"), "device = 'tpu': must be one of auto, cpu, cuda"),
+    (TrainConfig(betas=[0.9, 1.0]), "betas = [0.9, 1.0]: must be two numbers in [0, 1)"),
     (TrainConfig(source="fit"), "source = 'fit': must be one of train, load"),
     (TrainConfig(warmup_steps=11, steps=10), "warmup_steps = 11: must be in [0, steps = 10]"),
     (TrainConfig(checkpoint="model.bin"), "checkpoint = 'model.bin': must end in .safetensors, .pt or .pth"),

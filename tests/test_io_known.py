@@ -40,3 +40,8 @@ def test_a_leftover_that_cannot_be_removed_whole_does_not_stop_the_clean(tmp_pat
     io.clean_stale(tmp_path)
     assert not loose.exists() and kept.exists()
     assert (stuck / "busy").exists()  # left for a later clean
+
+
+def test_json_is_written_sorted_indented_by_two_with_a_trailing_newline(tmp_path):
+    path = io.write_json(tmp_path / "summary.json", {"b": 1, "a": [1.5, None]})
+    assert path.read_bytes() == b'{\n  "a": [\n    1.5,\n    null\n  ],\n  "b": 1\n}\n'
