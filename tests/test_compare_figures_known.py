@@ -264,3 +264,30 @@ def test_timing_figure_shows_each_measures_lag_and_claim_t_per_rotation():
     assert fig._suptitle.get_text() == "Composition through training, 3 seed(s)"
     assert tuple(fig.get_size_inches()) == (11.0, 3.6)
     plt.close(fig)
+
+
+def test_a_panel_says_it_is_empty_only_when_every_column_lacks_every_seed():
+    """Column x has its seeds' values, column z (the last) has none: the panel is not empty."""
+    claims, stats = tables([[{"claim": "x", "statistic": "x"}]])
+    fig, ax = plt.subplots()
+    columns = [{"claim": "x", "statistic": "x"}, {"claim": "z", "statistic": "z"}]
+    compare.dots_with_ci(ax, claims, stats, columns, ["x", "z"])
+    assert not ax.texts
+    assert panel(ax)["dots"][0] == [[-0.15, 0.0], [0.0, 1.0], [0.15, 2.0]]
+    plt.close(fig)
+
+
+def test_the_timing_figures_panels_fit_the_figure_above_its_legend():
+    """tight_layout(rect=(0, 0.08, 1, 1)): both panels inside the figure's width, above its
+    bottom 8%, where the legend goes."""
+    lags = [{"claim": "t", "statistic": "lag", "variant": m} for m in MEASURES]
+    per_rotation = [{"claim": "t", "statistic": "t", "variant": r} for r in ROTATIONS]
+    fig = compare.timing_figure(*tables([lags, per_rotation]), 0.8)
+    left, right = fig.axes
+    fig.canvas.draw()
+    inverse = fig.transFigure.inverted()
+    for ax in (left, right):
+        box = ax.get_tightbbox(fig.canvas.get_renderer()).transformed(inverse)
+        assert 0.0 <= box.x0 and box.x1 <= 1.0 and box.y0 >= 0.08 - 1e-3 and box.y1 <= 1.0
+    assert right.get_position().x1 > 0.9  # the right panel reaches close to the figure's right edge
+    plt.close(fig)

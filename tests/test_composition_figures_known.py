@@ -186,3 +186,9 @@ def test_an_all_zero_heatmap_keeps_a_unit_scale():
     fig = figures.composition_heatmap(scores, "K", (CORRECTED,))
     assert fig.axes[0].images[0].get_clim() == (-1.0, 1.0)
     plt.close(fig)
+
+
+def test_the_diagrams_legend_is_eight_point_three_across_at_the_bottom_without_a_frame(diagram):
+    (legend,) = diagram.legends
+    assert [t.get_fontsize() for t in legend.get_texts()] == [8, 8, 8]
+    assert legend._ncols == 3 and not legend.get_frame_on() and legend._loc == 8  # lower center

@@ -390,11 +390,18 @@ def image(stem: str) -> report.Image:
     return report.Image(f"{stem}.png", stem.encode(), "image/png", report.FIGURES[stem])
 
 
-def small_page() -> str:
+def small_page(extra: tuple[dict, ...] = ()) -> str:
+    """A page of two seeds; `extra`: more statistics (claim, kind, effect, statistic, mean), seed 0's
+    value its mean, its interval the mean -+ 0.1."""
     dims = {"hypothesis": NONE, "kind": NONE, "variant": NONE, "effect": NONE}
-    claims = pd.DataFrame([{"claim": "e", **dims, "statistic": "excess", "seed": 0, "value": 0.5}])
+    more = [dims | {"variant": NONE, **e} for e in extra]
+    claims = pd.DataFrame(
+        [{"claim": "e", **dims, "statistic": "excess", "seed": 0, "value": 0.5}]
+        + [{k: v for k, v in e.items() if k != "mean"} | {"seed": 0, "value": e["mean"]} for e in more]
+    )
     stats = pd.DataFrame(
         [{"claim": "e", **dims, "statistic": "excess", "n": 1, "mean": 0.5, "lo": None, "hi": None}]
+        + [e | {"n": 1, "lo": e["mean"] - 0.1, "hi": e["mean"] + 0.1} for e in more]
     )
     roles = pd.DataFrame({"seed": [0, 1], "layer": [0, 0], "head": [0, 0], "role": ["other", "induction"]})
     groups = pd.DataFrame(
@@ -467,3 +474,50 @@ def test_the_page_says_what_composition_is_measured_as_and_how_heads_are_compare
         "(<em>excess</em>); heads are compared across seeds through their roles, not their indices. "
         "<em>true</em> is the corrected score"
     ) in small_page()
+
+
+CAUSAL_PARAGRAPH = (
+    "<p>The path ablation runs on disjoint held-out batches; an edge is causal when its mean effect "
+    "reaches analysis.heads.min_effect and exceeds its batch-to-batch spread (one-sided t test, 5%). "
+    "Claim (c) reads <em>pattern_effect</em>: how far cutting the edge moves the later head's "
+    "attention pattern on held-out text (total variation, mean over query positions), whatever the "
+    "head's role; the probe's induction score (attn_effect) counts only composition that serves "
+    "induction. Each score ranks every K pair; PR-AUC's chance level is the fraction of causal "
+    "edges; the role-only baseline ranks the pairs by the heads' roles alone (previous-token or "
+    "recent-window into induction first, then pairs of named roles). Mean over "
+    "seeds [95% t interval, clipped to the statistic's range].</p>"
+)
+THRESHOLDS_PARAGRAPH = (
+    "<p>The same, an edge causal from each threshold of its effect on (and beyond its noise): "
+    "the causal edges, the role-only baseline's PR-AUC and each measure's.</p>"
+)
+
+
+def test_the_page_says_how_claim_c_finds_the_causal_edges_under_its_heading():
+    page = small_page()
+    assert f'<h2 id="causal">(c) Which score ranks the causal edges</h2>\n{CAUSAL_PARAGRAPH}\n' in page
+
+
+def test_the_page_says_a_pair_composes_when_it_is_a_discovery_against_its_own_null():
+    assert (
+        "when no seed has the heads the claim needs. A pair counts as composing when it is a "
+        "<em>discovery</em>: Benjamini-Hochberg at the configured FDR against the model's own empirical "
+        "null (its raw z standardised by its block's median and MAD, tested against the pairs that "
+        "cannot compose).</p>"
+    ) in small_page()
+
+
+def test_the_page_shows_the_threshold_table_only_when_an_effect_was_cut_at_a_threshold():
+    assert THRESHOLDS_PARAGRAPH not in small_page()
+    cut = {"claim": "c", "kind": "K", "effect": "pattern_effect"}
+    page = small_page((
+        cut | {"statistic": "causal_edges_at_0.05", "mean": 2.0},
+        cut | {"statistic": "role_pr_auc_at_0.05", "mean": 0.5},
+    ))  # fmt: skip
+    assert page.count(THRESHOLDS_PARAGRAPH) == 1
+    after = page.split(THRESHOLDS_PARAGRAPH)[1].split("</table>")[0]
+    head = ["effect", "causal when the effect reaches", "causal edges", "role-only baseline"]
+    assert heads_of(after) == [*head, *map(report.ident, MEASURES)]
+    assert rows_of(after + "</table>") == [
+        ["pattern_effect", "0.05", "2.0 [1.9, 2.1]", "0.50 [0.40, 0.60]", *["–"] * len(MEASURES)]
+    ]

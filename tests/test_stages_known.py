@@ -483,6 +483,24 @@ def test_figures_refuses_scores_without_rows_and_one_channel_file_alone(chain, t
     assert not (tmp_path / "f").exists()
 
 
+def test_figures_refuses_a_channels_table_with_only_a_header(chain, tmp_path, capsys):
+    from stages import figures as stage
+
+    comp = chain.out["composition"]
+    header = tmp_path / "channels.csv"
+    header.write_text((comp / "channels.csv").read_text().splitlines()[0] + "\n")
+    argv = [
+        "--params", str(chain.p), "--out", str(tmp_path / "f"), "--scores", str(comp / "scores.csv"),
+        "--channels", str(header), "--channel-shares", str(comp / "channels.safetensors"),
+    ]  # fmt: skip
+    capsys.readouterr()
+    assert stage.main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"error: {header}: no rows, only a header: not a complete table of its stage\n"
+    )
+    assert not (tmp_path / "f").exists()
+
+
 def test_the_figures_stage_titles_the_errata_diagram_with_the_configured_fdr(chain, tmp_path):
     """analysis.composition.fdr = 0.2 (not the default 0.05): the diagram the stage writes is the
     library's at q < 0.2, and not the one at 0.05."""
