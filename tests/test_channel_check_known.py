@@ -217,3 +217,42 @@ def test_check_batches_moves_the_model_and_each_batch_to_the_device_it_is_given(
     assert frame["channel_heldout_loss_effect"].tolist() == [0.3, 0.3]
     assert frame["channel_pattern_effect"].tolist() == [0.5, 1.0]
     assert frame["causal_share"].tolist() == [0.25, 0.25]
+
+
+def test_a_head_equal_to_n_heads_is_out_of_range_and_refused(planted_check):
+    """Heads are numbered 0 .. n_heads - 1 (3 here): writer head 3 is refused in one line naming
+    the table, as is reader head 3; head 2 on either side is in range."""
+    _, hw, table, _, _ = planted_check
+    assert (hw.n_layers, hw.n_heads) == (2, 3)
+    first = channel_check.discovered(table).head(1).assign(src_layer=0, dst_layer=1)
+    for src, dst in ((3, 0), (0, 3)):
+        with pytest.raises(UserError) as caught:
+            channel_check.cuts(hw, first.assign(src_head=src, dst_head=dst), "channels.csv")
+        assert (
+            str(caught.value)
+            == f"channels.csv: pair 0.{src} -> 1.{dst} is not a later pair of 2 layers x 3 heads"
+        )
+    assert len(channel_check.cuts(hw, first.assign(src_head=2, dst_head=2), "channels.csv")) == 1
+
+
+def test_summary_keys_in_order_and_its_interval_named_in_words():
+    """summary.json's channel_ablation: effect, interval (the 95% two-sided t interval over
+    batches), n_pairs, median_causal_share, pairs, in that order; each pair's keys in theirs."""
+    frame = pd.DataFrame({
+        "batch": [0, 1], "kind": "K", "src_layer": 0, "src_head": 1, "dst_layer": 1, "dst_head": 0,
+        "writer_channel": 3, "reader_channel": 2, "top_share": 0.7, "channel_pattern_effect": [0.3, 0.1],
+        "path_pattern_effect": [0.6, 0.2], "causal_share": [1.0, 3.0],
+    })  # fmt: skip
+    out = channel_check.summarize(frame)
+    assert list(out) == ["effect", "interval", "n_pairs", "median_causal_share", "pairs"]
+    assert out["effect"] == "pattern_effect" and out["n_pairs"] == 1 and out["median_causal_share"] == 2.0
+    assert out["interval"] == "two-sided 95% t interval of the mean causal share over batches"
+    (pair,) = out["pairs"]
+    assert list(pair) == [
+        "src", "dst", "writer_channel", "reader_channel", "top_share", "path_pattern_effect",
+        "channel_pattern_effect", "causal_share", "causal_share_lo", "causal_share_hi",
+        "causal_share_batches",
+    ]  # fmt: skip
+    assert pair["path_pattern_effect"] == pytest.approx(0.4)  # (0.6 + 0.2) / 2
+    assert pair["channel_pattern_effect"] == pytest.approx(0.2)  # (0.3 + 0.1) / 2
+    assert pair["causal_share_batches"] == [1.0, 3.0]

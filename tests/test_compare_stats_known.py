@@ -152,3 +152,58 @@ def test_mean_curve_averages_the_seeds_at_each_step_and_refuses_different_steps(
     assert str(caught.value) == (
         "curve.tsv = [0, 2]: seeds were evaluated at different steps (different train configs?)"
     )
+
+
+def test_detection_limits_are_claim_m_detection_limit_values_by_seed_kind_and_measure():
+    """Only claim m's detection_limit rows count: seed 0 K true 2.5 and errata 3.5, Q true 4.0;
+    seed 2 K true 1.5. Claim m's other statistic and another claim's detection_limit are left out."""
+    import pandas as pd
+
+    rows = [
+        (0, "m", "K", "true", "detection_limit", 2.5),
+        (0, "m", "K", "errata_bcda", "detection_limit", 3.5),
+        (0, "m", "Q", "true", "detection_limit", 4.0),
+        (2, "m", "K", "true", "detection_limit", 1.5),
+        (2, "m", "K", "true", "discoveries", 7.0),
+        (2, "b", "K", "errata_bcda", "detection_limit", 9.0),
+    ]
+    claims = pd.DataFrame(rows, columns=["seed", "claim", "kind", "variant", "statistic", "value"])
+    assert stats._detection_limits(claims) == {
+        "seed0": {"K": {"true": 2.5, "errata_bcda": 3.5}, "Q": {"true": 4.0}},
+        "seed2": {"K": {"true": 1.5}},
+    }
+
+
+def test_compare_numbers_the_long_table_afresh_over_the_seeds_in_their_order(monkeypatch):
+    """Two seeds' long tables (each numbered 0 .. n - 1 by seed_statistics) are one table numbered
+    0 .. 2n - 1, seed 0's rows then seed 2's, as seed_statistics gave them. (The statistics across
+    seeds are cut off: only the long table handed to them is read.)"""
+    import pandas as pd
+    import synthetic_seeds as syn
+
+    class Handed(Exception):
+        pass
+
+    def across_seeds(claims, cfg):
+        raise Handed(claims)
+
+    own = []
+    real = stats.seed_statistics
+
+    def seed_statistics(*args):
+        own.append(real(*args))
+        return own[-1]
+
+    monkeypatch.setattr(stats, "seed_statistics", seed_statistics)
+    monkeypatch.setattr(stats, "across_seeds", across_seeds)
+    with pytest.raises(Handed) as caught:
+        stats.compare([syn.seed_inputs(s) for s in (0, 2)], CompareConfig(), 0.1, 0.05)
+    (claims,) = caught.value.args
+    n = len(own[0])
+    assert n > 0 and all(table.index.tolist() == list(range(n)) for table in own)
+    assert claims.index.tolist() == list(range(2 * n))
+    assert claims["seed"].tolist() == [0] * n + [2] * n
+    expected = pd.DataFrame(
+        [row for table in own for row in table.itertuples(index=False)], columns=own[0].columns
+    )
+    pd.testing.assert_frame_equal(claims, expected)

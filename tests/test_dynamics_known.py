@@ -266,3 +266,26 @@ def test_phases_summary_known_answers_under_their_keys():
         "lag": {"true": -100, **dict.fromkeys(others)},
         "z_growth": dict.fromkeys(tables.MEASURES, 1.5),
     }
+
+
+def test_analyse_hands_its_device_seed_and_positions_to_scores_at(run, cfg, monkeypatch):
+    """The composition scores of a checkpoint are computed on the device analyse is given (as
+    the composition stage's, `scores_at`), with the run's seed and the model's positional
+    embedding. (Stopped at the first checkpoint's call: only the arguments are read.)"""
+    root, repeated, heldout = run
+    calls = []
+
+    class Called(Exception):
+        pass
+
+    def scores_at(hw, cfg, seed, positions, device=None):
+        calls.append((seed, positions, device))
+        raise Called
+
+    monkeypatch.setattr(dynamics, "scores_at", scores_at)
+    entries = checkpoint.read_index(root / "checkpoints")
+    with pytest.raises(Called):
+        dynamics.analyse(
+            entries, root / "checkpoints", root / "config.json", repeated, heldout, cfg, 4, device="cpu"
+        )
+    assert calls == [(4, "shortformer", "cpu")]
