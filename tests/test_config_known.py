@@ -35,9 +35,12 @@ TEXT = DataConfig(source="text", text=TextDataConfig(corpus="kjv"), tokenizer=To
 REFUSED = [
     (ModelConfig(n_layers=1), "n_layers = 1: must be >= 2: composition needs an earlier and a later layer"),
     (ModelConfig(n_heads=0), "n_heads = 0: must be > 0"),
+    (ModelConfig(init_range=0.0), "init_range = 0.0: must be > 0"),
     (ModelConfig(normalization_type="RMS"), "normalization_type = 'RMS': must be null (none) or 'LN'"),
     (SyntheticDataConfig(topic_fraction=1.5), "topic_fraction = 1.5: must be in [0, 1]"),
     (SyntheticDataConfig(min_segment=9), "min_segment = 9: must be <= max_segment = 8"),
+    (CopiesConfig(rate=1.5), "rate = 1.5: must be in [0, 1]"),
+    (CopiesConfig(rate=-0.25), "rate = -0.25: must be in [0, 1]"),
     (CopiesConfig(max_span=0), "max_span = 0: must be > 0"),
     (CopiesConfig(min_span=11), "min_span = 11: must be <= max_span = 10"),
     (CopiesConfig(anneal_start=0.9, anneal_end=0.5), "anneal_start = 0.9: must be <= anneal_end = 0.5"),
@@ -136,6 +139,9 @@ EDGES = [
         TrainConfig(steps=10, warmup_steps=0, save_steps=[-1]),
     ),
     (TextDataConfig(glob="*.txt", max_chars=1), TextDataConfig(glob="", max_chars=1)),
+    (ModelConfig(init_range=0.02), ModelConfig(init_range=-0.02)),
+    (CopiesConfig(rate=1.0), CopiesConfig(rate=1.01)),
+    (CopiesConfig(rate=0.0), CopiesConfig(rate=-0.01)),
 ]
 
 

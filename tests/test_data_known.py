@@ -565,3 +565,63 @@ def test_each_sequence_draws_its_own_copy_length():
     assert np.array_equal(x[:, d:][copied[:, d:]], x[:, :-d][copied[:, d:]])  # the token 2 back
     assert counts[:d] == [0] * d and sum(counts) == lengths.sum()
     assert sorted(set(lengths.tolist())) == list(range(1, 9))
+
+
+def _runs(row: np.ndarray) -> list[int]:
+    """The lengths of the runs of equal tokens in `row`, left to right."""
+    cuts = [0, *(np.flatnonzero(row[1:] != row[:-1]) + 1).tolist(), len(row)]
+    return [b - a for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def test_with_a_topic_per_token_each_background_segment_is_exactly_its_length_long():
+    """As many topics as tokens puts each token in its own topic; with every background token
+    on topic and no copies, a segment is one token repeated. Segments of exactly 3 positions then
+    make positions 0-2, 3-5, 6-8, 9-11 each one token, a new topic drawn at 3, 6 and 9 (the same
+    token again only when the draw repeats the topic, 1 in 64)."""
+    n, T = 200, 12
+    syn = SyntheticDataConfig(topics=64, min_segment=3, max_segment=3, topic_fraction=1.0)
+    data = DataConfig(synthetic=syn, copies=CopiesConfig(rate=0.0))
+    x = datasets.synthetic_sequences(n, ModelConfig(n_ctx=T), data, np.random.default_rng(0))
+    starts = 3 * (np.arange(T) // 3)  # each position's segment start
+    assert np.array_equal(x, x[:, starts])
+    changed = x[:, [3, 6, 9]] != x[:, [2, 5, 8]]
+    assert changed.mean() > 0.9
+
+
+def test_each_sequence_draws_its_own_next_segment_length():
+    """One token per topic (1024 of each), every background token on topic, no copies: a run of
+    equal tokens is a segment, [1, 8] positions long. Sequences whose first segment has the same
+    length start their second segment at the same position, and each draws its length itself:
+    among each such group of about 50, the second segments take several lengths, and over all
+    sequences every length 1 .. 8 occurs (one draw shared by a group would be one length)."""
+    n, T = 400, 20
+    syn = SyntheticDataConfig(topics=1024, min_segment=1, max_segment=8, topic_fraction=1.0)
+    data = DataConfig(synthetic=syn, copies=CopiesConfig(rate=0.0))
+    x = datasets.synthetic_sequences(n, ModelConfig(n_ctx=T, d_vocab=1024), data, np.random.default_rng(0))
+    runs = [_runs(row) for row in x]
+    second: dict[int, set[int]] = {}
+    for r in runs:
+        if r[0] <= 8 and r[1] <= 8:  # neither merged with the next segment (a repeated topic)
+            second.setdefault(r[0], set()).add(r[1])
+    assert sorted(second) == list(range(1, 9))
+    assert all(len(lengths) >= 4 for lengths in second.values())
+    assert sorted(set().union(*second.values())) == list(range(1, 9))
+
+
+def test_text_of_white_space_only_is_refused_naming_the_glob_or_the_corpus_it_came_from(
+    tmp_path, monkeypatch
+):
+    """Files holding only spaces, tabs and line breaks are no text: the refusal names the glob
+    that found them; a corpus that read as white space alone (its reader stubbed here) is named
+    by the corpus key instead."""
+    (tmp_path / "a.txt").write_text(" \n\t\n")
+    (tmp_path / "b.txt").write_text("\n")
+    files = DataConfig(source="text", dir=str(tmp_path), text=TextDataConfig(glob="*.txt"))
+    with pytest.raises(UserError) as caught:
+        tokenizer.from_config(files, n_ctx=8)
+    assert str(caught.value) == "data.text.glob = '*.txt': no text to tokenize (empty files)"
+    monkeypatch.setattr(corpus, "read_corpus", lambda name: (" \n \n", {"corpus": name}))
+    named = DataConfig(source="text", text=TextDataConfig(corpus="kjv"))
+    with pytest.raises(UserError) as caught:
+        tokenizer.from_config(named, n_ctx=8)
+    assert str(caught.value) == "data.text.corpus = 'kjv': no text to tokenize (empty files)"

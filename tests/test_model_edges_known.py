@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from pipeline import checkpoint
 from pipeline.behaviour import heads
-from pipeline.config import HeadsConfig, ModelConfig, TrainConfig
+from pipeline.config import Config, DataConfig, HeadsConfig, ModelConfig, TrainConfig
 from pipeline.errors import UserError
 from pipeline.model import origin, tl_checkpoint, train, transformer
 from pipeline.model.transformer import AttnOnlyTransformer
@@ -179,6 +179,23 @@ def test_a_checkpoint_tensor_with_nan_or_inf_is_refused_naming_the_file_and_the_
     assert str(caught.value) == "m.safetensors: blocks.1.attn.W_V: contains NaN or inf"
 
 
+def test_a_transformerlens_state_with_mlp_weights_is_refused_naming_its_first_mlp_key_in_order():
+    """Our model has no MLPs: a TransformerLens-layout checkpoint that has them is refused by
+    the alphabetically first MLP key, inside the file's name."""
+    torch.manual_seed(0)
+    state = dict(AttnOnlyTransformer(CFG).state_dict())
+    state["blocks.1.mlp.W_in"] = torch.zeros(16, 64)
+    state["blocks.0.mlp.b_out"] = torch.zeros(16)
+    with torch.device("meta"):
+        expected = AttnOnlyTransformer(CFG).state_dict()
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.check_state(state, expected, "m.safetensors", "config.json")
+    assert (
+        str(caught.value)
+        == "m.safetensors: blocks.0.mlp.b_out: not an attention-only model (it has MLP weights)"
+    )
+
+
 def test_attn_scale_is_not_judged_against_a_d_head_that_is_not_a_positive_integer():
     """sqrt(d_head) means nothing for d_head = 0, -4, 4.0 or null: the attention scale passes, and
     d_head itself is refused by name (not `attn_scale: must be sqrt(d_head) = 0`, nor math's
@@ -205,3 +222,44 @@ def test_a_checkpoint_without_config_json_missing_a_sized_weight_is_refused_nami
         with pytest.raises(UserError) as caught:
             tl_checkpoint.inferred_config(partial, {})
         assert str(caught.value) == f"{missing}: missing from the checkpoint"
+
+
+def test_a_checkpoint_too_short_for_the_probe_is_refused_naming_train_probe_length_and_the_source():
+    """A loaded model's n_ctx bounds the probe [first, span, span]: a span of 7 needs 15 positions,
+    one more than n_ctx 14 (CFG's 16 is enough)."""
+    cpu = torch.device("cpu")
+    train._fits(CFG, Config(model=CFG, train=TrainConfig(probe_length=7)), "their/config.json", cpu)
+    with pytest.raises(UserError) as caught:
+        train._fits(
+            replace(CFG, n_ctx=14), Config(train=TrainConfig(probe_length=7)), "their/config.json", cpu
+        )
+    assert str(caught.value) == (
+        "train.probe_length = 7: a repeated sequence (1 + 2 x 7 = 15 tokens) does not fit in "
+        "n_ctx of their/config.json = 14"
+    )
+
+
+def test_training_evaluates_on_the_run_device_the_model_the_held_out_sequences_and_the_probe(monkeypatch):
+    """Everything the first evaluation reads is on the run's device (the meta device stands in for
+    a GPU: shapes, no data; the spy stops the run there), the probe included, not left on the CPU
+    where the data was drawn."""
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def spy(model, eval_tokens, probe, probe_length):
+        devices = {next(model.parameters()).device, eval_tokens.device, probe.device}
+        seen.update(
+            devices=devices, shapes=(tuple(eval_tokens.shape), tuple(probe.shape)), length=probe_length
+        )
+        raise Stop
+
+    monkeypatch.setattr(train, "_setup", lambda t: torch.device("meta"))
+    monkeypatch.setattr(train, "evaluate", spy)
+    t = TrainConfig(steps=1, batch_size=2, eval_batch_size=2, probe_length=3, save_steps=[], warmup_steps=0)
+    cfg = Config(model=CFG, data=DataConfig(n_train_sequences=40), train=t)
+    with pytest.raises(Stop):
+        train.train(cfg, 0, progress=None)
+    assert seen == {"devices": {torch.device("meta")}, "shapes": ((2, 16), (2, 7)), "length": 3}
