@@ -371,3 +371,67 @@ def test_a_model_that_carries_its_config_refuses_another_beside_it(model):
     assert str(caught.value) == (
         "model_config: a AttnOnlyTransformer carries its own config: leave model_config out"
     )
+
+
+# --- each refusal's whole message ------------------------------------------------------------
+
+
+def test_a_model_of_no_known_kind_is_refused_listing_every_kind():
+    with pytest.raises(UserError) as caught:
+        api.weights_of(3)
+    assert str(caught.value) == (
+        "model = 'int': expected a TransformerLens HookedTransformer (3.x), a TransformerBridge (4.x), "
+        "our AttnOnlyTransformer, a state dict in TransformerLens names, or a path to a checkpoint or "
+        "heads.safetensors"
+    )
+
+
+def test_weights_refuse_a_model_config_beside_them():
+    w = api.Weights(None, "standard", None, None, torch.device("cpu"), "x")  # refused before it is read
+    with pytest.raises(UserError) as caught:
+        api.weights_of(w, CFG)
+    assert str(caught.value) == "model_config: a Weights carries its own config: leave model_config out"
+
+
+def test_a_model_config_of_no_known_kind_is_refused_naming_its_type(model):
+    with pytest.raises(UserError) as caught:
+        api.weights_of(model.state_dict(), 3)
+    assert str(caught.value) == (
+        "model_config = 'int': expected HookedTransformerConfig fields (a dict or a config.json path) "
+        "or a ModelConfig"
+    )
+
+
+def test_a_bridge_state_dict_without_its_config_is_refused_saying_why(model):
+    _, bridge = tl_checkpoint.bridge_checkpoint(CFG, model.state_dict())
+    with pytest.raises(UserError) as caught:
+        api.weights_of(bridge)
+    assert str(caught.value) == (
+        "state dict: a TransformerBridge state dict needs its model_config (n_heads)"
+    )
+
+
+def test_a_folder_without_weights_is_refused_naming_it(tmp_path):
+    with pytest.raises(UserError) as caught:
+        api.weights_of(tmp_path)
+    assert str(caught.value) == f"{tmp_path}: holds neither heads.safetensors nor model.safetensors"
+
+
+def test_a_config_of_another_section_is_refused_naming_its_type():
+    with pytest.raises(UserError) as caught:
+        api._settings(CompositionConfig, "composition", HeadsConfig(), {})
+    assert str(caught.value) == (
+        "config = 'HeadsConfig': expected a CompositionConfig, an AnalysisConfig or a Config"
+    )
+
+
+def test_no_token_batches_are_refused():
+    with pytest.raises(UserError) as caught:
+        api._token_batches([], "tokens", CFG)
+    assert str(caught.value) == "tokens: no batches"
+
+
+def test_tokens_that_are_not_integer_ids_are_refused_showing_dtype_and_shape():
+    with pytest.raises(UserError) as caught:
+        api._token_batches(torch.ones(1, 3, dtype=torch.bool), "tokens", CFG)
+    assert str(caught.value) == "tokens = 'torch.bool [1, 3]': expected integer token ids [batch, pos]"

@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.config import (
     AnalysisConfig,
+    CompareConfig,
     CompositionConfig,
     Config,
     CopiesConfig,
@@ -19,9 +20,11 @@ from pipeline.config import (
     FiguresConfig,
     HeadsConfig,
     ModelConfig,
+    RoleThresholds,
     SyntheticDataConfig,
     TextDataConfig,
     TokenizerConfig,
+    TokensDataConfig,
     TrainConfig,
     notes,
     require_corpus_package,
@@ -84,6 +87,62 @@ REFUSED = [
     ),
     (TrainConfig(lr=NAN), "lr = nan: must be a finite number (not inf or NaN)"),
     (TrainConfig(betas=[0.9, INF]), "betas[1] = inf: must be a finite number (not inf or NaN)"),
+    (
+        ModelConfig(positional_embedding_type="rotary"),
+        "positional_embedding_type = 'rotary': must be one of standard, shortformer",
+    ),
+    (
+        ModelConfig(d_head=16),
+        "d_head = 16: n_heads x d_head = 8 x 16 = 128 exceeds d_model = 64: heads would not be low-rank",
+    ),
+    (SyntheticDataConfig(topics=0), "topics = 0: must be > 0"),
+    (CopiesConfig(anneal_end=1.5), "anneal_end = 1.5: must be in [0, 1]"),
+    (TextDataConfig(corpus="gutenberg"), "corpus = 'gutenberg': unknown corpus: one of kjv, torch-py"),
+    (TextDataConfig(corpus="kjv", glob="*.txt"), "glob = '*.txt': must be null when text.corpus = 'kjv'"),
+    (TokenizerConfig(vocab_size=255), "vocab_size = 255: must be in [256, 65535]"),
+    (TokenizerConfig(vocab_size=65536), "vocab_size = 65536: must be in [256, 65535]"),
+    (
+        DataConfig(tokenizer=TokenizerConfig(pretrained="org/tok")),
+        "tokenizer.pretrained = 'org/tok': must be hf:ORG/NAME or hf:ORG/NAME@REVISION "
+        "(a snapshot in the Hugging Face cache)",
+    ),
+    (
+        DataConfig(tokens=TokensDataConfig(path="/abs/tokens.npy")),
+        "tokens.path = '/abs/tokens.npy': must be relative to data.dir, without '..'",
+    ),
+    (DataConfig(source="csv"), "source = 'csv': must be one of synthetic, text, tokens"),
+    (DataConfig(n_train_sequences=0), "n_train_sequences = 0: must be > 0"),
+    (DataConfig(eval_fraction=1.0), "eval_fraction = 1.0: must be in (0, 1)"),
+    (DataConfig(eval_fraction=0.0), "eval_fraction = 0.0: must be in (0, 1)"),
+    (DataConfig(source="text"), "text.glob: is required when data.source = 'text' and text.corpus is null"),
+    (TrainConfig(weight_decay=-0.5), "weight_decay = -0.5: must be >= 0"),
+    (TrainConfig(threads=0), "threads = 0: must be > 0"),
+    (TrainConfig(source="load"), "checkpoint: is required when train.source = 'load'"),
+    (
+        TrainConfig(checkpoint="hf:no-slash"),
+        "checkpoint = 'hf:no-slash': must be hf:ORG/NAME or hf:ORG/NAME@REVISION "
+        "(a snapshot in the Hugging Face cache)",
+    ),
+    (CompositionConfig(baseline_samples=0), "baseline_samples = 0: must be > 0"),
+    (CompositionConfig(fdr=1.0), "fdr = 1.0: must be in (0, 1)"),
+    (HeadsConfig(placebo_sets=0), "placebo_sets = 0: must be > 0"),
+    (HeadsConfig(min_effect=-0.5), "min_effect = -0.5: must be >= 0"),
+    (HeadsConfig(thresholds=RoleThresholds(induction=1.5)), "thresholds.induction = 1.5: must be in [0, 1]"),
+    (FiguresConfig(dpi=0), "dpi = 0: must be > 0"),
+    (
+        FiguresConfig(errata_variant="x"),
+        "errata_variant = 'x': must be one of errata_bcda, errata_dabc, errata_bcda_trueden, "
+        "errata_dabc_trueden",
+    ),
+    (CompareConfig(ci=1.0), "ci = 1.0: must be in (0, 1)"),
+    (CompareConfig(min_seeds=0), "min_seeds = 0: must be > 0"),
+    (AnalysisConfig(threads=0), "threads = 0: must be > 0"),
+    (Config(seeds=[0, -1]), "seeds = [0, -1]: must be >= 0"),
+    (
+        Config(analysis=AnalysisConfig(heads=HeadsConfig(repeat_length=32))),
+        "analysis.heads.repeat_length = 32: a repeated sequence (1 + 2 x 32 = 65 tokens) does not fit in "
+        "model.n_ctx = 64",
+    ),
 ]
 
 
@@ -185,6 +244,23 @@ def test_a_wrong_corpus_package_version_names_the_installed_one():
     assert str(caught.value) == (
         f"data.text.corpus = 'torch-py': needs torch==0.0.1, but {installed} is installed: "
         "run make install or another corpus (setup=kjv)"
+    )
+
+
+def test_a_missing_corpus_package_is_refused_naming_the_pin():
+    with pytest.raises(UserError) as caught:
+        require_corpus_package("kjv", pin=("attn-circuits-no-such-package", "1.0"))
+    assert str(caught.value) == (
+        "data.text.corpus = 'kjv': needs the package attn-circuits-no-such-package==1.0: run make install"
+    )
+
+
+def test_a_wrong_version_of_a_package_other_than_torch_offers_no_other_corpus():
+    installed = importlib.metadata.version("pytest")
+    with pytest.raises(UserError) as caught:
+        require_corpus_package("kjv", pin=("pytest", "0.0.1"))
+    assert str(caught.value) == (
+        f"data.text.corpus = 'kjv': needs pytest==0.0.1, but {installed} is installed: run make install"
     )
 
 

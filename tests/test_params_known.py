@@ -48,11 +48,6 @@ def test_an_override_the_schema_refuses_names_the_override_once():
     assert str(caught.value) == "override: model.n_heads = 0: must be > 0"
 
 
-def test_an_empty_params_file_is_refused_naming_it():
-    with pytest.raises(UserError, match=r"^mine\.yaml: empty: "):
-        params.from_dict({}, source="mine.yaml")
-
-
 def omegaconf_literal(value) -> str:
     """`value` in OmegaConf's interpolation grammar (for `${oc.create:...}`)."""
     if isinstance(value, dict):
@@ -166,3 +161,76 @@ def test_a_missing_data_dir_or_token_file_is_refused_naming_the_key_and_value(tm
     with pytest.raises(UserError) as caught:
         params.require_inputs(cfg, tmp_path)
     assert str(caught.value) == "data.tokens.path = 'ids.npy': file not found under data.dir = 'mine'"
+
+
+def committed_params() -> dict:
+    """The committed params.yaml as a plain dict, for a test to spoil one key of."""
+    return yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def test_a_params_file_that_is_not_a_mapping_is_refused_naming_its_type():
+    with pytest.raises(UserError) as caught:
+        params.from_dict([1], source="mine.yaml")
+    assert str(caught.value) == "mine.yaml = 'list': must be a YAML mapping of config groups"
+
+
+def test_an_empty_params_file_is_refused_saying_how_to_write_one():
+    with pytest.raises(UserError) as caught:
+        params.from_dict({}, source="mine.yaml")
+    assert str(caught.value) == "mine.yaml: empty: python -m pipeline.params writes a full one from conf/"
+
+
+def test_an_unknown_key_in_a_params_file_is_refused_naming_it():
+    raw = committed_params()
+    raw["model"]["n_head"] = 2
+    with pytest.raises(UserError) as caught:
+        params.from_dict(raw, source="mine.yaml")
+    assert str(caught.value) == "mine.yaml: model.n_head: unknown key"
+
+
+def test_a_value_of_the_wrong_type_is_refused_naming_the_type_the_schema_asks_for():
+    raw = committed_params()
+    raw["model"]["n_heads"] = "four"
+    with pytest.raises(UserError) as caught:
+        params.from_dict(raw, source="mine.yaml")
+    assert str(caught.value) == "mine.yaml: model.n_heads = 'four': wrong type, expected int"
+
+
+def test_an_interpolation_that_does_not_resolve_is_refused_in_omegaconfs_first_line():
+    raw = committed_params()
+    raw["model"]["n_heads"] = "${nope}"
+    with pytest.raises(UserError) as caught:
+        params.from_dict(raw, source="mine.yaml")
+    assert str(caught.value) == "mine.yaml: model.n_heads: Interpolation key 'nope' not found"
+
+
+def test_a_params_file_missing_a_key_is_refused_naming_the_full_key():
+    raw = committed_params()
+    del raw["train"]["lr"]
+    with pytest.raises(UserError) as caught:
+        params.from_dict(raw, source="mine.yaml")
+    assert str(caught.value) == (
+        "mine.yaml: train.lr: missing (python -m pipeline.params writes a full one from conf/)"
+    )
+
+
+def test_a_params_file_that_does_not_exist_is_refused_naming_it(tmp_path):
+    path = tmp_path / "nowhere.yaml"
+    with pytest.raises(UserError) as caught:
+        params.load(path)
+    assert str(caught.value) == f"{path}: params file not found"
+
+
+def test_a_params_file_that_is_not_yaml_is_refused_with_the_parsers_first_line(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("model: [oops\n")
+    with pytest.raises(UserError) as caught:
+        params.load(path)
+    assert str(caught.value) == f"{path}: not valid YAML (while parsing a flow sequence)"
+
+
+def test_hydras_could_not_override_becomes_an_unknown_key_naming_the_override():
+    text = "Could not override 'model.n_head'.\nTo append to your config use +model.n_head=4\nKey 'n_head'"
+    assert str(params.hydra_error(ValueError(text))) == (
+        "override: model.n_head: unknown key (check its spelling in conf/)"
+    )
