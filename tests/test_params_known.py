@@ -180,28 +180,23 @@ def test_an_empty_params_file_is_refused_saying_how_to_write_one():
     assert str(caught.value) == "mine.yaml: empty: python -m pipeline.params writes a full one from conf/"
 
 
-def test_an_unknown_key_in_a_params_file_is_refused_naming_it():
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("n_head", 2, "mine.yaml: model.n_head: unknown key"),
+        ("n_heads", "four", "mine.yaml: model.n_heads = 'four': wrong type, expected int"),
+        ("n_heads", "${nope}", "mine.yaml: model.n_heads: Interpolation key 'nope' not found"),
+    ],
+    ids=["unknown key", "wrong type", "unresolved interpolation"],
+)
+def test_a_bad_model_entry_in_a_params_file_is_refused_in_one_line_naming_it(key, value, message):
+    """An unknown key, a value of the wrong type (named as the schema asks), an interpolation that
+    does not resolve (OmegaConf's first line)."""
     raw = committed_params()
-    raw["model"]["n_head"] = 2
+    raw["model"][key] = value
     with pytest.raises(UserError) as caught:
         params.from_dict(raw, source="mine.yaml")
-    assert str(caught.value) == "mine.yaml: model.n_head: unknown key"
-
-
-def test_a_value_of_the_wrong_type_is_refused_naming_the_type_the_schema_asks_for():
-    raw = committed_params()
-    raw["model"]["n_heads"] = "four"
-    with pytest.raises(UserError) as caught:
-        params.from_dict(raw, source="mine.yaml")
-    assert str(caught.value) == "mine.yaml: model.n_heads = 'four': wrong type, expected int"
-
-
-def test_an_interpolation_that_does_not_resolve_is_refused_in_omegaconfs_first_line():
-    raw = committed_params()
-    raw["model"]["n_heads"] = "${nope}"
-    with pytest.raises(UserError) as caught:
-        params.from_dict(raw, source="mine.yaml")
-    assert str(caught.value) == "mine.yaml: model.n_heads: Interpolation key 'nope' not found"
+    assert str(caught.value) == message
 
 
 def test_a_params_file_missing_a_key_is_refused_naming_the_full_key():
