@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from .config import Config, notes, require_corpus_package
@@ -94,12 +94,15 @@ def require_inputs(cfg: Config, root: str | Path = ".") -> None:
 
 
 def _require_every_key(raw: dict, schema: Any, prefix: str = "") -> None:
-    """Every key of the schema is in `raw`: params.yaml is a whole composition of conf/, and
-    the schema's defaults are not conf/'s, so a missing key must not fall back to them."""
+    """Every key of the schema is in `raw`, with a value: params.yaml is a whole composition of
+    conf/, and the schema's defaults are not conf/'s, so a missing key must not fall back to them.
+    Nor must OmegaConf's mandatory-value marker `???`: a merge keeps the schema's value under it."""
     for f in dataclasses.fields(schema):
         key = f"{prefix}{f.name}"
         if f.name not in raw:
             raise UserError(key, f"missing ({_FULL})")
+        if raw[f.name] == MISSING:
+            raise UserError(key, f"missing, the value is {MISSING!r} ({_FULL})")
         child = f.default_factory() if callable(f.default_factory) else None
         if dataclasses.is_dataclass(child) and isinstance(raw[f.name], dict):
             _require_every_key(raw[f.name], type(child), f"{key}.")

@@ -209,6 +209,23 @@ def test_a_params_file_missing_a_key_is_refused_naming_the_full_key():
     )
 
 
+@pytest.mark.parametrize("where", [("train", "lr"), ("model",)], ids=["a value", "a whole group"])
+def test_a_params_file_with_omegaconfs_missing_marker_is_refused_not_given_the_schemas_default(where):
+    """`???` in a hand-edited params.yaml: OmegaConf's merge would keep the schema's default under
+    it (model.n_heads 8 where conf/ says otherwise), so it is refused as a missing key is."""
+    raw = committed_params()
+    node = raw
+    for part in where[:-1]:
+        node = node[part]
+    node[where[-1]] = "???"
+    with pytest.raises(UserError) as caught:
+        params.from_dict(raw, source="mine.yaml")
+    assert str(caught.value) == (
+        f"mine.yaml: {'.'.join(where)}: missing, the value is '???' "
+        "(python -m pipeline.params writes a full one from conf/)"
+    )
+
+
 def test_a_params_file_that_does_not_exist_is_refused_naming_it(tmp_path):
     path = tmp_path / "nowhere.yaml"
     with pytest.raises(UserError) as caught:
