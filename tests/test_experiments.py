@@ -217,6 +217,8 @@ def test_queued_sweep_two_workers_show_diff_apply(base, tmp_path):
         assert float(row["training.eval_loss"]) > 0 and row["n_seeds"] == "1"
     name = exps["4"]["Experiment"]
     assert exps["4"]["training.eval_loss"] != exps["2"]["training.eval_loss"]
+    main = next(r for r in rows if r["rev"] == "main" and not r["Experiment"])
+    assert exps["2"]["training.eval_loss"] == main["training.eval_loss"]  # the baseline's own model
 
     diff = json.loads(dvc(repo, "metrics", "diff", "main", name, "--json").stdout)
     loss = diff["outputs/compare/summary.json"]["training.eval_loss"]  # both columns: main has dvc.lock
