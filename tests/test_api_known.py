@@ -190,6 +190,8 @@ def test_a_checkpoint_with_config_json_beside_it_is_the_checkpoint(model, tmp_pa
     for name, t in direct.state.items():
         assert torch.equal(read.state[name], t), name
     assert torch.equal(read.heads.W_Q, direct.heads.W_Q)
+    # a folder holding model.safetensors (and no heads.safetensors) is that checkpoint
+    assert api.weights_of(tmp_path).source == str(tmp_path / "model.safetensors")
 
 
 def test_a_state_dict_keeps_its_checked_checkpoint_and_a_given_configs_sizes(model):

@@ -166,3 +166,15 @@ def test_train_checkpoint_may_name_a_saved_models_directory(tmp_path):
         f"train.checkpoint = 'empty': {tmp_path / 'empty'} is a directory without model.safetensors: "
         "name the weights file"
     )
+
+
+def test_a_weight_with_no_bridge_counterpart_is_refused_naming_it():
+    """An MLP weight under HookedTransformer's names (blocks.0.mlp.W_in) has no native
+    attention-only bridge name: refused in one line naming the key, nothing else."""
+    model = random_model(STANDARD)
+    state = {**model.state_dict(), "blocks.0.mlp.W_in": torch.zeros(16, 64)}
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.bridge_checkpoint(model.cfg, state)
+    assert one_line(caught) == (
+        "blocks.0.mlp.W_in: has no TransformerBridge (native, attention-only) counterpart"
+    )

@@ -256,3 +256,18 @@ def test_summary_keys_in_order_and_its_interval_named_in_words():
     assert pair["path_pattern_effect"] == pytest.approx(0.4)  # (0.6 + 0.2) / 2
     assert pair["channel_pattern_effect"] == pytest.approx(0.2)  # (0.3 + 0.1) / 2
     assert pair["causal_share_batches"] == [1.0, 3.0]
+
+
+def test_summary_lists_the_pairs_in_the_tables_order_not_sorted():
+    """Pairs 0.2 -> 1.0 then 0.1 -> 1.1 then 0.1 -> 1.0 in the table: the summary keeps that order
+    (sorted, 0.1 -> 1.0 would come first), each pair with its own single batch's share."""
+    frame = pd.DataFrame({
+        "batch": 0, "kind": "K", "src_layer": 0, "src_head": [2, 1, 1], "dst_layer": 1,
+        "dst_head": [0, 1, 0], "writer_channel": [0, 1, 2], "reader_channel": [3, 4, 5],
+        "top_share": [0.2, 0.3, 0.4], "channel_pattern_effect": 0.1, "path_pattern_effect": 0.2,
+        "causal_share": [0.5, 0.6, 0.7],
+    })  # fmt: skip
+    out = channel_check.summarize(frame)
+    assert [(p["src"], p["dst"]) for p in out["pairs"]] == [("0.2", "1.0"), ("0.1", "1.1"), ("0.1", "1.0")]
+    assert [p["writer_channel"] for p in out["pairs"]] == [0, 1, 2]
+    assert [p["causal_share"] for p in out["pairs"]] == [0.5, 0.6, 0.7]

