@@ -113,3 +113,34 @@ def test_a_bridge_missing_a_weight_is_refused_naming_its_state_dict_and_the_weig
     with pytest.raises(UserError) as caught:
         tl_checkpoint.bridge_state_dict(Bridge(config, bridge_state))
     assert str(caught.value) == "bridge.state_dict(): unembed.W_U: missing from the checkpoint"
+
+
+def test_a_model_built_on_meta_draws_nothing_and_imports_no_compiler():
+    """`read_checkpoint` builds the model under torch.device("meta") for its names and shapes: no
+    draw there (the global generator is where it was), and torch's compiler is not imported (a
+    meta draw imports torch._dynamo, about a second of every stage that checks a checkpoint). On
+    the CPU the weights are still drawn, Normal(0, 0.8 / sqrt(d_model)), and advance the generator."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from pipeline.config import ModelConfig\n"
+        "from pipeline.model.transformer import AttnOnlyTransformer\n"
+        "torch.manual_seed(0)\n"
+        "before = torch.get_rng_state()\n"
+        "with torch.device('meta'):\n"
+        "    m = AttnOnlyTransformer(ModelConfig(d_model=64, d_head=8, n_heads=2, d_vocab=50, n_ctx=10))\n"
+        "assert m.blocks[0].attn.W_Q.is_meta and torch.equal(torch.get_rng_state(), before)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+    from pipeline.model.transformer import AttnOnlyTransformer
+
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    m = AttnOnlyTransformer(ModelConfig(d_model=64, d_head=8, n_heads=2, d_vocab=500, n_ctx=10))
+    assert not torch.equal(torch.get_rng_state(), before)
+    assert float(m.embed.W_E.detach().std()) == pytest.approx(0.1, rel=0.05)  # 0.8 / sqrt(64), 32,000 draws

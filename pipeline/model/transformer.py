@@ -181,7 +181,11 @@ class AttnOnlyTransformer(nn.Module):
         """Normal(0, init_range) for every W_*, as TransformerLens's GPT-2 init."""
         std = self.cfg.init_range or 0.8 / math.sqrt(self.cfg.d_model)
         for p in self.weight_matrices()[0]:
-            nn.init.normal_(p, std=std)
+            # a meta tensor (a model built under torch.device("meta") for its names and shapes)
+            # holds no values to draw, and drawing there imports torch's compiler (torch._dynamo:
+            # about a second of every stage that checks a checkpoint); nothing is drawn either way
+            if not p.is_meta:
+                nn.init.normal_(p, std=std)
 
     @property
     def shortformer(self) -> bool:
