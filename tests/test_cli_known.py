@@ -215,3 +215,85 @@ def test_outside_a_stage_a_terminal_gets_a_tqdm_bar_dvc_plain_lines_and_a_pipe_n
     assert cli._auto_mode() is None
     monkeypatch.setenv("DVC_STAGE", "composition@0")
     assert cli._auto_mode() == "lines"
+
+
+def test_under_dvc_a_user_error_says_how_to_get_the_last_run_back(capsys, monkeypatch):
+    monkeypatch.setenv("DVC_STAGE", "train@0")
+    parser = cli.stage_parser("python -m stages.x", None)
+    assert cli.run_cli(parser, refusing, []) == 2
+    assert capsys.readouterr().err == (
+        "error: model.n_heads = 0: must be > 0 (the last run's outputs come back with `dvc checkout`; "
+        "after a failed `dvc exp run`, `git checkout params.yaml dvc.lock && dvc checkout`)\n"
+    )
+
+
+def test_an_interrupted_stage_is_one_line_and_exit_130(capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    assert cli.run_cli(cli.stage_parser("python -m stages.x", None), interrupted, []) == 130
+    assert capsys.readouterr().err == "error: interrupted\n"
+
+
+class Clock:
+    """time.perf_counter at fixed readings: `now` seconds."""
+
+    def __init__(self, monkeypatch, now: float):
+        import time
+
+        self.now = now
+        monkeypatch.setattr(time, "perf_counter", lambda: self.now)
+
+
+def test_a_progress_line_with_a_fixed_clock_is_known_whole(capsys, monkeypatch):
+    Clock(monkeypatch, 12.0)
+    cli.progress_line("train seed 0", 1, 4, started=2.0, what=" steps")
+    cli.progress_line("train seed 0", 4, 4, started=2.0, what=" steps")
+    cli.progress_line("train seed 0", 0, 4, started=2.0)
+    assert capsys.readouterr().err.splitlines() == [
+        "train seed 0: 1/4 steps, 10 s, about 30 s left",
+        "train seed 0: 4/4 steps, 10 s",
+        "train seed 0: 0/4, 10 s",
+    ]
+
+
+def test_with_progress_lines_with_a_fixed_clock_are_known_whole(capsys, monkeypatch):
+    clock = Clock(monkeypatch, 100.0)
+    lines = []
+    for item in cli.with_progress(
+        [1, 2], "dynamics seed 0", "lines", "checkpoint", label=lambda i: f" (step {i})"
+    ):
+        clock.now += 5.0
+        lines.append(item)
+    assert lines == [1, 2]
+    assert capsys.readouterr().err.splitlines() == [
+        "dynamics seed 0: 1/2 checkpoints (step 1), 5 s, about 5 s left",
+        "dynamics seed 0: 2/2 checkpoints (step 2), 10 s",
+    ]
+
+
+def test_a_progress_in_lines_mode_with_a_fixed_clock_is_known_whole(capsys, monkeypatch):
+    clock = Clock(monkeypatch, 0.0)
+    with cli.showing_progress("lines"), cli.progress_bar(4, "composition K", "block") as bar:
+        clock.now = 3.0  # under LINE_EVERY: no line
+        bar.update()
+        clock.now = 20.0
+        bar.update()
+        clock.now = 22.0
+        bar.update(2)  # the end, after an earlier line
+    assert capsys.readouterr().err.splitlines() == [
+        "composition K: 2/4 blocks, 20 s, about 20 s left",
+        "composition K: 4/4 blocks, 22 s",
+    ]
+
+
+def test_asking_for_cuda_where_there_is_none_names_the_key(monkeypatch):
+    """Real torch, told it has no CUDA (as on these machines and CI): "auto" is the CPU, and
+    asking for CUDA is refused by cli in one line naming the key."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.resolve_device("auto", "train.device") == torch.device("cpu")
+    with pytest.raises(UserError) as caught:
+        cli.resolve_device("cuda", "train.device")
+    assert str(caught.value) == "train.device = 'cuda': CUDA is not available on this machine"

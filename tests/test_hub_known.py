@@ -131,3 +131,114 @@ def test_a_ref_the_system_cannot_read_is_a_damaged_cache_named_with_the_systems_
         f"{KEY} = {VALUE!r}: the Hugging Face cache is damaged: {ref} is unreadable (Permission denied) "
         f"(an interrupted or disk-full download): run `hf download {TINY_REPO}` to write it again"
     )
+
+
+# The whole one-line refusal of each of hub.py's raises, on the smallest fake cache that reaches it.
+ADVICE = f"run `hf download {TINY_REPO}` first (nothing is downloaded at run time)"
+
+
+def refusal(value: str = VALUE, call=None) -> str:
+    with pytest.raises(UserError) as caught:
+        (call or (lambda: hub.snapshot(value, KEY)))()
+    return str(caught.value)
+
+
+def test_the_download_command_names_the_file_and_the_revision():
+    assert hub.Spec("org/a", None).download() == "hf download org/a"
+    assert hub.Spec("org/a", "v1").download("config.json") == "hf download org/a config.json --revision v1"
+
+
+def test_a_repository_absent_from_the_cache_is_refused_naming_the_cache_and_the_command(cache):
+    assert refusal() == (f"{KEY} = {VALUE!r}: {TINY_REPO} is not in the Hugging Face cache {cache}: {ADVICE}")
+
+
+def test_an_empty_folder_of_refs_is_refused_without_naming_refs_inside(cache):
+    snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
+    (snap.parent.parent / "refs" / "v1").mkdir()
+    value = f"hf:{TINY_REPO}@v1"
+    assert refusal(value) == (
+        f"{KEY} = {value!r}: revision v1 names a folder (refs/v1), not a branch, tag or commit"
+    )
+
+
+def test_a_folder_of_refs_names_at_most_four_refs_inside(cache):
+    snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
+    prs = snap.parent.parent / "refs" / "refs" / "pr"
+    prs.mkdir(parents=True)
+    for n in range(1, 6):
+        (prs / str(n)).write_text(snap.name)
+    value = f"hf:{TINY_REPO}@refs/pr"
+    assert refusal(value) == (
+        f"{KEY} = {value!r}: revision refs/pr names a folder (refs/refs/pr), not a branch, tag or commit: "
+        "name one of refs/pr/1, refs/pr/2, refs/pr/3, refs/pr/4"
+    )
+
+
+def test_a_revision_without_a_ref_is_refused_naming_the_cache_and_the_command(cache):
+    add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
+    value = f"hf:{TINY_REPO}@v9"
+    assert refusal(value) == (
+        f"{KEY} = {value!r}: revision v9 of {TINY_REPO} is not in the cache {cache}: "
+        f"run `hf download {TINY_REPO} --revision v9` first (nothing is downloaded at run time)"
+    )
+
+
+@pytest.mark.parametrize(
+    "content,reason",
+    [(b"", "empty"), (b"0123456789abcdefghijklmnop", "not a commit hash ('0123456789abcdefghij')")],
+)
+def test_a_garbled_ref_is_refused_whole_with_its_first_20_characters(cache, content, reason):
+    snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
+    ref = snap.parent.parent / "refs" / "main"
+    ref.write_bytes(content)
+    assert refusal() == (
+        f"{KEY} = {VALUE!r}: the Hugging Face cache is damaged: {ref} is {reason} (an interrupted or "
+        f"disk-full download): run `hf download {TINY_REPO}` to write it again"
+    )
+
+
+def test_a_ref_to_a_commit_without_a_snapshot_names_the_commits_first_12_characters(cache):
+    snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
+    (snap.parent.parent / "refs" / "main").write_text("0123456789abcdef0123456789abcdef01234567")
+    assert refusal() == (
+        f"{KEY} = {VALUE!r}: revision main (commit 0123456789ab) of {TINY_REPO} is not in the cache "
+        f"{cache}: {ADVICE}"
+    )
+
+
+def test_a_commit_without_a_snapshot_is_named_by_its_first_12_characters(cache):
+    add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
+    commit = "abcdef0123456789abcdef0123456789abcdef01"
+    value = f"hf:{TINY_REPO}@{commit}"
+    assert refusal(value) == (
+        f"{KEY} = {value!r}: commit abcdef012345 of {TINY_REPO} is not in the cache {cache}: "
+        f"run `hf download {TINY_REPO} --revision {commit}` first (nothing is downloaded at run time)"
+    )
+
+
+def test_several_weights_name_at_most_four_files(cache):
+    names = [f"{c}.safetensors" for c in "abcde"]
+    assert refusal(call=lambda: chosen_file(cache, names)) == (
+        f"{KEY} = {VALUE!r}: {TINY_REPO} has several safetensors files (a.safetensors, b.safetensors, "
+        "c.safetensors, d.safetensors): name one in a copy under train.checkpoint_dir"
+    )
+
+
+def test_a_snapshot_without_config_json_is_refused_naming_the_known_repositories(cache):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    add_snapshot(cache, TINY_REPO, {"model.pth": b"x"}, commit=commit)
+    assert refusal(call=lambda: hub.checkpoint(VALUE)) == (
+        f"{KEY} = {VALUE!r}: the cached snapshot 0123456789ab of {TINY_REPO} has no config.json "
+        f"(run `hf download {TINY_REPO} config.json`; repositories known without one: "
+        "callummcdougall/attn_only_2L_half)"
+    )
+
+
+def test_a_snapshot_without_tokenizer_json_is_refused_naming_the_download(cache):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    add_snapshot(cache, TINY_REPO, {"config.json": b"{}"}, commit=commit, ref="v1")
+    value = f"hf:{TINY_REPO}@v1"
+    assert refusal(call=lambda: hub.tokenizer_file(value)) == (
+        f"data.tokenizer.pretrained = {value!r}: the cached snapshot 0123456789ab of {TINY_REPO} has no "
+        f"tokenizer.json: run `hf download {TINY_REPO} tokenizer.json --revision v1`"
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline import memory
-from pipeline.config import ModelConfig, TrainConfig
+from pipeline.config import Config, DataConfig, HeadsConfig, ModelConfig, TrainConfig
 from pipeline.errors import UserError
 
 # L layers, H heads of d_head dh, d_model D, context T, vocabulary V
@@ -202,3 +202,219 @@ def test_on_a_gpu_a_refusal_of_several_terms_names_the_estimate_and_the_gpus_fre
 )
 def test_bytes_are_shown_in_decimal_units_with_one_decimal(n, shown):
     assert memory.human(n) == shown
+
+
+# --- the words of each stage's estimate: every term's text and the keys it names -----------------
+
+C = "c/config.json"  # a checkpoint's config.json: its shape's keys are named by the file
+
+
+def described(estimate: memory.Estimate) -> tuple[str, list[tuple[str, list[str], bool]]]:
+    return estimate.what, [(t.what, [s.key for s in t.sizes], t.host) for t in estimate.terms]
+
+
+def test_the_training_estimates_words():
+    """A new model trained with batch 8 on 64 synthetic sequences: the weights five times, a
+    training step (it outweighs the probe's evaluation here), the data in host memory."""
+
+    cfg = Config(
+        model=MODEL,
+        data=DataConfig(n_train_sequences=64),
+        train=TrainConfig(batch_size=8, eval_batch_size=8, probe_length=6),
+    )
+    copies = "(weights, gradients and AdamW's moments)"
+    assert described(memory.training(cfg)) == (
+        "the model, its optimizer and the largest buffers",
+        [
+            (f"the embeddings W_E, W_U {copies}", ["model.d_vocab", "model.d_model"], False),
+            (f"the positional embedding W_pos {copies}", ["model.n_ctx", "model.d_model"], False),
+            (
+                f"the attention weights {copies}",
+                ["model.n_layers", "model.n_heads", "model.d_head", "model.d_model"],
+                False,
+            ),
+            (
+                "the attention patterns of a training batch, [batch, n_heads, n_ctx, n_ctx] float32 "
+                "per layer",
+                ["train.batch_size", "model.n_heads", "model.n_ctx"],
+                False,
+            ),
+            (
+                "the logits of a training batch, [batch, n_ctx, d_vocab] float32: a copy, their log-softmax "
+                "and the gradients",
+                ["train.batch_size", "model.n_ctx", "model.d_vocab"],
+                False,
+            ),
+            (
+                "the residual streams, queries, keys and values of a training batch, and their gradients",
+                ["train.batch_size", "model.n_ctx", "model.d_model"],
+                False,
+            ),
+            (
+                "the synthetic data, [n_train_sequences, n_ctx] int64 generated up front",
+                ["data.n_train_sequences", "model.n_ctx"],
+                True,
+            ),
+        ],
+    )
+
+
+def test_the_loading_estimates_words():
+    """A checkpoint loaded and evaluated: its tensors and the model's, the induction probe's
+    cached pass (8 probes of 1 + 2 x 6 outweigh the held-out loss), the synthetic data."""
+
+    cfg = Config(
+        model=MODEL,
+        data=DataConfig(n_train_sequences=64),
+        train=TrainConfig(batch_size=8, eval_batch_size=8, probe_length=6),
+    )
+    copies = "(the checkpoint's tensors and the model's)"
+    probe = "the induction probe"
+    assert described(memory.loading(MODEL, cfg, C)) == (
+        "the checkpoint and the largest evaluation buffers",
+        [
+            (f"the embeddings W_E, W_U {copies}", [f"{C}: d_vocab", f"{C}: d_model"], False),
+            (f"the positional embedding W_pos {copies}", [f"{C}: n_ctx", f"{C}: d_model"], False),
+            (
+                f"the attention weights {copies}",
+                [f"{C}: n_layers", f"{C}: n_heads", f"{C}: d_head", f"{C}: d_model"],
+                False,
+            ),
+            (
+                f"the attention patterns of {probe}, [eval_batch_size, n_heads, 1 + 2 probe_length, "
+                "1 + 2 probe_length] float32 per layer",
+                ["train.eval_batch_size", f"{C}: n_heads", "train.probe_length"],
+                False,
+            ),
+            (
+                f"the cached head results of {probe}, [eval_batch_size, 1 + 2 probe_length, n_heads, "
+                "d_model] per layer",
+                ["train.eval_batch_size", "train.probe_length", f"{C}: d_model"],
+                False,
+            ),
+            (
+                f"one layer's attention scores on {probe}",
+                ["train.eval_batch_size", f"{C}: n_heads", "train.probe_length"],
+                False,
+            ),
+            (
+                f"the logits of {probe}, [eval_batch_size, 1 + 2 probe_length, d_vocab]",
+                ["train.eval_batch_size", "train.probe_length", f"{C}: d_vocab"],
+                False,
+            ),
+            (
+                "the synthetic data, [n_train_sequences, n_ctx] int64 generated up front",
+                ["data.n_train_sequences", f"{C}: n_ctx"],
+                True,
+            ),
+        ],
+    )
+
+
+HEADS_WEIGHTS = "(the model and the head weights in float64, and a copy)"
+
+
+def heads_weights() -> list[tuple[str, list[str], bool]]:
+    return [
+        (f"the embeddings W_E, W_U {HEADS_WEIGHTS}", [f"{C}: d_vocab", f"{C}: d_model"], False),
+        (f"the positional embedding W_pos {HEADS_WEIGHTS}", [f"{C}: n_ctx", f"{C}: d_model"], False),
+        (
+            f"the attention weights {HEADS_WEIGHTS}",
+            [f"{C}: n_layers", f"{C}: n_heads", f"{C}: d_head", f"{C}: d_model"],
+            False,
+        ),
+    ]
+
+
+def test_the_heads_estimates_words_for_the_pattern_scores():
+    """16 layers, a probe of 1 + 2 x 8 positions beside a held-out batch of 20 (token files: no
+    synthetic data): both caches kept, with one layer's scores and the logits of the held-out
+    batch beside them, outweigh either path ablation."""
+
+    deep = ModelConfig(n_layers=16, n_heads=H, d_head=dh, d_model=D, n_ctx=T, d_vocab=V)
+    h = HeadsConfig(eval_sequences=4, repeat_length=8)
+    E, R = "analysis.heads.eval_sequences", "analysis.heads.repeat_length"
+    assert described(memory.heads_stage(deep, h, DataConfig(source="tokens"), C)) == (
+        "the model, its weights and the largest analysis buffers",
+        [
+            *heads_weights(),
+            (
+                "the attention patterns of the probe, [eval_sequences, n_heads, 1 + 2 repeat_length, "
+                "1 + 2 repeat_length] float64 per layer",
+                [E, f"{C}: n_heads", R],
+                False,
+            ),
+            (
+                "the cached head results of the probe, [eval_sequences, 1 + 2 repeat_length, n_heads, "
+                "d_model] per layer",
+                [E, R, f"{C}: d_model"],
+                False,
+            ),
+            (
+                "the attention patterns of the held-out batch, [eval_sequences, n_heads, n_ctx, n_ctx] "
+                "float64 per layer",
+                [E, f"{C}: n_heads", f"{C}: n_ctx"],
+                False,
+            ),
+            (
+                "the cached head results of the held-out batch, [eval_sequences, n_ctx, n_heads, d_model] "
+                "per layer",
+                [E, f"{C}: n_ctx", f"{C}: d_model"],
+                False,
+            ),
+            (
+                "one layer's attention scores on the held-out batch",
+                [E, f"{C}: n_heads", f"{C}: n_ctx"],
+                False,
+            ),
+            (
+                "the logits of the held-out batch, [eval_sequences, n_ctx, d_vocab]",
+                [E, f"{C}: n_ctx", f"{C}: d_vocab"],
+                False,
+            ),
+        ],
+    )
+
+
+def test_the_heads_estimates_words_for_the_path_ablation():
+    """2 layers on 64 synthetic sequences (3 held out): the path ablation of the held-out batch
+    outweighs the pattern scores; its eval_sequences is the held-out part's, under the same key."""
+
+    h = HeadsConfig(eval_sequences=4, repeat_length=6)
+    E = "analysis.heads.eval_sequences"
+    estimate = memory.heads_stage(MODEL, h, DataConfig(n_train_sequences=64), C)
+    assert described(estimate) == (
+        "the model, its weights and the largest analysis buffers",
+        [
+            *heads_weights(),
+            (
+                "the attention patterns of the held-out batch, [eval_sequences, n_heads, n_ctx, n_ctx] "
+                "float64 per layer",
+                [E, f"{C}: n_heads", f"{C}: n_ctx"],
+                False,
+            ),
+            (
+                "the cached head results of the held-out batch, [eval_sequences, n_ctx, n_heads, d_model] "
+                "per layer",
+                [E, f"{C}: n_ctx", f"{C}: d_model"],
+                False,
+            ),
+            (
+                "the logits of the held-out batch, [eval_sequences, n_ctx, d_vocab], with their copy and "
+                "log-softmax",
+                [E, f"{C}: n_ctx", f"{C}: d_vocab"],
+                False,
+            ),
+            (
+                "one chunk of the path ablation on the held-out batch",
+                [E, f"{C}: n_ctx", f"{C}: n_heads", f"{C}: d_model"],
+                False,
+            ),
+            (
+                "the synthetic data, [n_train_sequences, n_ctx] int64 generated up front",
+                ["data.n_train_sequences", f"{C}: n_ctx"],
+                True,
+            ),
+        ],
+    )
+    assert [(s.value, s.reference) for s in estimate.terms[3].sizes][0] == (3, 64)

@@ -89,3 +89,12 @@ def test_the_two_measures_draw_different_numbers():
     }
     for a, b in itertools.combinations(firsts, 2):
         assert not torch.equal(firsts[a], firsts[b]), (a, b)
+
+
+def test_an_unknown_stream_is_refused_naming_every_stream():
+    with pytest.raises(KeyError) as caught:
+        seed_of(0, "nul")
+    assert caught.value.args == (
+        "unknown random stream 'nul': one of data, init, batches, probe, placebo_sets, "
+        "composition.baseline, composition.null, invariant.baseline, invariant.null, channels.null",
+    )

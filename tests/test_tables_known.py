@@ -51,3 +51,18 @@ def test_read_csv_refuses_in_one_line_naming_the_file(tmp_path):
     assert str(caught.value) == f"{path}: not a readable table (No columns to parse from file)"
     with pytest.raises(UserError, match=r": file not found$"):
         tables.read_csv(tmp_path / "absent.csv")
+
+
+def test_read_csv_refuses_a_missing_file_naming_it_whole(tmp_path):
+    path = tmp_path / "absent.csv"
+    with pytest.raises(UserError) as caught:
+        tables.read_csv(path)
+    assert str(caught.value) == f"{path}: file not found"
+
+
+def test_read_csv_names_the_first_missing_column_of_a_tsv(tmp_path):
+    path = tmp_path / "steps.tsv"
+    path.write_text("step\ttokens\n0\t0\n")
+    with pytest.raises(UserError) as caught:
+        tables.read_csv(path, ["step", "eval_loss", "induction"], sep="\t")
+    assert str(caught.value) == f"{path}: missing column 'eval_loss' (has step, tokens)"
