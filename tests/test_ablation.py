@@ -229,3 +229,24 @@ def test_heads_loss_effects_of_many_sets_equal_each_set_alone():
     assert len(set(together)) == len(sets)  # different sets, different effects
     with pytest.raises(ValueError, match="no heads"):
         ablation.heads_loss_effects(model, tokens, [[(0, 0)], []])
+
+
+def test_source_heads_are_stacked_per_block_call_as_many_as_the_memory_bound_allows(monkeypatch):
+    """The tiny model (3 heads of d_model 16), 2 sequences of 6: one source head's per-head result
+    is 2 x 6 x 3 x 16 = 576 elements. With a bound of 2 x 576, each call into layer 1's block
+    stacks two source heads (a batch of 4), then the third alone (a batch of 2), once per kind."""
+    model = random_model("tiny")
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, 6), generator=torch.Generator().manual_seed(3))
+    monkeypatch.setattr(ablation, "_CHUNK", 2 * 2 * 6 * 3 * 16)
+    sizes = []
+
+    def seen(module, args, kwargs):
+        if kwargs.get("replace"):
+            sizes.append(args[0].shape[0])
+
+    handle = model.blocks[1].register_forward_pre_hook(seen, with_kwargs=True)
+    try:
+        ablation.path_ablation(model, tokens, None)
+    finally:
+        handle.remove()
+    assert sizes == [4, 4, 4, 2, 2, 2]

@@ -86,3 +86,44 @@ def test_a_pair_whose_earlier_head_has_no_role_is_refused_naming_that_head():
     with pytest.raises(ValueError) as caught:
         agreement.role_scores(pairs, roles)
     assert str(caught.value) == "no role for head (0, 0)"
+
+
+def test_roc_auc_and_average_precision_read_zero_one_labels_as_booleans():
+    """Labels 0/1 (ints, as a 0/1 column reads) mean causal / not causal, as True / False.
+    Scores (0.1, 0.8, 0.4, 0.6), positives the 0.8 and the 0.4: of the 2 x 2 (positive, negative)
+    pairs, 0.8 beats 0.1 and 0.6, 0.4 beats 0.1 only: ROC-AUC 3/4. Average precision: at 0.8
+    recall 1/2 at precision 1, at 0.4 recall 1 at precision 2/3: 1/2 + 1/2 x 2/3 = 5/6."""
+    labels, score = np.array([0, 1, 1, 0]), np.array([0.1, 0.8, 0.4, 0.6])
+    assert agreement.roc_auc(labels, score) == pytest.approx(0.75, abs=1e-15)
+    assert agreement.average_precision(labels, score) == pytest.approx(5 / 6, abs=1e-15)
+    assert agreement.roc_auc(labels == 1, score) == pytest.approx(0.75, abs=1e-15)
+
+
+def test_an_effect_constant_over_the_batches_is_causal_without_a_division_warning():
+    """Effects 0.5, 0.5, 0.5: sd 0, so t = 0.5 / 0 is infinite; no spread to exceed, the edge is
+    causal (it reaches min_effect) and no RuntimeWarning is raised. Effects 0, 0, 0: t = 0 / 0,
+    not causal (below min_effect), silently too."""
+    import warnings
+
+    batches = batches_of({("K", 0, 0, 1, 0): [0.5, 0.5, 0.5], ("K", 0, 1, 1, 0): [0.0, 0.0, 0.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = agreement.causal_edges(batches, "loss_effect", 0.01)
+    assert got["sd"].tolist() == [0.0, 0.0]
+    assert got["causal"].tolist() == [True, False]
+
+
+def test_ranking_reads_a_score_column_of_python_objects_with_none_undefined():
+    """scores.csv's score column as Python objects (pandas leaves one so when it concatenates onto
+    an empty table), None undefined: K true scores 0.9, 0.5, None into 1.0, the first and the last
+    causal. The undefined score ranks last: ROC-AUC (3 + 1 - 3) / (2 x 1) = 1/2; average precision:
+    at 0.9 recall 1/2 at precision 1, at 0.5 no new recall, then recall 1 at precision 2/3: 5/6."""
+    pairs = [("K", 0, a, 1, 0) for a in range(3)]
+    causal = pd.DataFrame(pairs, columns=agreement.PAIR).assign(causal=[True, False, True])
+    scores = pd.DataFrame(pairs, columns=agreement.PAIR).assign(
+        variant="true", score=pd.Series([0.9, 0.5, None], dtype=object)
+    )
+    got = agreement.ranking(causal, scores)["K"]["true"]
+    assert got["roc_auc"] == pytest.approx(0.5, abs=1e-15)
+    assert got["pr_auc"] == pytest.approx(5 / 6, abs=1e-15)
+    assert (got["causal"], got["pairs"]) == (2, 3)

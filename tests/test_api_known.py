@@ -437,3 +437,16 @@ def test_tokens_that_are_not_integer_ids_are_refused_showing_dtype_and_shape():
     with pytest.raises(UserError) as caught:
         api._token_batches(torch.ones(1, 3, dtype=torch.bool), "tokens", CFG)
     assert str(caught.value) == "tokens = 'torch.bool [1, 3]': expected integer token ids [batch, pos]"
+
+
+def test_weights_without_their_checkpoint_are_refused_by_heads_and_path_ablation_naming_the_call(
+    model, tokens
+):
+    """As roles': `heads` and `path_ablation` each refuse weights that cannot be built into a
+    model in one line naming the weights' source and the call itself."""
+    w = dataclasses.replace(api.weights_of(model), state=None)
+    for call, name in ((api.heads, "heads"), (api.path_ablation, "path_ablation")):
+        with pytest.raises(UserError) as caught:
+            call(w, tokens, config=SETTINGS)
+        refusal = f"{name} needs the model's checkpoint and config.json, not analysis-ready weights"
+        assert str(caught.value) == f"AttnOnlyTransformer: {refusal}"

@@ -271,3 +271,19 @@ def test_summary_lists_the_pairs_in_the_tables_order_not_sorted():
     assert [(p["src"], p["dst"]) for p in out["pairs"]] == [("0.2", "1.0"), ("0.1", "1.1"), ("0.1", "1.0")]
     assert [p["writer_channel"] for p in out["pairs"]] == [0, 1, 2]
     assert [p["causal_share"] for p in out["pairs"]] == [0.5, 0.6, 0.7]
+
+
+def test_check_batches_names_the_channels_table_in_a_refusal_by_default(planted_check):
+    """Without a `source`, a pair out of range is refused naming the table "channels": a writer
+    head 3 of 3 heads (0 .. 2), refused before any batch is cut."""
+    model, hw, table, _, _ = planted_check
+    table = table.copy()
+    first = table.index[table["kind"].eq("K") & table["pair_discovery"].eq(True)][0]
+    assert table.loc[first, "dst_head"] == 0  # 0.0 -> 1.0, the table's first discovery
+    table.loc[first, ["src_layer", "src_head", "dst_layer"]] = [0, 3, 1]
+    whole = channel_check.discovered(table)[["kind", *channel_check.PAIR]].assign(
+        batch=0, attn_effect=1.0, loss_effect=1.0, heldout_loss_effect=1.0, pattern_effect=1.0
+    )
+    with pytest.raises(UserError) as caught:
+        channel_check.check_batches(model, hw, table, [], [], LENGTH, whole)
+    assert str(caught.value) == "channels: pair 0.3 -> 1.0 is not a later pair of 2 layers x 3 heads"

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from channel_tables import tables
-from matplotlib.colors import to_rgba
+from matplotlib.colors import PowerNorm, to_rgba
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from pipeline.errors import UserError
@@ -188,3 +188,33 @@ def test_a_file_that_is_not_safetensors_is_refused_naming_the_file_and_why(tmp_p
         f"{path}: not a channels file of the composition stage "
         "(Error while deserializing header: header too small)"
     )
+
+
+def test_every_panel_and_the_colour_bar_share_one_square_root_scale_from_0_to_1(drawn):
+    """A panel whose top share is 1.00 beside one whose top is 0.06: one colour means one share
+    everywhere, on PowerNorm(0.5) over [0, 1], not each panel stretched to its own range."""
+    fig, panels = drawn
+    norms = [ax.images[0].norm for ax in panels]
+    for norm in norms:
+        assert isinstance(norm, PowerNorm)
+        assert (norm.gamma, norm.vmin, norm.vmax) == (0.5, 0.0, 1.0)
+    assert norms[0] is norms[1]
+    assert norms[1](0.25) == pytest.approx(0.5)  # the square-root scale: a quarter share is half way
+    (bar,) = [ax for ax in fig.axes if not ax.images]
+    assert bar.get_ylim() == (0.0, 1.0)
+
+
+def test_the_colour_bar_stands_right_of_every_panel_centred_on_the_whole_grid():
+    """Two rows of panels: the one colour bar belongs to all of them, so it sits right of the
+    rightmost column and halfway between the top row's top and the bottom row's bottom, not
+    beside the last panel alone."""
+    found = [("K", 0, h, 1, g) for h in range(3) for g in range(3)]
+    frame, shares = tables({}, found)
+    fig = cf.channel_maps(cf.discovered(frame, shares, max_pairs=7), shares)
+    fig.draw_without_rendering()
+    boxes = [ax.get_position() for ax in fig.axes if ax.images]
+    (bar,) = [ax.get_position() for ax in fig.axes if not ax.images and ax.axison]
+    assert bar.x0 > max(box.x1 for box in boxes)
+    grid_middle = (min(box.y0 for box in boxes) + max(box.y1 for box in boxes)) / 2
+    assert (bar.y0 + bar.y1) / 2 == pytest.approx(grid_middle, abs=0.01)
+    plt.close(fig)

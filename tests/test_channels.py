@@ -325,3 +325,27 @@ def test_errata_statistics_of_a_writer_that_reads_where_the_queries_read() -> No
     A, B, C, D = paper_letters(hw, "K", (0, 0), (1, 1))
     ratio = fro2(B @ C @ D @ A) / fro2(A @ B @ C @ D)
     assert ratio.item() == pytest.approx((stats["alignment"][0] * stats["anisotropy"][0]).item(), rel=1e-10)
+
+
+def test_a_head_scaled_down_a_hundred_thousandfold_keeps_its_channel_table() -> None:
+    """Each pair's channel table is scale-free: the pair's own score is its numerator over its own
+    writer's and reader's norms, so a layer-1 head whose four matrices are scaled by 1e-5 (its
+    circuits by 1e-10, far below ZERO_RTOL against the other heads') still has a defined table, the
+    same as unscaled, pair by pair: top channel, top share, effective channels, null and z."""
+    g = torch.Generator().manual_seed(3)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
+    L, H, D, d = 2, 2, 8, 3
+    W_Q, W_K, W_V, W_O = r(L, H, D, d), r(L, H, D, d), r(L, H, D, d), r(L, H, d, D)
+    hw = head_weights(W_Q, W_K, W_V, W_O)
+    small = [W.clone() for W in (W_Q, W_K, W_V, W_O)]
+    for W in small:
+        W[1, 0] *= 1e-5
+    blocks = ch.channel_blocks(16, D, d, torch.Generator().manual_seed(0))
+    want, _ = ch.channel_rows(hw, blocks)
+    got, _ = ch.channel_rows(head_weights(*small), blocks)
+    assert len(got) == 3 * 4 and got["dst_layer"].eq(1).all()  # Q, K, V x (2 writers x 2 readers)
+    assert got["top_share"].notna().all() and got["writer_channel"].notna().all()
+    for column in ("writer_channel", "reader_channel"):
+        assert got[column].tolist() == want[column].tolist()
+    for column in ("top_share", "effective_channels", "null_mean", "null_std", "z"):
+        np.testing.assert_allclose(got[column].to_numpy(), want[column].to_numpy(), rtol=1e-9)

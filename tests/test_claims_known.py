@@ -99,3 +99,18 @@ def test_only_k_from_one_layer0_head_needs_one_head_of_layer_0():
     assert claims.only_k_from_one_layer0_head(drawn(("K", 0, 1, 1, 0), ("K", 0, 1, 1, 2))) == 1.0
     assert claims.only_k_from_one_layer0_head(drawn(("K", 0, 1, 1, 0), ("V", 0, 1, 1, 2))) == 0.0
     assert claims.only_k_from_one_layer0_head(drawn()) == 0.0
+
+
+def test_discoveries_without_a_kind_counts_every_kinds_discoveries_of_the_variant():
+    """_discoveries(scored, variant): the variant's discoveries over every kind (K 2, Q 1, V 0 of
+    "true": 3), not a count of rows whose kind is None; with a kind, that kind's only."""
+    scored = pd.DataFrame(
+        {
+            "variant": ["true", "true", "true", "true", "true", "errata_bcda"],
+            "kind": ["K", "K", "Q", "V", "Q", "K"],
+            "discovery": [True, True, True, False, False, True],
+        }
+    )
+    assert claims._discoveries(scored, "true") == 3
+    assert claims._discoveries(scored, "true", "K") == 2
+    assert claims._discoveries(scored, "errata_bcda") == 1

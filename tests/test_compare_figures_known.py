@@ -179,6 +179,15 @@ def test_claims_figure_titles_each_panel_and_gives_the_sixth_to_the_legend(claim
     assert tuple(claims_fig.get_size_inches()) == (12.0, 7.4)
 
 
+def test_claims_figure_labels_every_panels_interval_with_the_level_asked():
+    """At ci = 0.9 each panel's interval, and so the legend, says 90% (not dots_with_ci's default 95%)."""
+    fig = compare.claims_figure(*tables(CLAIM_PANELS), 0.9)
+    axes = fig.axes
+    assert [ax.get_legend_handles_labels()[1] for ax in axes[:5]] == [["seed", "mean", "90% CI"]] * 5
+    assert [t.get_text() for t in axes[5].get_legend().get_texts()] == ["seed", "mean", "90% CI"]
+    plt.close(fig)
+
+
 # --- roles, curves, timing ----------------------------------------------------------------
 
 

@@ -207,3 +207,51 @@ def test_compare_numbers_the_long_table_afresh_over_the_seeds_in_their_order(mon
         [row for table in own for row in table.itertuples(index=False)], columns=own[0].columns
     )
     pd.testing.assert_frame_equal(claims, expected)
+
+
+def test_causal_check_of_a_statistic_stats_lacks_is_empty_and_one_it_has_is_read_back():
+    """_causal_check with stats.csv holding only (c)'s K pattern_effect Spearman row of "true"
+    (mean 0.5, interval 0.25 to 0.75) and claims.csv that row's two seeds (0.4, 0.6): that entry
+    is read back, every other statistic (PR-AUC, the role ranker) has no mean, interval or seeds."""
+    import pandas as pd
+
+    cell = {"claim": "c", "kind": "K", "effect": "pattern_effect", "hypothesis": "-"}
+    claims_csv = pd.DataFrame(
+        [
+            {**cell, "seed": s, "statistic": "spearman", "variant": "true", "value": v}
+            for s, v in ((0, 0.4), (1, 0.6))
+        ]
+    )
+    stats_csv = pd.DataFrame(
+        [{**cell, "statistic": "spearman", "variant": "true", "n": 2, "mean": 0.5, "lo": 0.25, "hi": 0.75}]
+    )
+    out = stats._causal_check(claims_csv, stats_csv)
+    empty = {"mean": None, "lo": None, "hi": None, "per_seed": {}}
+    assert out["spearman"]["true"] == {"mean": 0.5, "lo": 0.25, "hi": 0.75, "per_seed": {"0": 0.4, "1": 0.6}}
+    assert out["spearman"]["errata_bcda"] == empty
+    assert out["role_pr_auc"] == empty
+    assert out["at_0.05"]["pr_auc"]["true"] == empty and out["at_0.05"]["role_pr_auc"] == empty
+
+
+def test_group_composition_keeps_cells_whose_labels_print_alike_in_the_order_they_came():
+    """_order ranks unknown roles by their text, so a source role "1" (text) and 1 (a number) tie;
+    group_composition keeps their cells in the order the scores list them ("1" first), as the
+    stable sort does, not in a sorted order (numbers before text)."""
+    import pandas as pd
+
+    scored = pd.DataFrame(
+        {
+            "kind": ["K", "K", "K"],
+            "variant": ["true"] * 3,
+            "dst_role": ["induction"] * 3,
+            "src_role": ["1", 1, "1"],
+            "excess": [0.5, 0.25, 0.125],
+            "z": [1.0, 2.0, 3.0],
+            "discovery": [True, False, True],
+        }
+    )
+    got = stats.group_composition(scored)
+    assert got["src_role"].tolist() == ["1", 1]
+    assert got["n_pairs"].tolist() == [2, 1]
+    assert got["max_excess"].tolist() == [0.5, 0.25]
+    assert got["discoveries"].tolist() == [2, 0]

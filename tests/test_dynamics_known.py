@@ -289,3 +289,33 @@ def test_analyse_hands_its_device_seed_and_positions_to_scores_at(run, cfg, monk
             entries, root / "checkpoints", root / "config.json", repeated, heldout, cfg, 4, device="cpu"
         )
     assert calls == [(4, "shortformer", "cpu")]
+
+
+def test_run_draws_the_held_out_text_and_the_probe_from_the_runs_seed(run, cfg, monkeypatch):
+    """run's held-out text is the synthetic source's evaluation rows of the run's seed (as the heads
+    stage loads them) and its probe that seed's probe of them: seed 5's, not seed 6's."""
+    from pipeline.data import datasets
+
+    root, _, _ = run
+    calls = []
+    monkeypatch.setattr(dynamics, "analyse", lambda *args, **kwargs: calls.append(args) or "done")
+    assert dynamics.run(root / "checkpoints", root / "config.json", cfg, 5) == "done"
+    (args,) = calls
+    repeated, heldout = args[3], args[4]
+    shape = tl_checkpoint.read_tl_config(root / "config.json")
+    h = cfg.analysis.heads
+    for seed, same in ((5, True), (6, False)):
+        dataset = datasets.load(cfg.data, shape, seed, h.eval_sequences, need_train=False)
+        probe = datasets.repeated_probe(dataset, h.eval_sequences, LENGTH, shape.d_vocab, seed)
+        assert torch.equal(heldout, dataset.eval) is same
+        assert torch.equal(repeated, probe) is same
+    assert tuple(heldout.shape) == (8, shape.n_ctx) and tuple(repeated.shape) == (8, 1 + 2 * LENGTH)
+
+
+def test_z_growth_reads_steps_held_as_python_objects():
+    """A step column of Python ints (pandas leaves one so when it concatenates onto an empty table):
+    phase step 200 (induction 0.6), z 0, 1, 3 over steps 0, 100, 200: slope 300 / 20000 = 0.015
+    per step, 1.5 per 100 steps, as with int steps."""
+    steps = pd.DataFrame({"step": pd.Series([0, 100, 200], dtype=object), "induction": [0.1, 0.3, 0.6],
+                          "z_true": [0.0, 1.0, 3.0]})  # fmt: skip
+    assert phases.z_growth(steps, "true") == pytest.approx(1.5, abs=1e-12)

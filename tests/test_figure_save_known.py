@@ -28,3 +28,10 @@ def test_save_writes_only_the_formats_asked(tmp_path):
     fig, _ = plt.subplots(figsize=(1, 1))
     assert figures.save(fig, tmp_path / "g", formats=("svg",)) == [tmp_path / "g.svg"]
     assert [p.name for p in tmp_path.iterdir()] == ["g.svg"]
+
+
+def test_save_writes_at_120_dpi_unless_asked(tmp_path):
+    fig, _ = plt.subplots(figsize=(2, 1))
+    (path,) = figures.save(fig, tmp_path / "h", formats=("png",))
+    with Image.open(path) as png:
+        assert png.size == (240, 120)  # 2 x 1 inches at 120 dpi

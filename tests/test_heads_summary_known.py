@@ -80,3 +80,43 @@ def test_role_ablations_placebo_sets_are_drawn_from_the_runs_seed():
 
     assert drawn(0) == drawn(0)
     assert len({json.dumps(drawn(s)) for s in range(4)}) > 1
+
+
+def test_pattern_scores_example_is_the_first_repeated_sequence_and_its_own_patterns():
+    """The example drawn is sequence 0 of the probe (two different sequences here): its tokens, and
+    each layer's [head, q, k] patterns of that sequence, equal to the model run on it alone."""
+    import torch
+    from models import random_model
+
+    model = random_model("tiny")
+    span = torch.randint(1, 20, (2, 4), generator=torch.Generator().manual_seed(1))
+    repeated = torch.cat([torch.zeros(2, 1, dtype=torch.long), span, span], 1)
+    assert not torch.equal(repeated[0], repeated[1])
+    _, example = heads.pattern_scores(model, repeated, repeated, 4, 2)
+    assert torch.equal(example["tokens"], repeated[0])
+    _, alone = model.run_with_cache(repeated[:1])
+    want = torch.stack([p[0] for p in alone.pattern])  # [layer, head, q, k]
+    assert example["pattern"].shape == (2, 3, 9, 9)
+    assert torch.allclose(example["pattern"], want, rtol=0, atol=1e-12)
+
+
+def test_role_ablation_refuses_more_probes_than_held_out_batches():
+    """Probe b goes with held-out batch b: two probes and one held-out batch are refused (zip's
+    strict check), not cut down to one pair."""
+    import torch
+    from models import random_model
+
+    from pipeline.config import HeadsConfig
+
+    model = random_model("tiny")
+    text = torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(0))
+    table = pd.DataFrame(
+        [
+            {"layer": l, "head": h, "role": "induction" if (l, h) == (1, 0) else "other"}
+            for l in (0, 1)
+            for h in range(3)
+        ]
+    )
+    with pytest.raises(ValueError) as caught:
+        heads.role_ablation(model, table, [text, text], [text], HeadsConfig(placebo_sets=1), seed=0)
+    assert str(caught.value) == "zip() argument 2 is shorter than argument 1"

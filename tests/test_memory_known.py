@@ -418,3 +418,15 @@ def test_the_heads_estimates_words_for_the_path_ablation():
         ],
     )
     assert [(s.value, s.reference) for s in estimate.terms[3].sizes][0] == (3, 64)
+
+
+def test_available_memory_is_kibibytes_times_1024_and_a_unitless_value_is_bytes(tmp_path):
+    """MemAvailable in kB counts 1024-byte units; a value with no unit (or another one) is taken
+    as bytes, unscaled: 1000 kB is 1 024 000 bytes, a bare 1000 is 1000."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  5000 kB\nMemAvailable:   1000\n")
+    assert memory.available_bytes(meminfo) == 1000
+    meminfo.write_text("MemAvailable:   1000 B\n")
+    assert memory.available_bytes(meminfo) == 1000
+    meminfo.write_text("MemAvailable:   3 kB\n")
+    assert memory.available_bytes(meminfo) == 3072

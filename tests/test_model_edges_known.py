@@ -30,6 +30,37 @@ def test_a_load_without_a_checkpoint_is_refused_naming_train_checkpoint():
     assert str(caught.value) == "train.checkpoint: required when train.source = 'load'"
 
 
+def test_a_checkpoint_that_is_not_there_is_refused_naming_train_checkpoint_and_the_path_it_looked_at(
+    tmp_path,
+):
+    t = replace(
+        TrainConfig(), source="load", checkpoint_dir=str(tmp_path), checkpoint="s{seed}/m.safetensors"
+    )
+    with pytest.raises(UserError) as caught:
+        origin.checkpoint_path(t, 3)
+    assert str(caught.value) == (
+        f"train.checkpoint = 's{{seed}}/m.safetensors': {tmp_path / 's3' / 'm.safetensors'} not found "
+        f"(relative to train.checkpoint_dir = {str(tmp_path)!r})"
+    )
+
+
+def test_a_state_dict_is_a_bridges_only_with_embed_weight_and_without_embed_w_e():
+    one = torch.zeros(1)
+    assert tl_checkpoint.is_bridge_state({"embed.weight": one}) is True
+    assert tl_checkpoint.is_bridge_state({"embed.W_E": one}) is False
+    assert tl_checkpoint.is_bridge_state({"embed.weight": one, "embed.W_E": one}) is False
+    assert tl_checkpoint.is_bridge_state({}) is False
+    assert tl_checkpoint.is_bridge_state({"pos_embed.W_pos": one}) is False
+
+
+def test_the_manual_attention_kernel_makes_its_causal_mask_on_the_inputs_device():
+    """On the meta device (standing in for a GPU: shapes, no data), the hand-written kernel runs
+    and answers on that device; a mask made on the CPU could not be added to its scores."""
+    q, k, v = (torch.empty(2, 3, 5, 4, device="meta") for _ in range(3))
+    z = transformer.causal_attention(q, k, v, kernel="manual")
+    assert z.device == torch.device("meta") and tuple(z.shape) == (2 * 5, 3 * 4)
+
+
 def test_a_config_json_that_is_not_an_object_is_refused_naming_it():
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config([1, 2])
@@ -61,8 +92,10 @@ def test_a_bad_field_of_a_checkpoint_without_config_json_names_the_checkpoint(tm
     fields = {"positional_embedding_type": "rotary", "normalization_type": None, "attn_only": True}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.read_checkpoint(path, fields)
-    assert str(caught.value).startswith(f"{path}: ")
-    assert "rotary" in str(caught.value)
+    assert str(caught.value) == (  # the file, then the config read off its shapes, then the field
+        f"{path}: the shapes in {path}: positional_embedding_type = 'rotary': "
+        "must be one of standard, shortformer"
+    )
 
 
 @pytest.fixture

@@ -114,8 +114,12 @@ def test_scores_are_fractions_and_ignore_the_batch_order(seed, k):
 
 
 def test_recent_mass_refuses_a_window_longer_than_the_sequence():
-    with pytest.raises(ValueError, match="recent window"):
+    with pytest.raises(ValueError) as caught:
         patterns.recent_mass(torch.ones(1, 1, 4, 4), 4)
+    assert str(caught.value) == "recent window k = 4 must be in [1, seq_len - 1 = 3]"
+    with pytest.raises(ValueError) as caught:
+        patterns.recent_mass(torch.ones(1, 1, 6, 6), 0)
+    assert str(caught.value) == "recent window k = 0 must be in [1, seq_len - 1 = 5]"
 
 
 # --- TransformerLens 3.9 detect_head as the oracle ------------------------------------

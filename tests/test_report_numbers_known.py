@@ -151,6 +151,23 @@ def test_the_environment_names_threads_variables_and_packages(monkeypatch, tmp_p
     assert default == "torch's default (one per physical core)"
 
 
+def test_the_environment_gives_each_packages_installed_version_or_says_it_is_not_installed(
+    monkeypatch, tmp_path
+):
+    installed = {"numpy": "1.2.3", "torch": "9.8.7+cpu"}
+
+    def version(name):
+        if name not in installed:
+            raise report.importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(report.importlib.metadata, "version", version)
+    env = report.environment(1, tmp_path)
+    assert {name: env[name] for name in report.PACKAGES} == {
+        name: installed.get(name, "not installed") for name in report.PACKAGES
+    }
+
+
 def test_the_environment_counts_the_cpus_this_process_may_use_of_the_machines(monkeypatch, tmp_path):
     asked = []
 

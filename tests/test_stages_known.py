@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import synthetic_seeds as syn
+import torch
 from dvc_repo import TINY
 from PIL import Image
 
@@ -339,6 +340,46 @@ def test_heads_with_channels_writes_the_check_and_its_summary(chain):
     expected = channel_check.summarize(checked)
     assert summary["channel_ablation"] == json.loads(json.dumps(expected))
     assert summary["channel_ablation"]["n_pairs"] == len(expected["pairs"])
+
+
+def test_heads_channel_check_cuts_on_the_probes_drawn_by_its_seed(chain, tmp_path):
+    """channel_ablation.csv is the channel check on the heads stage's own batches of --seed 3:
+    held-out batch b the b-th eval_sequences windows (as many as there are), probe b (synthetic
+    data: uniformly random tokens, repeated) drawn from run 3's probe stream, batch b; so each
+    channel cut's effects are those of these batches, recomputed here. The chain's tiny model
+    discovers no pair, so every K pair is marked a discovery in a copy of its channels.csv."""
+    from pipeline.behaviour import heads as heads_analysis
+    from pipeline.circuits import weights
+    from pipeline.data import datasets
+    from pipeline.streams import seed_of
+    from stages import heads as stage
+
+    table = pd.read_csv(chain.out["composition"] / "channels.csv")
+    table["pair_discovery"] = table["kind"] == "K"
+    marked = tmp_path / "channels.csv"
+    table.to_csv(marked, index=False)
+    given = str(chain.out["composition"] / "channels.csv")
+    argv = [a if a != given else str(marked) for a in chain.heads_args]
+    assert stage.main(["--params", str(chain.p), *argv, "--out", str(tmp_path / "h")]) == 0
+
+    cfg, train = chain.cfg.analysis.heads, chain.out["train"]
+    n = cfg.eval_sequences
+    model = heads_analysis.load_model(train / "model.safetensors", train / "config.json", cfg, chain.cfg.data)
+    hw, _ = weights.load(chain.out["weights"] / "heads.safetensors")
+    data = datasets.load(chain.cfg.data, model.cfg, 3, n * cfg.ablation_batches, None, need_train=False)
+    heldout = [data.eval[b * n : (b + 1) * n] for b in range(cfg.ablation_batches) if len(data.eval) > b * n]
+    probes = [
+        datasets.repeated_random_tokens(
+            n, cfg.repeat_length, model.cfg.d_vocab, torch.Generator().manual_seed(seed_of(3, "probe", b))
+        )
+        for b in range(len(heldout))
+    ]
+    whole = pd.read_csv(tmp_path / "h" / "ablation_batches.csv")
+    expected = channel_check.check_batches(model, hw, table, probes, heldout, cfg.repeat_length, whole)
+    checked = pd.read_csv(tmp_path / "h" / "channel_ablation.csv")
+    assert len(checked) == len(expected) == len(heldout) * (table["kind"] == "K").sum() > 0
+    for column in ("channel_attn_effect", "channel_loss_effect", "channel_heldout_loss_effect"):
+        np.testing.assert_allclose(checked[column], expected[column], rtol=1e-8, atol=1e-12, err_msg=column)
 
 
 def test_heads_refuses_a_scores_or_invariant_table_missing_a_column_naming_the_file_and_column(
