@@ -354,8 +354,10 @@ def test_neel_config_translates_as_transformer_lens_does(tmp_path):
 def test_dvc_exp_run_analyses_a_cached_model_with_its_own_tokenizer_offline(tmp_path, monkeypatch):
     """The acceptance run: `dvc exp run -S train=load -S train.checkpoint=hf:org/tiny-attn-only
     -S data.tokenizer.pretrained=hf:org/tiny-attn-only` on a slice of the KJV, every socket
-    refused, gives heads.csv and scores.csv read through the model's own tokenizer."""
-    from dvc_repo import TINY_TEXT, dvc, make_repo
+    refused, gives heads.csv and scores.csv read through the model's own tokenizer. The experiment
+    runs to the heads stage (its target): what follows it reads our own files whatever the model's
+    source, and runs on a loaded checkpoint in test_interop's whole pipeline."""
+    from dvc_repo import TINY_TEXT, dvc, make_repo, stages_run
 
     text, _ = corpus.read_corpus("kjv")
     tok = tokenizer_json(text[:20000], 300)
@@ -370,7 +372,7 @@ def test_dvc_exp_run_analyses_a_cached_model_with_its_own_tokenizer_offline(tmp_
     monkeypatch.setenv("PYTHONPATH", str(socket_guard(tmp_path / "guard")))
     repo = make_repo(tmp_path / "repo", TINY_TEXT)
     spec = f"hf:{TINY_REPO}"
-    dvc(
+    done = dvc(
         repo,
         "exp",
         "run",
@@ -380,7 +382,10 @@ def test_dvc_exp_run_analyses_a_cached_model_with_its_own_tokenizer_offline(tmp_
         f"train.checkpoint={spec}",
         "-S",
         f"data.tokenizer.pretrained={spec}",
+        "heads@0",
     )
+    ran = ["tokenizer", "origin@0", "train@0", "weights@0", "composition@0", "heads@0"]
+    assert sorted(stages_run(done)) == sorted(ran)
     out = repo / "outputs"
     manifest = json.loads((out / "tokenizer/manifest.json").read_text())
     assert manifest["pretrained"]["commit"] == snap.name and manifest["vocab"] <= 300
