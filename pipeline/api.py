@@ -135,7 +135,8 @@ def weights_of(model: Any, model_config: Any = None, device: str | torch.device 
 
 def _no_config(model_config: Any, what: str) -> None:
     if model_config is not None:
-        raise UserError("model_config", f"a {what} carries its own config: leave model_config out")
+        article = "an" if what[:1] in "AEIOU" else "a"  # an AttnOnlyTransformer, a Weights
+        raise UserError("model_config", f"{article} {what} carries its own config: leave model_config out")
 
 
 def _from_bridge(bridge: Any, model_config: Any) -> Weights:

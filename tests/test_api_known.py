@@ -371,7 +371,7 @@ def test_a_model_that_carries_its_config_refuses_another_beside_it(model):
     with pytest.raises(UserError) as caught:
         api.weights_of(model, CFG)
     assert str(caught.value) == (
-        "model_config: a AttnOnlyTransformer carries its own config: leave model_config out"
+        "model_config: an AttnOnlyTransformer carries its own config: leave model_config out"
     )
 
 
