@@ -350,18 +350,7 @@ def test_the_heads_estimates_words_for_the_pattern_scores():
                 [E, R, f"{C}: d_model"],
                 False,
             ),
-            (
-                "the attention patterns of the held-out batch, [eval_sequences, n_heads, n_ctx, n_ctx] "
-                "float64 per layer",
-                [E, f"{C}: n_heads", f"{C}: n_ctx"],
-                False,
-            ),
-            (
-                "the cached head results of the held-out batch, [eval_sequences, n_ctx, n_heads, d_model] "
-                "per layer",
-                [E, f"{C}: n_ctx", f"{C}: d_model"],
-                False,
-            ),
+            *held_out_patterns_and_results(E),
             (
                 "one layer's attention scores on the held-out batch",
                 [E, f"{C}: n_heads", f"{C}: n_ctx"],
@@ -376,6 +365,25 @@ def test_the_heads_estimates_words_for_the_pattern_scores():
     )
 
 
+def held_out_patterns_and_results(E: str) -> list[tuple]:
+    """The held-out batch's attention patterns and cached head results, as both heads estimates
+    describe them (`described`), with `E` the key of their eval_sequences."""
+    return [
+        (
+            "the attention patterns of the held-out batch, [eval_sequences, n_heads, n_ctx, n_ctx] "
+            "float64 per layer",
+            [E, f"{C}: n_heads", f"{C}: n_ctx"],
+            False,
+        ),
+        (
+            "the cached head results of the held-out batch, [eval_sequences, n_ctx, n_heads, d_model] "
+            "per layer",
+            [E, f"{C}: n_ctx", f"{C}: d_model"],
+            False,
+        ),
+    ]
+
+
 def test_the_heads_estimates_words_for_the_path_ablation():
     """2 layers on 64 synthetic sequences (3 held out): the path ablation of the held-out batch
     outweighs the pattern scores; its eval_sequences is the held-out part's, under the same key."""
@@ -387,18 +395,7 @@ def test_the_heads_estimates_words_for_the_path_ablation():
         "the model, its weights and the largest analysis buffers",
         [
             *heads_weights(),
-            (
-                "the attention patterns of the held-out batch, [eval_sequences, n_heads, n_ctx, n_ctx] "
-                "float64 per layer",
-                [E, f"{C}: n_heads", f"{C}: n_ctx"],
-                False,
-            ),
-            (
-                "the cached head results of the held-out batch, [eval_sequences, n_ctx, n_heads, d_model] "
-                "per layer",
-                [E, f"{C}: n_ctx", f"{C}: d_model"],
-                False,
-            ),
+            *held_out_patterns_and_results(E),
             (
                 "the logits of the held-out batch, [eval_sequences, n_ctx, d_vocab], with their copy and "
                 "log-softmax",
