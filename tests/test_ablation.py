@@ -250,3 +250,12 @@ def test_source_heads_are_stacked_per_block_call_as_many_as_the_memory_bound_all
     finally:
         handle.remove()
     assert sizes == [4, 4, 4, 2, 2, 2]
+
+
+def test_pattern_effect_is_half_the_l1_change_of_each_query_row_over_its_keys():
+    """One ablation, one batch, one head, one query row over two keys: clean (1/2, 1/2), ablated
+    (1, 0): the row's total variation is 1/2 (|1/2| + |-1/2| over the keys, halved)."""
+    clean = torch.tensor([[[[0.5, 0.5]]]], dtype=torch.float64)  # [batch, head, query, key]
+    pattern = torch.tensor([[[[[1.0, 0.0]]]]], dtype=torch.float64)  # [n, batch, head, query, key]
+    effect = ablation._pattern_effect("K", pattern, clean, torch.zeros(0), torch.zeros(0))
+    assert effect.tolist() == [[0.5]]

@@ -450,3 +450,29 @@ def test_weights_without_their_checkpoint_are_refused_by_heads_and_path_ablation
             call(w, tokens, config=SETTINGS)
         refusal = f"{name} needs the model's checkpoint and config.json, not analysis-ready weights"
         assert str(caught.value) == f"AttnOnlyTransformer: {refusal}"
+
+
+def test_a_bridge_state_dict_whose_heads_disagree_with_its_config_names_the_model_config(model):
+    """A bridge's q weight is [n_heads * d_head, d_model]: read with a config of d_head 2 (not
+    4), its 2 x 4 = 8 rows do not split into 2 x 2, refused naming the key and the model_config."""
+    _, bridge = tl_checkpoint.bridge_checkpoint(CFG, model.state_dict())
+    with pytest.raises(UserError) as caught:
+        api.weights_of(bridge, dataclasses.replace(CFG, d_head=2))
+    assert str(caught.value) == (
+        "blocks.0.attn.q.weight: shape [8, 16] disagrees with n_heads x d_head = 2 x 2 from model_config"
+    )
+
+
+def test_heads_run_the_forward_passes_on_the_weights_device(model, tokens, monkeypatch):
+    """api.heads hands behaviour.heads.analyse_batches the weights' device ("cpu" here), which
+    moves the probes and held-out batches (built on the CPU) there beside the model."""
+    calls = []
+    real = heads_analysis.analyse_batches
+
+    def spy(*args):
+        calls.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(heads_analysis, "analyse_batches", spy)
+    api.heads(model, tokens, seed=0, config=SETTINGS, composition=api.composition(model, 0, SETTINGS))
+    assert calls == ["cpu"]

@@ -349,3 +349,20 @@ def test_a_head_scaled_down_a_hundred_thousandfold_keeps_its_channel_table() -> 
         assert got[column].tolist() == want[column].tolist()
     for column in ("top_share", "effective_channels", "null_mean", "null_std", "z"):
         np.testing.assert_allclose(got[column].to_numpy(), want[column].to_numpy(), rtol=1e-9)
+
+
+def test_pair_shares_are_built_on_the_writers_device() -> None:
+    """Circuits on the "meta" device (shapes only, as on an accelerator: not the CPU, torch's
+    default): the [n, d_head, d_head] table of n = 3 pairs is on that device too, in their dtype."""
+    eye = torch.eye(4, 2, dtype=F64, device="meta")[None, None].expand(
+        2, 3, 4, 2
+    )  # [layer, head, d_model, d_head]
+    svd = ch.CircuitSVD(reads=eye, s=torch.ones(2, 3, 2, dtype=F64, device="meta"), writes=eye)
+    pairs = (
+        torch.tensor([0, 0, 1]),
+        torch.tensor([0, 1, 2]),
+        torch.tensor([1, 1, 1]),
+        torch.tensor([2, 0, 1]),
+    )
+    shares = ch.pair_shares(svd, svd, pairs)
+    assert (shares.device.type, shares.dtype, tuple(shares.shape)) == ("meta", F64, (3, 2, 2))

@@ -114,3 +114,20 @@ def test_discoveries_without_a_kind_counts_every_kinds_discoveries_of_the_varian
     assert claims._discoveries(scored, "true") == 3
     assert claims._discoveries(scored, "true", "K") == 2
     assert claims._discoveries(scored, "errata_bcda") == 1
+
+
+def test_selectivity_of_an_empty_cell_of_a_nullable_float_excess_is_nan():
+    """An excess column of pandas' nullable Float64 whose cell holds only <NA>: the cell has no
+    maximum, so the selectivity is NaN (not an error on float(<NA>)); the other cell's 0.5 is read."""
+    scored = pd.DataFrame(
+        {
+            "variant": ["true", "true"],
+            "kind": ["K", "K"],
+            "dst_role": ["induction", "other"],
+            "src_role": ["previous_token", "other"],
+            "excess": pd.array([pd.NA, 0.5], dtype="Float64"),
+        }
+    )
+    assert math.isnan(claims.selectivity(scored, "true"))
+    assert claims._nanmax(scored["excess"]) == 0.5
+    assert math.isnan(claims._nanmax(scored["excess"].iloc[:1]))

@@ -255,3 +255,18 @@ def test_group_composition_keeps_cells_whose_labels_print_alike_in_the_order_the
     assert got["n_pairs"].tolist() == [2, 1]
     assert got["max_excess"].tolist() == [0.5, 0.25]
     assert got["discoveries"].tolist() == [2, 0]
+
+
+def test_compare_names_the_seed_whose_heads_csv_lists_a_head_twice():
+    """Seed 2's heads.csv with its first head listed twice: the error names that seed's file."""
+    import dataclasses
+
+    import pandas as pd
+    import synthetic_seeds as syn
+
+    good = syn.seed_inputs(0)
+    bad = syn.seed_inputs(2)
+    bad = dataclasses.replace(bad, heads=pd.concat([bad.heads, bad.heads.iloc[:1]], ignore_index=True))
+    with pytest.raises(UserError) as caught:
+        stats.compare([good, bad], CompareConfig(), 0.1, 0.05)
+    assert str(caught.value) == "heads.csv of seed 2: lists a head twice"

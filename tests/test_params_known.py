@@ -246,3 +246,14 @@ def test_hydras_could_not_override_becomes_an_unknown_key_naming_the_override():
     assert str(params.hydra_error(ValueError(text))) == (
         "override: model.n_head: unknown key (check its spelling in conf/)"
     )
+
+
+def test_load_without_a_path_reads_params_yaml_in_the_working_directory(tmp_path, monkeypatch):
+    """The default path is `params.yaml`, relative: none in the working directory is refused
+    naming it; the committed one copied there loads as the committed file itself."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as caught:
+        params.load()
+    assert str(caught.value) == "params.yaml: params file not found"
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    assert params.load() == params.load(ROOT / "params.yaml")

@@ -66,6 +66,21 @@ def test_a_clipped_end_does_not_set_the_decimals():
     assert report.Formats(stats)("e", "causal_share").places == 4  # -30 clipped to 0: 0.09 sets it
 
 
+def test_a_clipped_end_is_clipped_to_its_own_claims_range_for_training_and_roles_rows():
+    stats = stats_rows(
+        # training's eval_loss is >= 0 (its own range, not the default's): -40 clipped to 0, 5.0 sets
+        # three significant digits -> two decimals (unclipped, 40 would give one)
+        ("training", "eval_loss", 2.5, -40.0, 5.0),
+        # every statistic of roles is a count >= 0: -150 clipped to 0, 9 < 100 -> a tenth (not none)
+        ("roles", "induction", 2.0, -150.0, 9.0),
+    )
+    formats = report.Formats(stats)
+    assert formats("training", "eval_loss") == report.Format(report.NONNEGATIVE, 2)
+    assert formats("training", "eval_loss").interval(2.5, -40.0, 5.0) == "2.50 [0.00, 5.00]"
+    assert formats("roles", "induction") == report.Format(report.COUNT, 1)
+    assert formats("roles", "induction").interval(2.0, -150.0, 9.0) == "2.0 [0.0, 9.0]"
+
+
 def test_a_column_of_measurements_has_one_format_and_structural_zeros_as_a_dash():
     assert report.column(pd.Series([0.84, 0.0123, 4.7e-9, math.nan, -0.0001])) == [
         "0.840",
@@ -125,6 +140,27 @@ def test_the_across_seeds_table_has_a_row_per_statistic_with_each_seeds_value_n_
         '<td class="num iv">0.375 [0.100, 0.600]</td></tr>'
     )
     assert row in page
+
+
+def test_the_across_seeds_tables_of_rows_that_are_no_claims_are_summarised_in_words():
+    dims = {"hypothesis": NONE, "kind": NONE, "variant": NONE, "effect": NONE}
+    names = [("training", "eval_loss"), ("roles", "induction"), ("role_ablation", "induction_loss_effect")]
+    names += [("unknown_rows", "x")]
+    claims = pd.DataFrame([{"claim": c, **dims, "statistic": s, "seed": 0, "value": 1.0} for c, s in names])
+    stats = pd.DataFrame(
+        [{"claim": c, **dims, "statistic": s, "n": 1, "mean": 1.0, "lo": None, "hi": None} for c, s in names]
+    )
+    page = report.cross_seed_table(claims, stats)
+    summaries = re.findall(r'<details id="all-([^"]*)"><summary>(.*?)</summary>', page)
+    assert summaries == [
+        ("training", "training: the final values of every seed&#x27;s run " + NOTE_ONE),
+        ("roles", "roles: heads of each role " + NOTE_ONE),
+        ("role_ablation", "role ablation: every head of a role mean-ablated at once " + NOTE_ONE),
+        ("unknown_rows", "unknown_rows " + NOTE_ONE),
+    ]
+
+
+NOTE_ONE = '<span class="note">(1 statistics)</span>'
 
 
 # --- the environment -----------------------------------------------------------------------
@@ -317,6 +353,19 @@ def test_the_ranking_table_reads_each_measures_pr_auc_and_the_role_only_baseline
         "–",
     ]
     assert report.ranking_table(claim_c(("Q", "loss_effect", "true", "pr_auc", 0.9))) == "<p>No ablation.</p>"
+
+
+def test_the_ranking_tables_causal_edges_take_claim_c_s_decimals_none_from_a_hundred_on():
+    rows = [
+        ("K", "loss_effect", NONE, "causal_edges", 150.0),
+        ("K", "loss_effect", NONE, "causal_fraction", 0.5),
+    ]
+    rows += [("K", "loss_effect", v, "pr_auc", 0.6) for v in MEASURES]
+    rows += [("K", "loss_effect", NONE, "role_pr_auc", 0.4)]
+    table = rows_of(report.ranking_table(claim_c(*rows)))
+    # a mean of counts: no decimals from 100 on (the largest, 150.1, is claim (c)'s own)
+    assert [r[2] for r in table] == ["150 [150, 150]"] * (len(MEASURES) + 1)
+    assert table[-1][3:] == ["0.50 [0.40, 0.60]", "0.40 [0.30, 0.50]", "–"]
 
 
 def test_the_ranking_tables_four_number_columns_are_intervals_kept_on_one_line():

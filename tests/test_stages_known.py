@@ -524,6 +524,41 @@ def test_figures_refuses_scores_without_rows_and_one_channel_file_alone(chain, t
     assert not (tmp_path / "f").exists()
 
 
+def test_figures_refuses_a_dynamics_steps_table_with_only_a_header(chain, tmp_path, capsys):
+    from stages import figures as stage
+
+    dynamics = tmp_path / "dynamics"
+    dynamics.mkdir()
+    steps = dynamics / "steps.tsv"
+    steps.write_text((chain.out["dynamics"] / "steps.tsv").read_text().splitlines()[0] + "\n")
+    (dynamics / "summary.json").write_text((chain.out["dynamics"] / "summary.json").read_text())
+    argv = [
+        "--params", str(chain.p), "--out", str(tmp_path / "f"),
+        "--scores", str(chain.out["composition"] / "scores.csv"), "--dynamics", str(dynamics),
+    ]  # fmt: skip
+    capsys.readouterr()
+    assert stage.main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"error: {steps}: no rows, only a header: not a complete table of its stage\n"
+    )
+    assert not (tmp_path / "f").exists()
+
+
+def test_composition_refuses_weights_whose_config_metadata_is_not_json_naming_the_file(
+    chain, tmp_path, capsys
+):
+    from stages import composition as stage
+
+    state, meta = checkpoint.load_state(chain.out["weights"] / "heads.safetensors")
+    bad = tmp_path / "heads.safetensors"
+    checkpoint.save_state(bad, state, {**meta, "config": "{not json"})
+    capsys.readouterr()
+    argv = ["--params", str(chain.p), "--weights", str(bad), "--out", str(tmp_path / "c")]
+    assert stage.main(argv) == 2
+    assert capsys.readouterr().err == f"error: {bad}: its config metadata is not JSON\n"
+    assert not (tmp_path / "c").exists()
+
+
 def test_figures_refuses_a_channels_table_with_only_a_header(chain, tmp_path, capsys):
     from stages import figures as stage
 
@@ -582,7 +617,8 @@ def test_heads_on_text_reads_the_tokenized_directory_and_records_the_seed_of_its
 ):
     """data.source = text (a pretrained tokenizer named, so model.d_vocab need not be its
     vocab_size): held-out windows from --tokenized; without it, the stage's refusal. The probe
-    [first, span, span] and its pattern [layer, head, pos, pos] are saved with the seed that drew it."""
+    [first, span, span] and its pattern [layer, head, pos, pos] are saved with the seed that drew it;
+    without --channels, an earlier run's channel_ablation.csv in --out is removed."""
     from stages import heads as stage
 
     composed = json.loads(json.dumps(chain.params))
@@ -605,6 +641,8 @@ def test_heads_on_text_reads_the_tokenized_directory_and_records_the_seed_of_its
         "error: data.source = 'text': text needs the tokenizer stage's output (--tokenized)\n"
     )
     out = tmp_path / "h"
+    out.mkdir()  # an earlier run's channel check: no check this run, so it is removed, not left
+    (out / "channel_ablation.csv").write_text("stale\n")
     assert stage.main([*argv, "--tokenized", str(tokenized), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
         "ablation.csv", "ablation_batches.csv", "heads.csv", "patterns.safetensors", "summary.json",

@@ -469,3 +469,31 @@ def test_reduced_precision_is_refused_off_cuda(precision):
 def test_an_unknown_precision_is_refused_by_the_config():
     with pytest.raises(UserError, match=r"^precision = 'fp16': must be one of float32, tf32, bf16"):
         TrainConfig(precision="fp16").validate()
+
+
+def test_a_run_too_short_for_a_last_quarter_reports_the_whole_runs_copy_share_for_it(tmp_path, monkeypatch):
+    """3 steps: steps // 4 = 0, so no step begins a last quarter and its counts start from the
+    stream's (0, 0): the last quarter's share equals the run's, copied over 3 x 4 x 20 = 240 drawn."""
+    ids = np.random.default_rng(1).integers(0, 16, 800).astype(np.int64)
+    np.save(tmp_path / "tokens.npy", ids)
+    cfg = params.from_dict(
+        params.compose([*TINY, "train.steps=3", "train.eval_every=3"], conf_dir=ROOT / "conf")
+    )
+    copies = replace(cfg.data.copies, rate=0.5, anneal_start=1.0, anneal_end=1.0)
+    tokens = replace(cfg.data.tokens, path="tokens.npy")
+    cfg = replace(
+        cfg, data=replace(cfg.data, source="tokens", dir=str(tmp_path), tokens=tokens, copies=copies)
+    )
+    streams_seen = []
+    load = datasets.load
+
+    def spy(*args, **kwargs):
+        dataset = load(*args, **kwargs)
+        streams_seen.append(dataset.train)
+        return dataset
+
+    monkeypatch.setattr(train.datasets, "load", spy)
+    metrics = train.train(cfg, seed=0, progress=False).metrics
+    (stream,) = streams_seen
+    assert stream.tokens_drawn == 240 and stream.tokens_copied > 0
+    assert metrics["copy_share"] == metrics["copy_share_last_quarter"] == stream.tokens_copied / 240
