@@ -320,14 +320,13 @@ def test_a_load_with_text_data_evaluates_on_the_tokenizer_stages_held_out_tokens
     assert [(step, tokens) for step, tokens, _ in saves] == [(0, 0)]
 
 
-def test_training_on_a_token_stream_reports_the_share_of_copied_tokens(tmp_path, monkeypatch):
-    """A token stream with copies annealed to rate 0 from 3/4 of the steps (step 9 of 12): the
-    last quarter's share is 0; the run's is the stream's copied over drawn tokens, drawn being
-    12 steps x 4 windows x 20 positions = 960."""
+def train_on_a_token_stream(tmp_path, monkeypatch, overrides: list[str], anneal_at: float):
+    """`train.train` on TINY (plus `overrides`) reading 800 random token ids, copies at rate 0.5
+    annealed to 0 at `anneal_at` of the steps: its metrics and the training stream it drew from."""
     ids = np.random.default_rng(1).integers(0, 16, 800).astype(np.int64)
     np.save(tmp_path / "tokens.npy", ids)
-    cfg = params.from_dict(params.compose(TINY, conf_dir=ROOT / "conf"))
-    copies = replace(cfg.data.copies, rate=0.5, anneal_start=0.75, anneal_end=0.75)
+    cfg = params.from_dict(params.compose([*TINY, *overrides], conf_dir=ROOT / "conf"))
+    copies = replace(cfg.data.copies, rate=0.5, anneal_start=anneal_at, anneal_end=anneal_at)
     tokens = replace(cfg.data.tokens, path="tokens.npy")
     cfg = replace(
         cfg, data=replace(cfg.data, source="tokens", dir=str(tmp_path), tokens=tokens, copies=copies)
@@ -343,6 +342,14 @@ def test_training_on_a_token_stream_reports_the_share_of_copied_tokens(tmp_path,
     monkeypatch.setattr(train.datasets, "load", spy)
     metrics = train.train(cfg, seed=0, progress=False).metrics
     (stream,) = streams_seen
+    return metrics, stream
+
+
+def test_training_on_a_token_stream_reports_the_share_of_copied_tokens(tmp_path, monkeypatch):
+    """A token stream with copies annealed to rate 0 from 3/4 of the steps (step 9 of 12): the
+    last quarter's share is 0; the run's is the stream's copied over drawn tokens, drawn being
+    12 steps x 4 windows x 20 positions = 960."""
+    metrics, stream = train_on_a_token_stream(tmp_path, monkeypatch, [], anneal_at=0.75)
     assert isinstance(stream, datasets.Stream) and stream.tokens_drawn == 960 and stream.tokens_copied > 0
     assert metrics["copy_share"] == stream.tokens_copied / 960
     assert metrics["copy_share_last_quarter"] == 0.0
@@ -474,26 +481,7 @@ def test_an_unknown_precision_is_refused_by_the_config():
 def test_a_run_too_short_for_a_last_quarter_reports_the_whole_runs_copy_share_for_it(tmp_path, monkeypatch):
     """3 steps: steps // 4 = 0, so no step begins a last quarter and its counts start from the
     stream's (0, 0): the last quarter's share equals the run's, copied over 3 x 4 x 20 = 240 drawn."""
-    ids = np.random.default_rng(1).integers(0, 16, 800).astype(np.int64)
-    np.save(tmp_path / "tokens.npy", ids)
-    cfg = params.from_dict(
-        params.compose([*TINY, "train.steps=3", "train.eval_every=3"], conf_dir=ROOT / "conf")
-    )
-    copies = replace(cfg.data.copies, rate=0.5, anneal_start=1.0, anneal_end=1.0)
-    tokens = replace(cfg.data.tokens, path="tokens.npy")
-    cfg = replace(
-        cfg, data=replace(cfg.data, source="tokens", dir=str(tmp_path), tokens=tokens, copies=copies)
-    )
-    streams_seen = []
-    load = datasets.load
-
-    def spy(*args, **kwargs):
-        dataset = load(*args, **kwargs)
-        streams_seen.append(dataset.train)
-        return dataset
-
-    monkeypatch.setattr(train.datasets, "load", spy)
-    metrics = train.train(cfg, seed=0, progress=False).metrics
-    (stream,) = streams_seen
+    steps = ["train.steps=3", "train.eval_every=3"]
+    metrics, stream = train_on_a_token_stream(tmp_path, monkeypatch, steps, anneal_at=1.0)
     assert stream.tokens_drawn == 240 and stream.tokens_copied > 0
     assert metrics["copy_share"] == metrics["copy_share_last_quarter"] == stream.tokens_copied / 240
