@@ -29,6 +29,10 @@ repro: $(VENV)/.installed
 
 # On every core (pytest-xdist): a test module per worker at a time, so a module's fixtures are
 # built once; the reproduced tiny projects are built once for all (tests/dvc_repo.py, reproduced).
+# The longest modules go first, each builder of a shared fixture before its readers
+# (tests/conftest.py, LONGEST_FIRST): --no-loadscope-reorder keeps that order.
+# Bytecode is written (PYTHONDONTWRITEBYTECODE emptied, where a machine sets it): the ~100 stage
+# processes the DVC tests start would otherwise each compile pipeline/ from source again.
 # TransformerLens 4.x cannot share a venv with 3.9 (the interop extra): the interop4 tests run
 # in their own venv, .venv-tl4, an overlay on .venv (below; its tests: 12 s, collecting only the files
 # that mark a test interop4, where collecting the whole suite for them took 19 s). Its install,
@@ -36,10 +40,14 @@ repro: $(VENV)/.installed
 # (1 min 14 s at a load of 7-8), where a venv of its own reinstalled torch and the rest: 1 min 24 s
 # to 3 min 26 s and 2.0 GB (6 min 58 s at that load of 7-8).
 TEST_WORKERS ?= auto
+# One torch (OpenMP) thread a process: a worker per core already fills the cores, and two workers'
+# torch computing at once, two threads each, wait on each other's threads (two copies of the paper
+# calibration side by side, tests/test_significance.py: 120 s each, against 34 s at one thread).
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 INTEROP4_FILES = $(shell grep -l 'mark\.interop4' tests/test_*.py)
 test: lint browser $(VENV_TL4)/.installed
-	ATTN_CIRCUITS_REQUIRE_BROWSER=1 python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not interop4" $(PYTEST_ARGS)
-	ATTN_CIRCUITS_REQUIRE_TL4=1 $(TL4_BIN)/python -m pytest -p no:xdist -q -m interop4 $(INTEROP4_FILES)
+	ATTN_CIRCUITS_REQUIRE_BROWSER=1 PYTHONDONTWRITEBYTECODE= $(ONE_THREAD) python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not interop4" $(PYTEST_ARGS)
+	ATTN_CIRCUITS_REQUIRE_TL4=1 PYTHONDONTWRITEBYTECODE= $(TL4_BIN)/python -m pytest -p no:xdist -q -m interop4 $(INTEROP4_FILES)
 
 # The tier that runs in about a minute: everything not marked slow (real training, real dvc) in these
 # files, less the bad-input catalogue's subprocess reruns (the same cases run in-process here).

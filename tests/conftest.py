@@ -12,6 +12,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# mutmut runs these tests with MUTANT_UNDER_TEST set (pytest_configure drops its "stats" below)
+UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
+
+
+def once_a_module_but_once_a_test_under_mutmut(fixture_name: str, config) -> str:
+    """A fixture scope (`@pytest.fixture(scope=...)`): built once for its module's tests, but inside
+    each test that reads it while mutmut runs, which maps a function to the tests that call it (a
+    module fixture's calls go to its first user only, so the others would never test a mutant of it)."""
+    return "function" if UNDER_MUTMUT else "module"
 
 
 def pytest_configure(config):
@@ -51,18 +60,55 @@ def cheapest_files_first(nodeids: list[str], seconds: dict[str, float]) -> list[
     return sorted(nodeids, key=lambda nodeid: cost[nodeid.split("::")[0]])  # stable within a file
 
 
+# `make test` hands the workers whole files in collection order (`--dist loadfile
+# --no-loadscope-reorder`; xdist would otherwise order them by their number of tests). These come
+# first, longest first, so that no long file starts last while the other worker idles, and each
+# file that builds a shared fixture (a file lock: `reproduced`, `synthetic_seed0`) comes before the
+# files that read it, so that no worker waits on the lock while the other builds: in a run of
+# 28b748a two such waits left a core idle for about 50 s. Seconds: one run's, on 2 cores.
+LONGEST_FIRST = (
+    "test_experiments.py",  # 175 s; builds the tiny project reproduced, seeds [0] then [0, 1]
+    "test_train.py",  # 53 s; trains synthetic_seed0 first
+    "test_significance.py",  # 75 s; reads synthetic_seed0
+    "test_dvc_yaml.py",  # 44 s
+    "test_pipeline_dvc.py",  # 56 s; the rest read the reproduced projects, or nothing shared
+    "test_reliability.py",  # 52 s
+    "test_api.py",  # 33 s
+    "test_interop.py",  # 32 s
+    "test_stages_known.py",  # 24 s
+    "test_hub.py",  # 23 s
+    "test_bad_input.py",  # 19 s
+    "test_report.py",  # 18 s
+    "test_params.py",  # 16 s
+    "test_heads.py",  # 14 s
+    "test_api_docs.py",  # 13 s
+    "test_compare.py",  # 12 s
+)
+
+
+def longest_files_first(nodeids: list[str], first: tuple[str, ...] = LONGEST_FIRST) -> list[str]:
+    """`nodeids` with the files named in `first` at the front, in that order, the others after
+    them in their given order; a file's tests stay together and in their order."""
+    rank = {name: i for i, name in enumerate(first)}
+    return sorted(nodeids, key=lambda nodeid: rank.get(Path(nodeid.split("::")[0]).name, len(first)))
+
+
 def pytest_collection_modifyitems(config, items):
-    """While mutmut tests a mutant (`make mutate-blind`), its tests run cheapest file first, by the
-    times mutmut recorded (mutants/mutmut-stats.json, beside this copy of tests/). mutmut passes a
-    mutant's tests in a set's order and stops at the first failure (-x), so a killed mutant costs
+    """The files named in LONGEST_FIRST first (`make test`'s order on its workers).
+
+    While mutmut tests a mutant (`make mutate-blind`), its tests run cheapest file first instead, by
+    the times mutmut recorded (mutants/mutmut-stats.json, beside this copy of tests/). mutmut passes
+    a mutant's tests in a set's order and stops at the first failure (-x), so a killed mutant costs
     what runs before its first failing test: cheap files first make that little, where one slow
     file first (a statistical calibration, a tiny chain run) costs its whole time."""
     stats = ROOT / "mutmut-stats.json"
     if not os.environ.get("MUTANT_UNDER_TEST") or not stats.exists():
-        return
-    seconds = json.loads(stats.read_text())["duration_by_test"]
-    order = {nodeid: i for i, nodeid in enumerate(cheapest_files_first([i.nodeid for i in items], seconds))}
-    items.sort(key=lambda item: order[item.nodeid])
+        order = longest_files_first([i.nodeid for i in items])
+    else:
+        seconds = json.loads(stats.read_text())["duration_by_test"]
+        order = cheapest_files_first([i.nodeid for i in items], seconds)
+    rank = {nodeid: i for i, nodeid in enumerate(order)}
+    items.sort(key=lambda item: rank[item.nodeid])
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 import synthetic_seeds as syn
 import torch
+from conftest import once_a_module_but_once_a_test_under_mutmut
 from dvc_repo import TINY
 from PIL import Image
 
@@ -221,13 +222,12 @@ def chain(tmp_path_factory) -> Chain:
     return c
 
 
-@pytest.fixture
-def figured(chain, tmp_path) -> Path:
-    """The figures stage on the chain's outputs, run inside each test that reads it: mutmut maps a
-    function to the tests that call it, and a module fixture's calls go to its first user only."""
+@pytest.fixture(scope=once_a_module_but_once_a_test_under_mutmut)
+def figured(chain, tmp_path_factory) -> Path:
+    """The figures stage on the chain's outputs (read only)."""
     from stages import figures as stage
 
-    out = tmp_path / "figures"
+    out = tmp_path_factory.mktemp("figured") / "figures"
     assert stage.main(["--params", str(chain.p), *chain.figure_args, "--out", str(out)]) == 0
     return out
 
