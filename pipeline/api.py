@@ -41,7 +41,7 @@ from .data import datasets
 from .errors import UserError
 from .model import tl_checkpoint
 from .model.transformer import AttnOnlyTransformer
-from .tables import join_measures
+from .tables import INVARIANT, PROJECTION, join_measures
 
 __all__ = [
     "Composition",
@@ -366,7 +366,8 @@ def heads(
     result = heads_analysis.analyse_batches(
         built, w.heads, probes, heldout, h, found.scores, (w.source, w.source), seed, str(w.device)
     )
-    summary = heads_analysis.summarize(result, join_measures(found.scores, found.invariant), h.min_effect)
+    measured = join_measures(found.scores, {INVARIANT: found.invariant, PROJECTION: found.projection})
+    summary = heads_analysis.summarize(result, measured, h.min_effect)
     return Heads(result.table, result.ablation, result.batches, result.example, summary)
 
 

@@ -5,7 +5,7 @@ naming the file."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,12 +36,13 @@ ROLES = (
 # Whether the circuit serves the text (heads summary.json "role_ablation", pipeline/behaviour/heads.py): the
 # heads of each role, ablated together, from its first layer (layer 0 reads no earlier head, so an
 # "induction" head there is not the circuit's); the loss change on held-out text and on the probe;
-# then the held-out effect ranked among placebo sets of as many heads of the same layers (the role's
-# own included): the rank test's p, and whether the role serves the text (min_effect and p <=
-# 1 / (1 + placebo_sets)). Each is a statistic of compare's.
+# then the held-out effect ranked among every other set of as many heads of the same layers (an
+# exact permutation test): its p in each direction, and whether the role serves the text
+# (min_effect and placebo_p <= SERVES_LEVEL). Each is a statistic of compare's.
 ABLATED_ROLES = {"induction": 1, "previous_token": 0}
 ROLE_EFFECTS = ("heldout_loss_effect", "probe_loss_effect")
-ROLE_STATISTICS = (*ROLE_EFFECTS, "placebo_p", "serves_heldout")
+ROLE_STATISTICS = (*ROLE_EFFECTS, "placebo_p", "placebo_p_lower", "serves_heldout")
+SERVES_LEVEL = 0.05
 
 # what a measure computes per pair (pipeline/circuits/composition.py, .../invariant.py): z is
 # the raw z against the rotated-writer (Haar) null, kept so that users can see what calibration changes
@@ -64,10 +65,15 @@ SCORES_COLUMNS = (*RAW_SCORES_COLUMNS, *SIGNIFICANCE_COLUMNS)  # scores.csv, pla
 # invariant.csv: composition measured in the whitened residual frame (pipeline/circuits/invariant.py),
 # unchanged by the residual stream's GL(d_model) symmetry; one measure, so no variant column
 INVARIANT_COLUMNS = tuple(c for c in SCORES_COLUMNS if c != "variant")
-# invariant.csv's scores where they join scores.csv's as one more variant (the dynamics
-# table, the agreement with the ablation, compare)
+# the measures beside the Frobenius variants, each in a file of its own (<measure>.csv,
+# INVARIANT_COLUMNS): invariant.csv (pipeline/circuits/invariant.py) and projection.csv, the
+# projection kernel of the heads' subspaces (pipeline/circuits/projection.py). Where they join
+# scores.csv's rows (the dynamics table, the agreement with the ablation, compare) each is one
+# more variant, named as here
 INVARIANT = "invariant"
-MEASURES = (*VARIANTS, INVARIANT)
+PROJECTION = "projection"
+OTHER_MEASURES = (INVARIANT, PROJECTION)
+MEASURES = (*VARIANTS, *OTHER_MEASURES)
 # channels.csv (pipeline/circuits/channels.py): per kind and later pair, its corrected score's top
 # channel (writer channel i x reader channel j, by descending singular value) and that channel's
 # share; effective_channels = 1 / sum of squared shares; z the top share's raw z against the
@@ -137,22 +143,26 @@ def excess(scores: pd.DataFrame) -> pd.Series:
     return scores["score"] - scores["baseline_mean"]
 
 
-def join_measures(scores: pd.DataFrame, invariant: pd.DataFrame) -> pd.DataFrame:
-    """scores.csv's rows, then invariant.csv's as variant INVARIANT: one table of every measure
-    (SCORES_COLUMNS, or RAW_SCORES_COLUMNS for tables not yet calibrated)."""
+def join_measures(scores: pd.DataFrame, others: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """scores.csv's rows, then each of `others`' (a measure of OTHER_MEASURES -> its table) as that
+    variant, in OTHER_MEASURES' order: one table of every measure (SCORES_COLUMNS, or
+    RAW_SCORES_COLUMNS for tables not yet calibrated)."""
     import pandas as pd
 
     columns = [c for c in SCORES_COLUMNS if c in scores.columns]
-    return pd.concat([scores[columns], invariant.assign(variant=INVARIANT)[columns]], ignore_index=True)
+    parts = [others[m].assign(variant=m)[columns] for m in OTHER_MEASURES if m in others]
+    return pd.concat([scores[columns], *parts], ignore_index=True)
 
 
-def split_measures(measured: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """join_measures undone: (scores.csv's rows, invariant.csv's rows)."""
-    invariant = measured["variant"] == INVARIANT
-    return (
-        measured[~invariant].reset_index(drop=True),
-        measured[invariant].drop(columns="variant").reset_index(drop=True),
-    )
+def split_measures(measured: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """join_measures undone: (scores.csv's rows, {measure: its table} for each of OTHER_MEASURES
+    that `measured` has)."""
+    other = measured["variant"].isin(OTHER_MEASURES)
+    return measured[~other].reset_index(drop=True), {
+        m: measured[measured["variant"] == m].drop(columns="variant").reset_index(drop=True)
+        for m in OTHER_MEASURES
+        if (measured["variant"] == m).any()
+    }
 
 
 def read_csv(

@@ -1,13 +1,15 @@
 """Q-, K- and V-composition of every (earlier, later) head pair: scores.csv (Frobenius, five
 variants), invariant.csv (in the whitened residual frame: unchanged by a change of residual
-basis; pipeline/circuits/invariant.py), placebo.csv (every measure for the pairs that cannot compose),
-each with its raw z, calibrated z, p, q and discovery (pipeline/circuits/significance.py);
-channels.csv (each later pair's corrected score split into writer x reader channels: its top
-channel, that channel's share and its calibrated discovery; pipeline/circuits/channels.py),
-channels_placebo.csv (the same for the pairs that cannot compose), channels.safetensors (every
-later pair's normalised shares, one [pairs, d_head, d_head] tensor per kind, channels.csv's order);
-and summary.json (discoveries per kind and measure, the placebo pairs' false ones, per pair and per
-block's families, the detection limit: the raw z a lone composing pair needs, and the channels').
+basis; pipeline/circuits/invariant.py), projection.csv (how far the subspaces a writer writes
+into and a reader reads from overlap; pipeline/circuits/projection.py), placebo.csv (every
+measure for the pairs that cannot compose), each with its raw z, calibrated z, p, q and
+discovery (pipeline/circuits/significance.py); channels.csv (each later pair's corrected score
+split into writer x reader channels: its top channel, that channel's share and its calibrated
+discovery; pipeline/circuits/channels.py), channels_placebo.csv (the same for the pairs that
+cannot compose), channels.safetensors (every later pair's normalised shares, one [pairs, d_head,
+d_head] tensor per kind, channels.csv's order); and summary.json (discoveries per kind and
+measure, the placebo pairs' false ones, per pair and per block's families, the detection limit:
+the raw z a lone composing pair needs, and the channels').
 
 Works on any weights file in TransformerLens's state-dict names, e.g.
 
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         io.clean_stale(out)
         io.write_csv(out / "scores.csv", result.scores)
         io.write_csv(out / "invariant.csv", result.invariant)
+        io.write_csv(out / "projection.csv", result.projection)
         io.write_csv(out / "placebo.csv", result.placebo)
         io.write_csv(out / "channels.csv", result.channels)
         io.write_csv(out / "channels_placebo.csv", result.channels_placebo)

@@ -8,6 +8,7 @@ the whole path, every batch: pipeline/behaviour/channel_check.py) and its summar
         --config outputs/train/seed0/config.json --weights outputs/weights/seed0/heads.safetensors \
         --scores outputs/composition/seed0/scores.csv \
         --invariant outputs/composition/seed0/invariant.csv \
+        --projection outputs/composition/seed0/projection.csv \
         --channels outputs/composition/seed0/channels.csv --tokenized outputs/tokenizer \
         --seed 0 --out outputs/heads/seed0
 """
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         "--invariant", help="invariant.csv of the composition stage: its agreement with the ablation too"
     )
     parser.add_argument(
+        "--projection", help="projection.csv of the composition stage: its agreement with the ablation too"
+    )
+    parser.add_argument(
         "--channels", help="channels.csv of the composition stage: cut each discovered K pair's top channel"
     )
     parser.add_argument("--tokenized", help="the tokenizer stage's directory (data.source = text)")
@@ -53,9 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         hw, _ = weights.load(args.weights)
         scores = tables.read_csv(args.scores, tables.SCORES_COLUMNS, empty_ok=False)
         measured = scores  # the agreement with the ablation: of every measure given
-        if args.invariant:
-            inv = tables.read_csv(args.invariant, tables.INVARIANT_COLUMNS, empty_ok=False)
-            measured = tables.join_measures(scores, inv)
+        others = {
+            measure: tables.read_csv(path, tables.INVARIANT_COLUMNS, empty_ok=False)
+            for measure, path in ((tables.INVARIANT, args.invariant), (tables.PROJECTION, args.projection))
+            if path
+        }
+        if others:
+            measured = tables.join_measures(scores, others)
         channels = None  # read before the analysis: a bad file fails at once
         if args.channels:
             channels = tables.read_csv(args.channels, tables.CHANNELS_COLUMNS, empty_ok=False)

@@ -172,8 +172,25 @@ def test_the_api_on_a_bridge_equals_the_composition_stages_files(tmp_path, bridg
 
     result = api.composition(bridge_of(bridge_class, model), seed=3, config=params.load(PARAMS))
     mine = tmp_path / "api"
-    for name in ("scores", "invariant", "placebo", "channels", "channels_placebo"):
+    for name in ("scores", "invariant", "projection", "placebo", "channels", "channels_placebo"):
         io.write_csv(mine / f"{name}.csv", getattr(result, name))
         assert (mine / f"{name}.csv").read_bytes() == (stage / f"{name}.csv").read_bytes(), name
     io.write_json(mine / "summary.json", result.summary)
     assert (mine / "summary.json").read_bytes() == (stage / "summary.json").read_bytes()
+
+
+def test_the_projection_kernel_is_transformer_lens_4s_head_affinity(bridge_class):
+    """Our projection measure (pipeline/circuits/projection.py) on a bridge's weights equals 4.x's
+    `attention_head_subspace_affinity` (normalized) for every kind and later pair."""
+    from transformer_lens.tools.analysis.projection_kernel import attention_head_subspace_affinity
+
+    from pipeline.circuits import projection, weights
+
+    bridge = random_bridge(bridge_class, None)
+    state, _ = tl_checkpoint.bridge_state_dict(bridge)
+    ours = projection.projection_scores(weights.from_state_dict({k: v.double() for k, v in state.items()}))
+    for kind in ("Q", "K", "V"):
+        theirs = attention_head_subspace_affinity(bridge, target_role=kind).normalized.double()
+        mine = ours[ours["kind"] == kind]
+        want = theirs[mine["src_layer"], mine["src_head"], mine["dst_layer"], mine["dst_head"]]
+        assert mine["score"].tolist() == pytest.approx(want.tolist(), abs=1e-6), kind

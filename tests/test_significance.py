@@ -1,23 +1,24 @@
-"""Discoveries at a controlled FDR (pipeline/circuits/significance.py): known answers for each step, then
-the calibration the procedure promises, measured: untrained weights of every shape in
-conf/model/, the pairs that cannot compose in a trained model, and a planted model."""
+"""Discoveries at a controlled FDR (pipeline/circuits/significance.py): known answers for each
+step on hand-made score tables (worked out in the comments), then the calibration the procedure
+promises, measured on untrained weights of every shape in conf/model/, on the pairs that cannot
+compose and on surrogates of a trained model, and its power on planted pairs."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import planted
 import pytest
 import torch
 import yaml
 from models import random_model
 
-from pipeline.circuits import channels, scoring, significance, weights
+from pipeline.circuits import composition, invariant, projection, significance, weights
 from pipeline.config import CompositionConfig, ModelConfig
-from pipeline.tables import INVARIANT, KINDS, MEASURES, VARIANTS
+from pipeline.tables import INVARIANT, KINDS, MEASURES, PROJECTION, join_measures
 
 ROOT = Path(__file__).resolve().parents[1]
 FDR = 0.05
@@ -25,28 +26,13 @@ NORMAL_TAIL_3 = 0.5 * math.erfc(3 / math.sqrt(2))  # P(Z > 3), Z standard normal
 FAST = CompositionConfig(baseline_samples=16, null_samples=16, fdr=FDR)
 
 
-# --- known answers -------------------------------------------------------------------
-
-
-def test_empirical_null_is_the_median_and_the_normal_consistent_mad():
-    centre, scale = significance.empirical_null(np.array([1.0, 2.0, 3.0, 4.0, 100.0, np.nan]))
-    assert centre == 3.0 and scale == pytest.approx(1.4826)  # |z - 3| = 2, 1, 0, 1, 97: MAD 1
-    assert all(math.isnan(v) for v in significance.empirical_null(np.array([1.0, 2.0])))  # too few
-    assert math.isnan(significance.empirical_null(np.array([5.0, 5.0, 5.0]))[1])  # no spread
-
-
-def test_conformal_p_counts_the_pool_at_or_above():
-    p = significance.conformal_p(np.array([5.0, 0.5, 1.0, np.nan]), np.array([0.0, 1.0, 2.0, 3.0, np.nan]))
-    # 5: none of 4 at or above; 0.5: three; 1.0: three (ties count); NaN stays NaN
-    assert p[:3].tolist() == [1 / 5, 4 / 5, 4 / 5] and math.isnan(p[3])
-
-
-def test_benjamini_hochberg_known_answer():
-    q = significance.benjamini_hochberg(np.array([0.01, 0.04, 0.03, 0.5, np.nan]))
-    # sorted 0.01, 0.03, 0.04, 0.5 (m = 4, NaN not counted): p m / i = 0.04, 0.06, 0.0533, 0.5,
-    # then the running minimum from the largest
-    assert q[:4] == pytest.approx([0.04, 0.04 * 4 / 3, 0.04 * 4 / 3, 0.5]) and math.isnan(q[4])
-    assert np.isnan(significance.benjamini_hochberg(np.array([np.nan]))).all()
+def rows(z, kind="K", variant="true", src_layer=0, dst_layer=1) -> pd.DataFrame:
+    """One row per value of z, writers 0, 1, ... of one block, reader 0."""
+    z = np.asarray(z, dtype=float)
+    return pd.DataFrame({
+        "kind": kind, "variant": variant, "src_layer": src_layer, "src_head": np.arange(len(z)),
+        "dst_layer": dst_layer, "dst_head": 0, "z": z,
+    })  # fmt: skip
 
 
 def block(z: np.ndarray, kind="K", variant="true", src_layer=0, dst_layer=1) -> pd.DataFrame:
@@ -58,72 +44,121 @@ def block(z: np.ndarray, kind="K", variant="true", src_layer=0, dst_layer=1) -> 
     })  # fmt: skip
 
 
-def test_the_null_is_the_placebo_pairs_median_and_mad_per_family_floored_by_haars():
-    # K true: placebo z 1..5 and 11 -> median 3.5, MAD 1.5 (|z - 3.5| = 2.5 1.5 .5 .5 1.5 7.5):
-    # scale 1.4826 * 1.5; V true: centred below 0 and narrower than 1: Haar's (0, 1) instead
+def as_objects(frame: pd.DataFrame) -> pd.DataFrame:
+    """The same table with z as Python objects, None where undefined (as read from JSON)."""
+    return frame.assign(z=pd.Series([None if math.isnan(v) else v for v in frame["z"]], dtype=object))
+
+
+# --- step 2: the shape, from the placebo blocks, each aligned on its own median -------------
+
+
+def test_empirical_null_is_the_median_and_the_normal_consistent_mad():
+    centre, scale = significance.empirical_null(np.array([1.0, 2.0, 3.0, 4.0, 100.0, np.nan]))
+    assert centre == 3.0 and scale == pytest.approx(1.4826)  # |z - 3| = 2, 1, 0, 1, 97: MAD 1
+    assert all(math.isnan(v) for v in significance.empirical_null(np.array([1.0, 2.0])))  # too few
+    assert math.isnan(significance.empirical_null(np.array([5.0, 5.0, 5.0]))[1])  # no spread
+    assert significance.empirical_null([1.0, None, 2.0, 4.0]) == pytest.approx((2.0, 1.4826))  # None: NaN
+
+
+def test_aligned_takes_each_blocks_own_median_away():
     placebo = pd.concat([
-        block(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 11.0]]), src_layer=0, dst_layer=0),
-        block(np.array([[-3.0, -3.1, -3.2]]), kind="V", src_layer=1, dst_layer=0),
+        rows([1.0, 2.0, 6.0], src_layer=0, dst_layer=0),  # median 2
+        rows([-4.0, -3.0, np.nan, -1.0], src_layer=1, dst_layer=0),  # median -3 of the defined
+        rows([5.0, 7.0], kind="V", src_layer=0, dst_layer=0),  # another family: median 6
+    ], ignore_index=True)  # fmt: skip
+    got = significance.aligned(placebo)
+    assert got[[0, 1, 2, 3, 4, 6, 7, 8]].tolist() == [-1.0, 0.0, 4.0, -1.0, 0.0, 2.0, -1.0, 1.0]
+    assert math.isnan(got[5])
+
+
+def test_blocks_that_sit_apart_do_not_widen_the_null():
+    """Three placebo blocks of sd 1 whose medians sit at -2, 1 and 2.5 (as in a trained model):
+    pooled as they are their spread is about twice their own; aligned, it is their own."""
+    rng = np.random.default_rng(0)
+    placebo = pd.concat([
+        block(rng.normal(loc, 1.0, size=(8, 8)), src_layer=i, dst_layer=j)
+        for loc, (i, j) in ((-2.0, (0, 0)), (1.0, (1, 0)), (2.5, (1, 1)))
+    ], ignore_index=True)  # fmt: skip
+    scale = significance.null_of(placebo).loc[("K", "true"), "scale"]
+    pooled = significance.empirical_null(placebo["z"])[1]
+    assert 0.85 < scale < 1.2 and pooled > 1.8
+
+
+def test_null_of_is_the_aligned_mad_floored_by_haars_and_keeps_every_family_in_order():
+    placebo = pd.concat([
+        rows([1.0, 2.0]),  # K true: two defined pairs only: no null
+        rows([5.0, 5.0, 5.0, 5.0], kind="V"),  # no spread: Haar's scale 1
+        rows([-2.0, 0.0, 4.0], kind="Q"),  # median 0, |z| = 2, 0, 4: MAD 2, scale 2.9652
+        rows([-4.0, -3.9, -3.8], kind="Q", variant="errata_bcda"),  # MAD 0.1: below Haar's 1, so 1
     ], ignore_index=True)  # fmt: skip
     null = significance.null_of(placebo)
-    assert null.loc[("K", "true")].tolist() == pytest.approx([3.5, 1.4826 * 1.5])
-    assert null.loc[("V", "true")].tolist() == [0.0, 1.0]
-    # the later pairs are standardised by their family's null, never by their own spread
-    later = pd.concat(
-        [block(np.array([[3.5, 20.0]])), block(np.array([[7.0, 0.0]]), kind="V")], ignore_index=True
+    assert list(null.index.names) == ["kind", "variant"] and list(null.columns) == ["scale"]
+    assert null.index.tolist() == [("K", "true"), ("V", "true"), ("Q", "true"), ("Q", "errata_bcda")]
+    assert null["scale"].dtype == np.float64 and math.isnan(null.loc[("K", "true"), "scale"])
+    assert null["scale"].tolist()[1:] == pytest.approx([1.0, 2 * 1.4826, 1.0])
+    assert np.isnan(significance.standardised(rows([100.0]), null)).all()  # K true: no null, no z_cal
+    empty = significance.null_of(placebo.iloc[:0])
+    assert (
+        len(empty) == 0
+        and list(empty.columns) == ["scale"]
+        and list(empty.index.names) == ["kind", "variant"]
     )
-    got = significance.standardised(later, null)
-    assert got == pytest.approx([0.0, 16.5 / (1.4826 * 1.5), 7.0, 0.0])
-    # and a family the placebo pairs lack has no null
-    assert np.isnan(significance.standardised(block(np.array([[1.0]]), kind="Q"), null)).all()
 
 
-def test_the_calibrated_z_of_a_pair_does_not_depend_on_the_other_pairs_tested():
-    """The power fault of the block-scaled null: a circuit that inflates its block's spread hid
-    itself. Now the same pair gets the same z_cal, p and discovery beside a quiet bulk or beside
-    many composing pairs."""
+# --- step 3: the location, from the pair's own block ------------------------------------------
+
+
+def test_a_pairs_location_is_the_median_of_the_others_of_its_block_floored_at_zero():
+    later = pd.concat([
+        rows([1.0, 2.0, 4.0, 10.0]),  # each without itself: 4, 4, 2, 2
+        rows([-5.0, -4.0, -3.0], kind="V"),  # below chance: floored at 0
+        rows([3.0, np.nan], kind="Q"),  # one defined pair: no other to locate it by, so chance's
+    ], ignore_index=True)  # fmt: skip
+    got = significance.centres(later)
+    assert got[:8].tolist() == [4.0, 4.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    assert np.isnan(got[8])
+    # unfloored (the bulk alone, for checking the null's shape): -3.5, -4, -4.5
+    assert significance.centres(later, floor=None)[4:7].tolist() == [-3.5, -4.0, -4.5]
+    # blocks are located apart: the same values in two layer pairs of one family
+    two = pd.concat([rows([1.0, 2.0, 4.0]), rows([7.0, 8.0, 9.0], dst_layer=2)], ignore_index=True)
+    assert significance.centres(two).tolist() == [3.0, 2.5, 1.5, 8.5, 8.0, 7.5]
+
+
+def test_standardised_is_z_minus_its_location_over_its_familys_scale():
+    placebo = block(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 11.0]]), src_layer=0, dst_layer=0)  # MAD 1.5
+    null = significance.null_of(placebo)
+    later = rows([3.0, 5.0, 20.0])  # locations 12.5, 11.5, 4 (the others' medians)
+    want = (np.array([3.0, 5.0, 20.0]) - [12.5, 11.5, 4.0]) / (1.4826 * 1.5)
+    assert significance.standardised(later, null) == pytest.approx(want)
+
+
+def test_a_composing_minority_hardly_moves_the_bar_and_a_pair_never_moves_its_own():
     rng = np.random.default_rng(1)
     placebo = block(rng.normal(size=(40, 40)), src_layer=1, dst_layer=1)  # p >= 1/1601 <= 0.05 / 64
     quiet = block(rng.normal(size=(8, 8)))
-    loud = quiet.assign(z=np.where(np.arange(64) % 3 == 0, 25.0, quiet["z"]))
+    loud = quiet.assign(z=np.where(np.arange(64) % 8 == 0, 25.0, quiet["z"]))  # 8 of 64 compose
     for later in (quiet, loud):
         later.loc[5, "z"] = 12.0
     a, _ = significance.calibrate(quiet, placebo, FDR)
     b, _ = significance.calibrate(loud, placebo, FDR)
-    assert a.loc[5, "z_cal"] == b.loc[5, "z_cal"] and a.loc[5, "p"] == b.loc[5, "p"]
-    assert a.loc[5, "discovery"] and b.loc[5, "discovery"]
-
-
-def test_later_pairs_are_tested_against_every_placebo_block_and_each_block_against_the_others():
-    rng = np.random.default_rng(0)
-    real = block(np.linspace(-1.0, 1.0, 36).reshape(6, 6).T)  # a bulk with no tail
-    real.loc[3, "z"] = 50.0  # one pair far beyond any placebo pair
-    placebo = pd.concat([
-        block(3.0 + 2.0 * rng.normal(size=(20, 20)), src_layer=1, dst_layer=1),
-        block(rng.normal(size=(20, 20)), src_layer=1, dst_layer=0),
-    ], ignore_index=True)  # fmt: skip
-    scores, tested = significance.calibrate(real, placebo, FDR)
-    null = significance.null_of(placebo)
-    pool = significance.standardised(placebo, null)
-    assert scores["z_cal"].tolist() == pytest.approx(significance.standardised(real, null).tolist())
-    assert scores["p"].tolist() == significance.null_p(scores["z_cal"], pool).tolist()
-    # far beyond every placebo value: in the tail, q = 36 p (it ranks first of 36)
-    assert scores.loc[3, "q"] == pytest.approx(36 * scores.loc[3, "p"]) and scores.loc[3, "p"] < 1e-6
-    assert scores["discovery"].tolist() == [i == 3 for i in range(36)]
-    first = (placebo["dst_layer"] == 1).to_numpy()  # its null and pool: the other block alone
-    theirs = significance.null_of(placebo[~first])
-    assert theirs.loc[("K", "true")].tolist() == pytest.approx(
-        list(significance.empirical_null(placebo["z"][~first]))[:1] + [1.0], abs=0.2
+    assert (
+        abs(a.loc[5, "z_cal"] - b.loc[5, "z_cal"]) < 0.5 and a.loc[5, "discovery"] and b.loc[5, "discovery"]
     )
-    own = significance.standardised(placebo[first], theirs)
-    other = significance.null_p(own, significance.standardised(placebo[~first], theirs))
-    assert tested.loc[first, "z_cal"].tolist() == pytest.approx(own.tolist())
-    assert tested.loc[first, "p"].tolist() == other.tolist()
-    # the block centred 3 units above the other is not exchangeable with it: leave-one-out finds it
-    assert tested.loc[first, "discovery"].any() and not tested.loc[~first, "discovery"].any()
-    rates = significance.family_summary(tested)
-    assert rates["L1->L1"] == {"families": 1, "with_discovery": 1, "rate": 1.0}
-    assert rates["L1->L0"]["with_discovery"] == 0 and rates["all"]["families"] == 2
+    # the pair's own z is not in its location: moving it leaves the location as it was
+    moved = quiet.assign(z=np.where(np.arange(64) == 5, 40.0, quiet["z"]))
+    assert significance.centres(moved)[5] == significance.centres(quiet)[5]
+
+
+# --- step 4: conformal p and the fitted tail --------------------------------------------------
+
+
+def test_conformal_p_counts_the_pool_at_or_above():
+    p = significance.conformal_p(np.array([5.0, 0.5, 1.0, np.nan]), np.array([0.0, 1.0, 2.0, 3.0, np.nan]))
+    assert p[:3].tolist() == [1 / 5, 4 / 5, 4 / 5] and math.isnan(p[3])  # ties count; NaN stays NaN
+    assert significance.conformal_p(np.array([0.0, 3.0]), np.array([2.0])).tolist() == [1.0, 0.5]
+    assert np.isnan(significance.conformal_p(np.array([0.0]), np.array([]))).all()  # no pool: no p
+    p = significance.conformal_p([1.5, None], [1.0, np.nan, 2.0, 3.0])
+    assert p[0] == 3 / 4 and math.isnan(p[1])
 
 
 def test_the_null_p_is_conformal_up_to_the_top_fifth_then_its_exponential_tail():
@@ -134,11 +169,97 @@ def test_the_null_p_is_conformal_up_to_the_top_fifth_then_its_exponential_tail()
     assert p[0] == 101 / 200  # below u: conformal, (1 + 100 at or above) / 200
     assert p[1:3] == pytest.approx(share * np.exp(-(np.array([170.0, 250.0]) - u) / beta))
     assert math.isnan(p[3])
-    # a thin top fifth: the mean excess is floored (a normal's, 0.558)
-    assert significance.tail(np.r_[np.zeros(70), 1.0 + 1e-3 * np.arange(30)])[2] == 0.558
-    # fewer than five values above u: the conformal p alone
-    ties = np.r_[np.zeros(75), [1.0, 2.0, 3.0, 4.0]]
+    assert significance.tail(np.r_[np.zeros(70), 1.0 + 1e-3 * np.arange(30)])[2] == 0.558  # floored beta
+    ties = np.r_[np.zeros(75), [1.0, 2.0, 3.0, 4.0]]  # fewer than five above u: the conformal p alone
     assert significance.tail(ties) is None and significance.null_p(np.array([9.0]), ties)[0] == 1 / 80
+    pool = np.arange(1.0, 27.0)  # u = 21 exactly: at u the conformal p, just beyond it the tail
+    p = significance.null_p(np.array([21.0, 22.0]), pool)
+    assert p[0] == 7 / 27 and p[1] == pytest.approx(6 / 27 * math.exp(-1 / 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = significance.null_p(np.array([np.nan, -1e308, 1e308]), pool)  # exp overflows below u
+    assert math.isnan(p[0]) and p[1] == 1.0 and p[2] == 0.0
+
+
+# --- step 5 and calibrate: BH per family, discoveries ----------------------------------------
+
+
+def test_benjamini_hochberg_known_answers():
+    q = significance.benjamini_hochberg(np.array([0.01, 0.04, 0.03, 0.5, np.nan]))
+    assert q[:4] == pytest.approx([0.04, 0.04 * 4 / 3, 0.04 * 4 / 3, 0.5]) and math.isnan(q[4])
+    assert np.isnan(significance.benjamini_hochberg(np.array([np.nan]))).all()
+    assert significance.benjamini_hochberg(np.array([0.3])).tolist() == [0.3]  # m = 1: q = p
+    q = significance.benjamini_hochberg([0.02, None, 0.01])  # m = 2
+    assert q[0] == pytest.approx(0.02) and math.isnan(q[1]) and q[2] == pytest.approx(0.02)
+
+
+def test_later_pairs_take_their_shape_from_every_placebo_block_and_each_block_from_the_others():
+    rng = np.random.default_rng(0)
+    real = block(np.linspace(-1.0, 1.0, 36).reshape(6, 6).T)  # a bulk with no tail, centred 0
+    real.loc[3, "z"] = 50.0  # one pair far beyond any placebo pair
+    placebo = pd.concat([
+        block(3.0 + 2.0 * rng.normal(size=(20, 20)), src_layer=1, dst_layer=1),  # wider
+        block(rng.normal(size=(20, 20)), src_layer=1, dst_layer=0),
+    ], ignore_index=True)  # fmt: skip
+    scores, tested = significance.calibrate(real, placebo, FDR)
+    null = significance.null_of(placebo)
+    pool = significance.pools(placebo, null)["z_cal"]
+    assert scores["z_cal"].tolist() == pytest.approx(significance.standardised(real, null).tolist())
+    assert scores["p"].tolist() == significance.null_p(scores["z_cal"], pool).tolist()
+    assert scores.loc[3, "q"] == pytest.approx(36 * scores.loc[3, "p"]) and scores.loc[3, "p"] < 1e-6
+    assert scores["discovery"].tolist() == [i == 3 for i in range(36)]
+    first = (placebo["dst_layer"] == 1).to_numpy()  # its shape: the other block alone
+    theirs = significance.null_of(placebo[~first])
+    own = significance.standardised(placebo[first], theirs)
+    assert tested.loc[first, "z_cal"].tolist() == pytest.approx(own.tolist())
+    # the wider block, judged by the narrower one's shape, has false discoveries in its tails; the
+    # narrower one, by the wider's, none: each block's location is its own, so only spread counts
+    assert tested.loc[first, "discovery"].any() and not tested.loc[~first, "discovery"].any()
+    rates = significance.family_summary(tested)
+    assert rates["L1->L1"] == {"families": 1, "with_discovery": 1, "rate": 1.0}
+    assert rates["L1->L0"]["with_discovery"] == 0 and rates["all"]["families"] == 2
+
+
+def test_a_q_exactly_at_the_fdr_is_a_discovery_and_an_undefined_pair_never_is():
+    # 19 placebo values 1 apart (no tail); the later pair above all: p = 1 / 20 = 0.05 = q (m = 1)
+    placebo = rows(np.linspace(-9.0, 9.0, 19), src_layer=1, dst_layer=1)
+    later = rows([50.0, np.nan])  # no other defined pair to locate it by: chance's location, 0
+    scores, _ = significance.calibrate(later, placebo, FDR)
+    assert scores.loc[0, "p"] == 0.05 and scores.loc[0, "q"] == 0.05 and scores.loc[0, "discovery"]
+    assert np.isnan(scores.loc[1, ["z_cal", "p", "q"]].to_numpy(dtype=float)).all()
+    assert scores["discovery"].tolist() == [True, False] and scores["discovery"].dtype == bool
+    assert all(scores[c].dtype == np.float64 for c in ("z_cal", "p", "q"))
+
+
+def test_calibrate_reads_a_z_of_python_objects_as_numbers():
+    rng = np.random.default_rng(3)
+    placebo = pd.concat([rows(rng.normal(size=30), src_layer=1, dst_layer=1),
+                         rows(rng.normal(size=30), src_layer=1, dst_layer=0)], ignore_index=True)  # fmt: skip
+    later = rows([0.5, 9.0, np.nan, -1.0])
+    want = significance.calibrate(later, placebo, FDR)
+    got = significance.calibrate(as_objects(later), as_objects(placebo), FDR)
+    for a, b in zip(got, want, strict=True):
+        for c in ("z_cal", "p", "q", "discovery"):
+            assert a[c].tolist() == pytest.approx(b[c].tolist(), nan_ok=True), c
+    assert significance.detection_limits(as_objects(later), as_objects(placebo), FDR) == (
+        significance.detection_limits(later, placebo, FDR)
+    )
+
+
+def test_a_family_without_placebo_pairs_is_not_tested_and_no_placebo_pairs_test_nothing():
+    placebo = rows(np.linspace(-9.0, 9.0, 19), src_layer=1, dst_layer=1)
+    later = pd.concat([rows([50.0, 0.0], kind="V"), rows([50.0, 0.0])], ignore_index=True)
+    scores, _ = significance.calibrate(later, placebo, FDR)
+    assert np.isnan(scores.loc[:1, ["z_cal", "p", "q"]].to_numpy(dtype=float)).all()
+    # K: locations 0 and 50 (floored at 0 for the first): p = 1 / 20 and 20 / 20 (all 19 >= -50 / 4.2)
+    assert scores.loc[2, "p"] == pytest.approx(0.05) and scores.loc[3, "p"] == 1.0
+    empty = rows([]).astype({"src_head": int})
+    scores, tested = significance.calibrate(rows([50.0, 1.0]), empty, FDR)
+    assert np.isnan(scores[["z_cal", "p", "q"]].to_numpy(dtype=float)).all() and not scores["discovery"].any()
+    assert len(tested) == 0 and list(tested.columns) == [*empty.columns, "z_cal", "p", "q", "discovery"]
+
+
+# --- power: the lone pair's bar ---------------------------------------------------------------
 
 
 def test_the_lone_pair_bar_is_where_the_null_p_reaches_fdr_over_m():
@@ -147,23 +268,88 @@ def test_the_lone_pair_bar_is_where_the_null_p_reaches_fdr_over_m():
     bar = significance.lone_pair_bar(pool, 4, FDR)
     assert bar == pytest.approx(u + beta * math.log(share * 4 / FDR))
     assert significance.null_p(np.array([bar]), pool)[0] == pytest.approx(FDR / 4)
+    assert significance.lone_pair_bar(pool, 1, 41 / 200) == 159.0  # tail bar at u: the conformal one
+    assert math.isnan(significance.lone_pair_bar(pool, 0, FDR))  # no family: no bar
     ties = np.r_[np.zeros(75), [1.0, 2.0, 3.0, 4.0]]  # conformal: p <= fdr / m needs few values above
     assert significance.lone_pair_bar(ties, 2, FDR) == 3.0  # p <= 0.025: at most one at or above
     assert significance.lone_pair_bar(ties, 4, FDR) == 4.0  # p <= 0.0125: none
     assert significance.lone_pair_bar(ties, 5, FDR) == math.inf  # p >= 1/80 > 0.05 / 5: never
+    assert significance.lone_pair_bar(np.array([1.0, 2.0, 3.0]), 1, 1.0) == -math.inf
     assert math.isnan(significance.lone_pair_bar(np.array([np.nan]), 4, FDR))
-    # and the limit is exact: just above it a lone pair is a discovery, just below, not
-    placebo = block(pool.reshape(1, -1) / 10.0, src_layer=1, dst_layer=1)
-    later = block(np.zeros((2, 2)))
+
+
+def test_the_detection_limit_is_exact_for_a_lone_pair_of_a_quiet_block():
+    rng = np.random.default_rng(2)
+    placebo = pd.concat([
+        block(rng.normal(-2.0, 1.0, size=(20, 20)), src_layer=0, dst_layer=0),
+        block(rng.normal(1.5, 1.0, size=(20, 20)), src_layer=1, dst_layer=1),
+    ], ignore_index=True)  # fmt: skip
+    later = block(np.linspace(1.0, 3.0, 9).reshape(3, 3))  # median 2: the location of every pair
     limit = significance.detection_limits(later, placebo, FDR)["K"]["true"]
-    centre, scale = significance.null_of(placebo).loc[("K", "true")]
-    assert limit["raw_z"] == pytest.approx(centre + scale * limit["z_cal"])
+    assert list(limit) == ["z_cal", "raw_z", "centre", "scale"] and limit["centre"] == 2.0
+    assert limit["raw_z"] == pytest.approx(limit["centre"] + limit["scale"] * limit["z_cal"])
+    at = 4  # the median pair itself: the others' median is still 2 (1.75 and 2.25 each side)
     for z, found in ((limit["raw_z"] + 1e-6, True), (limit["raw_z"] - 1e-6, False)):
-        later.loc[0, "z"] = z
-        assert significance.calibrate(later, placebo, FDR)[0].loc[0, "discovery"] == found
+        later.loc[at, "z"] = z
+        assert significance.calibrate(later, placebo, FDR)[0].loc[at, "discovery"] == found
+    none = significance.detection_limits(rows([0.0], kind="Q"), placebo, FDR)  # no placebo pairs of Q
+    assert none["Q"]["true"]["raw_z"] is None and none["Q"]["true"]["scale"] is None
 
 
-# --- calibration -----------------------------------------------------------------------
+# --- the false-positive summaries -------------------------------------------------------------
+
+
+def test_family_rates_and_summary_count_defined_pairs_and_families_with_any_discovery():
+    tested = pd.concat([
+        rows([1.0, 2.0, np.nan], src_layer=1, dst_layer=1).assign(discovery=[True, True, False]),
+        rows([1.0], src_layer=0, dst_layer=0).assign(discovery=[False]),
+        rows([np.nan], kind="V", src_layer=0, dst_layer=0).assign(discovery=[False]),
+        rows([3.0, 4.0], src_layer=1, dst_layer=0).assign(discovery=[True, False]),
+    ], ignore_index=True)  # fmt: skip
+    rates = significance.family_rates(tested)
+    assert rates.to_dict("list") == {
+        "src_layer": [1, 0, 0, 1], "dst_layer": [1, 0, 0, 0], "kind": ["K", "K", "V", "K"],
+        "variant": ["true"] * 4, "n_pairs": [2, 1, 0, 2], "discoveries": [2, 0, 0, 1],
+        "any": [True, False, False, True],
+    }  # fmt: skip
+    summary = significance.family_summary(tested)
+    assert list(summary) == ["L0->L0", "L1->L0", "L1->L1", "all"]
+    assert summary["L0->L0"] == {"families": 1, "with_discovery": 0, "rate": 0.0}  # V: no defined pair
+    assert summary["all"] == {"families": 3, "with_discovery": 2, "rate": 2 / 3}
+    assert significance.family_summary(tested.assign(z=np.nan, discovery=False))["all"]["rate"] is None
+    table = significance.discovery_table(tested)
+    assert table[["kind", "n_pairs", "discoveries"]].to_dict("list") == {
+        "kind": ["K", "V"], "n_pairs": [5, 0], "discoveries": [3, 0],
+    }  # fmt: skip
+    assert table["rate"].iloc[0] == 3 / 5 and math.isnan(table["rate"].iloc[1])
+
+
+# --- every measure's raw tables ---------------------------------------------------------------
+
+
+def test_raw_tables_are_every_measure_of_the_later_and_the_placebo_pairs_and_measured_calibrates_them():
+    hw = weights.from_state_dict(random_model("tiny", seed=4).state_dict())
+    cfg = CompositionConfig(baseline_samples=4, null_samples=4, fdr=0.3)
+    scores, placebo = significance.raw_tables(hw, cfg, 3, "standard", device="cpu")
+    for got, is_placebo in ((scores, False), (placebo, True)):
+        want = join_measures(
+            composition.composition_scores(hw, cfg, 3, placebo=is_placebo),
+            {
+                INVARIANT: invariant.invariant_scores(hw, cfg, 3, "standard", placebo=is_placebo),
+                PROJECTION: projection.projection_scores(hw, placebo=is_placebo),
+            },
+        )
+        pd.testing.assert_frame_equal(got, want)
+        assert list(dict.fromkeys(got["variant"])) == list(MEASURES)
+    # 2 layers of 3 heads: 9 later pairs; placebo: 2 x 6 of a head's own layer, 9 earlier readers
+    assert len(scores) == 3 * len(MEASURES) * 9 and len(placebo) == 3 * len(MEASURES) * (12 + 9)
+    got = significance.measured(hw, cfg, 3, "standard", device="cpu")
+    for a, b in zip(got, significance.calibrate(scores, placebo, 0.3), strict=True):
+        pd.testing.assert_frame_equal(a, b)
+    assert got[0]["discovery"].tolist() == (got[0]["q"] <= 0.3).tolist()  # the config's fdr, not 0.05
+
+
+# --- calibration: where every discovery is false ------------------------------------------------
 
 
 def rate_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -173,9 +359,10 @@ def rate_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.parametrize("shape", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
 def test_untrained_weights_discover_at_most_the_nominal_rate(shape):
-    """Freshly initialised weights compose with nothing: over three seeds, the later pairs and
-    the placebo pairs of every kind and Frobenius measure are discovered at no more than the FDR
-    (the invariant measure is not: uncalibrated, test_surrogates_...)."""
+    """Freshly initialised weights compose with nothing: over three seeds, the later pairs and the
+    placebo pairs of every kind and measure are discovered at no more than the FDR, and of the 9
+    (seed, kind) families of each measure at most one has any discovery (at a 5% rate, two or
+    more happen in 7% of such draws; the calibrate stage measures the rate on a run's shapes)."""
     raw = yaml.safe_load((ROOT / "conf" / "model" / f"{shape}.yaml").read_text())
     raw["d_vocab"], raw["n_ctx"] = 512, 64  # the vocabulary is the tokenizer's; neither enters a score
     model_cfg = ModelConfig(**raw)
@@ -189,226 +376,7 @@ def test_untrained_weights_discover_at_most_the_nominal_rate(shape):
     for frame in (pd.concat(real), pd.concat(placebo)):
         rates = rate_table(frame)
         assert len(rates) == len(KINDS) * len(MEASURES)
-        frobenius = rates[rates.index.get_level_values("variant").isin(VARIANTS)]  # invariant: uncalibrated
-        assert (frobenius["rate"] <= FDR).all(), frobenius[frobenius["rate"] > FDR]
-    # family-wise, what BH bounds under a complete null (FDR = P(any) there): of the 9 (seed, kind)
-    # families of each Frobenius measure, at most one has any discovery (at a 5% rate, two or more
-    # happen in 7% of such draws; tools/calibrate_composition.py --untrained measures the rate on 20
-    # initialisations: docs/maths.md)
+        assert (rates["rate"] <= FDR).all(), rates[rates["rate"] > FDR]
     later = pd.concat(real, keys=range(3), names=["seed", "row"]).reset_index("seed")
     families = later.groupby(["seed", "kind", "variant"])["discovery"].any().groupby("variant").sum()
-    assert (families[list(VARIANTS)] <= 1).all(), families
-
-
-@pytest.fixture(scope="module")
-def trained_weights(synthetic_seed0):
-    """The synthetic setup's model (8 heads x 8, d_model 64), seed 0: layer-0 previous-token and
-    layer-1 induction heads (test_train), as the composition stage reads it, with its config
-    (trained once a run: conftest's synthetic_seed0)."""
-    cfg, trained_model = synthetic_seed0
-    model = trained_model()
-    hw, _ = weights.prepare(model.state_dict(), model.cfg)
-    return hw, cfg.analysis.composition
-
-
-@pytest.fixture(scope="module")
-def trained(trained_weights):
-    hw, c = trained_weights
-    return significance.measured(hw, c, 0, "shortformer")
-
-
-@pytest.mark.slow
-def test_pairs_that_cannot_compose_are_discovered_at_most_at_the_nominal_rate(trained):
-    """Each placebo block against the null of the others: the blocks whose writer is in layer 1
-    (L1 -> L1, L1 -> L0) have no Frobenius family with a discovery (the invariant measure is
-    uncalibrated: test_surrogates_...). Layer 0's heads share the embedding's
-    geometry (a head that writes token directions, another that reads them): L0 -> L0 stands out
-    of the other blocks' null, which summary.json reports per block (docs/maths.md)."""
-    scores, placebo = trained
-    rates = rate_table(placebo)
-    assert (rates["n_pairs"] == 3 * 64 - 2 * 8).all()  # L0 -> L0, L1 -> L1 (not itself), L1 -> L0
-    blocks = significance.family_summary(placebo)
-    assert list(blocks) == ["L0->L0", "L1->L0", "L1->L1", "all"]
-    assert all(blocks[b]["families"] == 18 for b in ("L0->L0", "L1->L0", "L1->L1"))
-    rates = significance.family_rates(placebo)
-    frobenius = rates[rates["variant"].isin(VARIANTS) & (rates["src_layer"] == 1)]
-    assert len(frobenius) == 2 * 15 and not frobenius["any"].any()  # L1 -> L0, L1 -> L1
-    # while the raw rule (z > 3, nominally 0.13% under a normal null) passes placebo pairs at more
-    # than ten times that in some kind and measure
-    raw = placebo.assign(z3=placebo["z"] > 3).groupby(["kind", "variant"])["z3"].mean()
-    assert raw.max() > 10 * NORMAL_TAIL_3
-
-
-SURROGATES = 20
-
-
-@pytest.mark.slow
-def test_surrogates_of_the_trained_model_discover_nothing_in_any_frobenius_family(trained_weights):
-    """The trained model's later layer in random bases of the residual stream (scoring.surrogate):
-    every head's own geometry kept, the alignment between the layers broken. Over 20 surrogates,
-    at most the nominal share of the (surrogate, kind, measure) families of each Frobenius measure
-    has any discovery (measured: none). The invariant measure fails this check (its raw z sits
-    about 3 above its own null in surrogates), so claims (b_inv) and (m_inv) get no verdict."""
-    hw, c = trained_weights
-    found = []
-    for i in range(SURROGATES):
-        fake = scoring.surrogate(hw, torch.Generator().manual_seed(i))
-        scores, _ = significance.measured(fake, c, 0, "shortformer")
-        found.append(scores.groupby(["kind", "variant"], sort=False)["discovery"].any())
-    share = pd.concat(found, axis=1).mean(axis=1)  # families with any discovery, per kind and measure
-    per_measure = share.groupby(level="variant").mean()
-    assert (per_measure[list(VARIANTS)] <= FDR).all(), per_measure
-    assert per_measure[INVARIANT] > 0.5  # the measure the verdicts leave out, and why
-
-
-def test_a_surrogate_keeps_each_layers_own_circuits_and_breaks_the_alignment_between_them():
-    hw = weights.from_state_dict(random_model("tiny", seed=3).state_dict())
-    fake = scoring.surrogate(hw, torch.Generator().manual_seed(0))
-    for name in ("W_Q", "W_K", "W_V", "W_O"):  # layer 0 as it was
-        assert torch.equal(getattr(fake, name)[0], getattr(hw, name)[0])
-    QK = lambda w: w.W_Q[1] @ w.W_K[1].mT  # noqa: E731  [head, d_model, d_model]
-    OV = lambda w: w.W_V[1] @ w.W_O[1]  # noqa: E731
-    for circuit in (QK, OV):  # R QK R^T: the same spectrum, norms and relations between layer-1 heads
-        a, b = circuit(hw), circuit(fake)
-        assert torch.linalg.svdvals(b) == pytest.approx(torch.linalg.svdvals(a), rel=1e-10, abs=1e-12)
-        assert (b[0] * b[1]).sum() == pytest.approx(float((a[0] * a[1]).sum()), rel=1e-10)
-    # the alignment with layer 0 is not kept: K-composition of 0.0 -> 1.0 moves
-    k_numerator = lambda w: (w.W_V[0, 0] @ w.W_O[0, 0] @ w.W_K[1, 0] @ w.W_Q[1, 0].mT).norm()  # noqa: E731
-    assert abs(float(k_numerator(fake) / k_numerator(hw)) - 1) > 1e-3
-
-
-PLANTED_BOUND = 8.0  # the raw z above which a planted pair must be a discovery (measured limits 5.3-7.8)
-
-
-@pytest.mark.slow
-def test_planted_key_composition_is_discovered_once_its_raw_z_passes_the_bound(trained_weights):
-    """Power: rank-2 terms that make the quietest layer-1 head's keys read a layer-0 head (and that
-    head's values read what the reader's queries read: planted.plant_key_reading), at growing
-    strength, in the trained model's own background. Under the true score and both rotations
-    the pair is a discovery whenever its raw z exceeds PLANTED_BOUND, at every strength,
-    and the detection limit (what a lone pair needs) stays below the bound; the strongest plant
-    passes the bound under all three (so this cannot pass by never reaching it)."""
-    hw, c = trained_weights
-    raw = significance.raw_tables(hw, c, 0, "shortformer")[0]
-    k = raw[(raw["kind"] == "K") & (raw["variant"] == "true")]
-    quiet = int(k.groupby("dst_head")["z"].max().idxmin())  # the layer-1 head read least
-    src = int(k[k["dst_head"] == quiet].sort_values("z")["src_head"].iloc[0])  # and its least-read writer
-    measures = ("true", "errata_bcda", "errata_dabc")
-    passed = dict.fromkeys(measures, False)
-    for strength in (0.1, 0.2, 0.3, 0.5, 1.0):
-        scores, placebo = significance.raw_tables(
-            planted.plant_key_reading(hw, src, quiet, strength), c, 0, "shortformer"
-        )
-        tested, _ = significance.calibrate(scores, placebo, FDR)
-        limits = significance.detection_limits(scores, placebo, FDR)["K"]
-        pair = tested[(tested["kind"] == "K") & (tested["src_layer"] == 0) & (tested["src_head"] == src)
-                      & (tested["dst_head"] == quiet)].set_index("variant")  # fmt: skip
-        for m in measures:
-            assert limits[m]["raw_z"] < PLANTED_BOUND, (strength, m, limits[m])
-            if pair.loc[m, "z"] > PLANTED_BOUND:
-                passed[m] = True
-                assert pair.loc[m, "discovery"], (strength, m, pair.loc[m, "z"])
-    assert all(passed.values()), passed
-
-
-def test_the_planted_pair_is_discovered_and_few_others():
-    """tests/planted.py's model (only 0.0 -> 1.0 composes, through keys) in a random background:
-    N(0, 0.05) added to every head's weights (its own entries are 1, W_Q's up to 57), five more
-    heads a layer that are that background alone. Without it every other score is exactly 0.
-    The true score discovers the planted pair alone;
-    each rotation also finds what its cross term X = D A holds by construction: the writers whose
-    value input reads the token space that 1.0's queries read (0.1 and 0.2 -> 1.0), the errata's
-    bias, not a false discovery of the test. The invariant measure is uncalibrated (its own null
-    sits below its surrogates', test_surrogates_...): only its planted pair is asserted."""
-    gen = torch.Generator().manual_seed(0)
-    state = {  # widened by 5 silent heads a layer (8 in all): each family has 176 placebo pairs
-        name: W + 0.05 * torch.randn(W.shape, generator=gen, dtype=W.dtype) if ".attn.W_" in name else W
-        for name, W in planted.wide_model(5).state_dict().items()
-    }
-    scores, placebo = significance.measured(
-        weights.from_state_dict(state), CompositionConfig(), 0, "shortformer"
-    )
-    for m in MEASURES:
-        k = scores[(scores["kind"] == "K") & (scores["variant"] == m)].set_index(
-            ["src_layer", "src_head", "dst_layer", "dst_head"]
-        )
-        assert k.loc[(0, 0, 1, 0), "discovery"], m
-    found = scores[scores["discovery"] & (scores["variant"] != INVARIANT)]
-    others = found[~((found["kind"] == "K") & (found["src_head"] == 0) & (found["dst_head"] == 0))]
-    assert not (others["variant"] == "true").any()
-    assert set(zip(others["kind"], others["src_head"], others["dst_head"], strict=True)) <= {
-        ("K", 1, 0),
-        ("K", 2, 0),
-    }
-    placebo = placebo[placebo["variant"] != INVARIANT]
-    assert placebo["discovery"].mean() <= FDR
-
-
-# --- channel discoveries (pipeline/circuits/channels.py): the same null, the same checks ---------
-
-
-@pytest.mark.parametrize("shape", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
-def test_untrained_weights_have_at_most_one_kind_with_a_channel_discovery(shape):
-    """Fresh weights, every later pair tested: of the 9 (seed, kind) families at most one has any
-    channel discovery (BH's bound under a complete null)."""
-    raw = yaml.safe_load((ROOT / "conf" / "model" / f"{shape}.yaml").read_text())
-    raw["d_vocab"], raw["n_ctx"] = 512, 64
-    model_cfg = ModelConfig(**raw)
-    found = []
-    for seed in range(3):
-        fresh = random_model(model_cfg, seed=seed, dtype=torch.float32, perturb_biases=False)
-        hw, _ = weights.prepare(fresh.state_dict(), model_cfg)
-        found.append(channels.every_pair_tested(hw, FDR, seed, 64).groupby("kind")["discovery"].any())
-    assert pd.concat(found).sum() <= 1, found
-
-
-@pytest.mark.slow
-def test_surrogates_of_the_trained_model_have_channel_discoveries_at_most_at_the_nominal_rate(
-    trained_weights,
-):
-    """20 surrogates (scoring.surrogate), every later pair tested: at most the FDR's share of the
-    (surrogate, kind) families has any channel discovery."""
-    hw, _ = trained_weights
-    found = [
-        channels.every_pair_tested(scoring.surrogate(hw, torch.Generator().manual_seed(i)), FDR, 0, 64)
-        .groupby("kind")["discovery"]
-        .any()
-        for i in range(SURROGATES)
-    ]
-    share = pd.concat(found, axis=1).to_numpy().mean()
-    assert share <= FDR, share
-
-
-CHANNEL_BOUND = 3.5  # the channel z above which a planted channel of a discovered pair must be found
-
-
-@pytest.mark.slow
-def test_a_planted_channel_is_found_once_the_pair_is_a_discovery(trained_weights):
-    """Power: the quietest layer-1 head's keys turned, by a rotation that keeps every spectrum, to
-    read a layer-0 head's strongest output channel (planted.plant_key_channel) at growing strength:
-    the top channel is the planted (0, 0) from strength 0.3, its share and channel z grow with the
-    strength, and the pair is a channel discovery whenever it is a whole-pair discovery and its
-    channel z passes CHANNEL_BOUND; the two strongest plants are both (so this cannot pass by never
-    reaching it)."""
-    hw, c = trained_weights
-    raw = significance.raw_tables(hw, c, 0, "shortformer")[0]
-    k = raw[(raw["kind"] == "K") & (raw["variant"] == "true")]
-    quiet = int(k.groupby("dst_head")["z"].max().idxmin())
-    src = int(k[k["dst_head"] == quiet].sort_values("z")["src_head"].iloc[0])
-    shares, zs, tested = [], [], 0
-    for strength in (0.1, 0.3, 0.5, 0.7, 1.0):
-        fake = planted.plant_key_channel(hw, src, quiet, strength)
-        scores, _ = significance.measured(fake, c, 0, "shortformer")
-        later, _, _ = channels.measured_channels(fake, scores, c, 0)
-        pair = later[(later["kind"] == "K") & (later["src_layer"] == 0) & (later["src_head"] == src)
-                     & (later["dst_head"] == quiet)].iloc[0]  # fmt: skip
-        shares.append(pair["top_share"])
-        zs.append(pair["z"])
-        if strength >= 0.3:
-            assert (pair["writer_channel"], pair["reader_channel"]) == (0, 0), (strength, pair)
-        if pair["pair_discovery"] and pair["z"] > CHANNEL_BOUND:
-            tested += 1
-            assert pair["discovery"], (strength, pair)
-    assert shares == sorted(shares) and zs == sorted(zs), (shares, zs)
-    assert tested >= 2, zs  # measured: channel z 3.9 and 4.5 at strengths 0.7 and 1.0
-    assert pair["pair_discovery"] and pair["discovery"] and pair["top_share"] > 0.8, pair
+    assert (families <= 1).all(), families

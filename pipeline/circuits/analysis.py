@@ -12,7 +12,7 @@ import pandas as pd
 from torch import Tensor
 
 from ..config import CompositionConfig
-from ..tables import split_measures
+from ..tables import INVARIANT, PROJECTION, split_measures
 from . import channels, scoring, significance
 from .weights import HeadWeights
 
@@ -23,6 +23,7 @@ class Composition:
 
     scores: pd.DataFrame  # scores.csv: every later pair, kind and variant, calibrated
     invariant: pd.DataFrame  # invariant.csv: the basis-invariant measure, calibrated
+    projection: pd.DataFrame  # projection.csv: the projection kernel of the heads' subspaces, calibrated
     placebo: pd.DataFrame  # placebo.csv: every measure for the pairs that cannot compose
     channels: pd.DataFrame  # channels.csv: each later pair's top channel and its discovery
     channels_placebo: pd.DataFrame  # channels_placebo.csv: the same for the placebo pairs
@@ -34,12 +35,13 @@ def composition(
     hw: HeadWeights, cfg: CompositionConfig, seed: int, positions: str, device: str | None = None
 ) -> Composition:
     """Every measure of every pair of `hw` calibrated at `cfg.fdr` (`significance.measured`), split
-    into scores and invariant tables, their channels (`channels.measured_channels`) and the summary:
-    discoveries, detection limits, the placebo families per block and the channels'. `positions`:
-    the model's positional embedding type (the invariant measure reads it); `device`: where the
-    products run (`analysis.device`); `seed`: the baselines' and nulls' draws."""
+    into the scores, invariant and projection tables, their channels (`channels.measured_channels`)
+    and the summary: discoveries, detection limits, the placebo families per block and the
+    channels'. `positions`: the model's positional embedding type (the invariant measure reads
+    it); `device`: where the products run (`analysis.device`); `seed`: the baselines' and nulls'
+    draws."""
     measured, placebo = significance.measured(hw, cfg, seed, positions, device)
-    scores, inv = split_measures(measured)
+    scores, others = split_measures(measured)
     split, split_placebo, shares = channels.measured_channels(hw, scores, cfg, seed, device)
     summary = {
         "fdr": cfg.fdr,
@@ -49,4 +51,6 @@ def composition(
         "placebo_families": significance.family_summary(placebo),
         "channels": channels.channels_summary(split, split_placebo),
     }
-    return Composition(scores, inv, placebo, split, split_placebo, shares, summary)
+    return Composition(
+        scores, others[INVARIANT], others[PROJECTION], placebo, split, split_placebo, shares, summary
+    )

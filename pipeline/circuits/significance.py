@@ -1,66 +1,65 @@
 """Which pairs compose: discoveries at a controlled false-discovery rate, against a null the
-model itself supplies, estimated only from what cannot compose. The statistics are numpy and
-pandas on the score tables; `measured` computes those tables (every measure, the pairs that can
-compose and those that cannot).
+model itself supplies. The statistics are numpy and pandas on the score tables; `measured`
+computes those tables (every measure, the pairs that can compose and those that cannot).
 
 Why not "z > 3". Every score's raw z is measured against a Haar rotation of the writer's
-residual basis (`pipeline.circuits.composition`, `pipeline.circuits.invariant`): a random writer spreads its
-output over all of d_model. A trained residual stream uses far fewer directions, so heads that
-share the stream without composing (a layer-0 head and another layer-0 head that cannot read
-it) stand at raw z of several units, in both directions, and their spread moves with the model
-and with training (docs/maths.md, "Significance").
+residual basis (`pipeline.circuits.composition`, `pipeline.circuits.invariant`): a random writer
+spreads its output over all of d_model. A trained residual stream uses far fewer directions, so
+heads that share the stream without composing stand at raw z of several units, in either
+direction, and where they stand moves with the model, with the layers a pair joins and with
+training: on a trained two-layer model the pairs that cannot compose sit near -1.8 (layer 0 read
+by layer 0), +1.1 (layer 1 read by layer 0) and +2.4 (layer 1 read by layer 1), and the later
+pairs that do not compose lower still, near -2.7 (docs/maths.md, "Significance").
 
-Why not each block's own spread (the procedure before issue 31). Standardising the pairs under
-test by their own median and MAD makes power depend on the block: composition and writer
-heterogeneity inflate the MAD, so a circuit at raw z 20-30 ended below the bar in one seed while
-the same circuit cleared it in another. The null's centre, scale and tail now come from pairs
-that cannot compose; the pairs under test enter only as the values tested.
-
-The procedure, per model:
+So a later pair is judged against the pairs of its own kind: where the non-composing pairs of
+its layer pair sit (location), and how far a non-composing pair strays from where its block sits
+(shape), each estimated without the pair itself. The procedure, per model:
 
 1. Pairs that cannot compose (`scoring.placebo_pairs`: a writer read by a head of its own
    layer or of an earlier one) are scored by the same formulas as the later pairs, for every
-   kind and measure (placebo.csv).
-2. Location and scale, per kind and measure, from those pairs alone (`null_of`): the median and
-   the normal-consistent MAD of their raw z over every placebo block. Each is floored by the
-   Haar null's own (centre 0, scale 1): under a surrogate that breaks the alignment between
-   layers (`surrogate`) a pair's raw z has exactly that mean and sd, so a null narrower or lower
-   than it would call chance alignment composition. The composite null hypothesis, "no
-   composition beyond the stream's shared geometry and beyond chance", is the wider of the two:
+   kind and measure (placebo.csv). They are grouped in blocks (src_layer, dst_layer).
+2. Shape, per kind and measure (`null_of`): each placebo pair's raw z minus its own block's
+   median (`aligned`: the blocks sit apart, and pooling them unaligned would turn their distance
+   into spread), pooled over the blocks; the scale is the pool's normal-consistent MAD, floored
+   by the Haar null's sd (1): under a surrogate that breaks the alignment between layers a pair's
+   raw z has exactly sd 1, so a narrower null would call chance alignment composition.
+3. Location, per pair (`centres`): the median raw z of the other pairs of its kind, measure and
+   block (most pairs of a block do not compose, and a median ignores up to half of them), floored
+   by the Haar null's centre (0). The floor makes the null composite, "no composition beyond the
+   model's non-composing pairs of this kind, nor beyond chance alignment": a pair is a discovery
+   only when it stands above both, so a pair less aligned than a random rotation never is.
 
-       z_cal = (z - max(0, median_placebo z)) / max(1, 1.4826 MAD_placebo z)
+       z_cal = (z - max(0, median of the block's other z)) / max(1, 1.4826 MAD of the aligned placebo z)
 
-3. Shape, per kind and measure too (`null_p`): a later pair's p-value against its own family's
-   placebo z_cal (step 2). Up to the pool's 80th percentile u it is the conformal one,
+4. Tail, per kind and measure (`null_p`): a pair's p-value against the pool of step 2 (aligned,
+   over the same scale). Up to the pool's 80th percentile u it is the conformal one,
 
-       p = (1 + #{placebo z_cal >= z_cal}) / (1 + n_placebo),
+       p = (1 + #{pool >= z_cal}) / (1 + n_pool),
 
-   valid (P(p <= a) <= a) for a pair exchangeable with the placebo pairs after step 2. Beyond u
+   valid (P(p <= a) <= a) for a pair exchangeable with the pooled placebo deviations. Beyond u
    the top fifth's exponential tail carries it on,
 
-       p = (1 + #{placebo z_cal > u}) / (1 + n_placebo) x exp(-(z_cal - u) / beta),
+       p = (1 + #{pool > u}) / (1 + n_pool) x exp(-(z_cal - u) / beta),
 
-   beta the top fifth's mean excess over u (at least a normal's, MIN_TAIL_MEAN). Why a tail: one
-   family's placebo pairs are too few for the p a lone pair needs (176 at 2 x 8 heads: the
-   conformal p >= 1/177, above fdr / 64), and pooling the measures (the procedure before) let the
-   rotated scores' heavier tails borrow the true score's bar: 8% of untrained families of B C D A
-   had a discovery. The mean excess grows with a heavy top (one head that stands out in every
-   pair), so such a tail is fitted heavy, not ignored.
-4. Discoveries: Benjamini-Hochberg at level `fdr` over each family of later pairs (one kind of
+   beta the top fifth's mean excess over u (at least a normal's, MIN_TAIL_MEAN): one family's
+   placebo pairs are too few for the p a lone pair needs (176 at 2 x 8 heads: the conformal p >=
+   1/177, above fdr / 64), and a family's own tail keeps a heavy-tailed measure from borrowing a
+   light-tailed one's bar. The mean excess grows with a heavy top (one head that stands out in
+   every pair), so such a tail is fitted heavy, not ignored.
+5. Discoveries: Benjamini-Hochberg at level `fdr` over each family of later pairs (one kind of
    one measure); q is BH's adjusted p-value, a discovery has q <= fdr. An undefined (NaN) score
    has NaN p and q, is never a discovery and does not count in the family's size.
 
 Power, per model (`detection_limits`): the raw z a lone composing pair needs in each family,
-centre + scale x the z_cal at which its p reaches fdr / m (`lone_pair_bar`); it depends on the
-model's placebo pairs only, never on the pairs under test (summary.json).
+centre + scale x the z_cal at which its p reaches fdr / m (`lone_pair_bar`), the centre that of
+its block; nothing the pair does moves its own bar.
 
 The false-positive rate, measured on every model: each placebo block is tested the same way,
-its null (steps 2 and 3) from the *other* placebo blocks alone (leave one block out), as a
-family per kind and measure; every placebo discovery is a false one, and `family_rates` counts
-the families with any (what BH bounds under a complete null). Calibration tests
-(tests/test_significance.py): untrained weights of every shape in conf/model/, surrogates of a
-trained model, placebo pairs of a trained model, planted pairs of growing strength
-(tools/calibrate_composition.py measures the same on a run's models).
+its location from its own pairs (each without itself) and its shape from the *other* placebo
+blocks alone (leave one block out), as a family per kind and measure; every placebo discovery is
+a false one, and `family_rates` counts the families with any (what BH bounds under a complete
+null). The calibrate stage (pipeline/behaviour/calibration.py) measures the same on surrogates,
+on chimeras of trained layers and on untrained models, and the power of planted pairs.
 """
 
 from __future__ import annotations
@@ -71,14 +70,14 @@ import numpy as np
 import pandas as pd
 
 from ..config import CompositionConfig
-from ..tables import join_measures
+from ..tables import INVARIANT, PROJECTION, join_measures
 
 MAD_NORMAL = 1.4826  # 1 / Phi^-1(3/4): a standard normal's MAD times this is 1
 FAMILY = ["kind", "variant"]  # BH's family, and the null's: one kind of one measure
 PLACEBO_BLOCK = ["src_layer", "dst_layer"]  # placebo pairs of one block: left out together
-# the Haar null's own centre and scale: a floor for the placebo pairs' (step 2)
+# the Haar null's own centre and scale: floors for a pair's location (step 3) and the scale (step 2)
 HAAR_CENTRE, HAAR_SCALE = 0.0, 1.0
-# step 3: the share of a family's placebo pairs whose excess over the rest fits its exponential tail,
+# step 4: the share of a family's placebo pairs whose excess over the rest fits its exponential tail,
 # and a floor for its mean: a standard normal's mean excess over its 80th percentile (0.558), so a
 # placebo family with almost no spread in its top fifth cannot make a thin tail
 TAIL_FRACTION = 0.2
@@ -98,33 +97,66 @@ def empirical_null(z: np.ndarray) -> tuple[float, float]:
     return centre, (scale if scale > 0 else math.nan)
 
 
+def aligned(placebo: pd.DataFrame) -> np.ndarray:
+    """Each placebo row's raw z minus the median of its family's block (kind, variant, src_layer,
+    dst_layer): how far a non-composing pair strays from where its block sits (step 2). NaN where
+    z is, or where the block has no finite z."""
+    z = placebo["z"].to_numpy(dtype=float)
+    out = np.full(len(z), np.nan)
+    for rows in placebo.groupby([*FAMILY, *PLACEBO_BLOCK], sort=False).indices.values():
+        finite = z[rows][np.isfinite(z[rows])]
+        if len(finite):
+            out[rows] = z[rows] - float(np.median(finite))
+    return out
+
+
 def null_of(placebo: pd.DataFrame) -> pd.DataFrame:
-    """Step 2's null per family (kind, variant), from the placebo pairs alone: columns centre and
-    scale, each floored by the Haar null's; both NaN for a family with fewer than three defined
-    placebo pairs (no null: nothing in it is tested)."""
+    """Step 2's shape per family (kind, variant), from the placebo pairs alone: column scale, the
+    normal-consistent MAD of the aligned placebo z (`aligned`) floored by the Haar null's sd; NaN
+    for a family with fewer than three defined placebo pairs (no null: nothing in it is tested)."""
+    deviations = aligned(placebo)
     rows = {}
     for key, rows_of in placebo.groupby(FAMILY, sort=False).indices.items():
-        centre, scale = empirical_null(placebo["z"].to_numpy(dtype=float)[rows_of])
-        if math.isnan(centre):
-            rows[key] = (math.nan, math.nan)
+        d = deviations[rows_of]
+        d = d[np.isfinite(d)]
+        if len(d) < 3:
+            rows[key] = math.nan
             continue
-        scale = HAAR_SCALE if math.isnan(scale) else max(scale, HAAR_SCALE)  # no spread: Haar's
-        rows[key] = (max(centre, HAAR_CENTRE), scale)
+        scale = MAD_NORMAL * float(np.median(np.abs(d)))  # about 0: aligned on each block's median
+        rows[key] = max(scale, HAAR_SCALE) if scale > 0 else HAAR_SCALE  # no spread: Haar's
     index = (
         pd.MultiIndex.from_tuples(list(rows), names=FAMILY)
         if rows
         else pd.MultiIndex.from_arrays([[], []], names=FAMILY)
     )
-    return pd.DataFrame(list(rows.values()), index=index, columns=["centre", "scale"], dtype=float)
+    return pd.DataFrame({"scale": list(rows.values())}, index=index, dtype=float)
 
 
-def standardised(frame: pd.DataFrame, null: pd.DataFrame) -> np.ndarray:
-    """z_cal of every row: (z - centre) / scale of its family's `null` (`null_of`); NaN where its
-    family has none."""
-    keys = pd.MultiIndex.from_frame(frame[FAMILY])
-    at = null.reindex(keys)
+def centres(frame: pd.DataFrame, floor: float | None = HAAR_CENTRE) -> np.ndarray:
+    """Step 3's location of every row: the median raw z of the other rows of its family and block
+    (kind, variant, src_layer, dst_layer), floored by `floor` (the Haar null's centre; None: not
+    floored, the bulk of the block alone, for checking the null's shape); `floor` itself where no
+    other row of the block is defined; NaN where the row's z is NaN (or nothing locates it)."""
     z = frame["z"].to_numpy(dtype=float)
-    return (z - at["centre"].to_numpy(dtype=float)) / at["scale"].to_numpy(dtype=float)
+    out = np.full(len(z), np.nan)
+    for rows in frame.groupby([*FAMILY, *PLACEBO_BLOCK], sort=False).indices.values():
+        defined = rows[np.isfinite(z[rows])]
+        if len(defined) == 1 and floor is not None:  # no other pair to locate it by: chance
+            out[defined] = floor
+        if len(defined) < 2:
+            continue
+        values = z[defined]
+        others = [np.median(np.delete(values, k)) for k in range(len(values))]  # a block: <= 150 pairs
+        out[defined] = others if floor is None else np.maximum(others, floor)
+    return out
+
+
+def standardised(frame: pd.DataFrame, null: pd.DataFrame, floor: float | None = HAAR_CENTRE) -> np.ndarray:
+    """z_cal of every row: (z - its location (`centres`, floored at `floor`)) / its family's scale
+    (`null_of`); NaN where its family has no null."""
+    keys = pd.MultiIndex.from_frame(frame[FAMILY])
+    scale = null["scale"].reindex(keys).to_numpy(dtype=float)
+    return (frame["z"].to_numpy(dtype=float) - centres(frame, floor)) / scale
 
 
 def conformal_p(z_cal: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -152,7 +184,7 @@ def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
 
 
 def tail(pool: np.ndarray) -> tuple[float, float, float] | None:
-    """(u, share, beta) of step 3: u the pool's (1 - TAIL_FRACTION) quantile, share = (1 + #{pool >
+    """(u, share, beta) of step 4: u the pool's (1 - TAIL_FRACTION) quantile, share = (1 + #{pool >
     u}) / (1 + n) the conformal p at u, beta the mean excess over u (floored by MIN_TAIL_MEAN);
     None when fewer than MIN_TAIL_PAIRS lie above u."""
     pool = np.asarray(pool, dtype=float)
@@ -167,7 +199,7 @@ def tail(pool: np.ndarray) -> tuple[float, float, float] | None:
 
 
 def null_p(z_cal: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """Step 3's p of each z_cal against one family's placebo pool: conformal up to the tail's
+    """Step 4's p of each z_cal against one family's placebo pool: conformal up to the tail's
     threshold u, then share x exp(-(z_cal - u) / beta) (`tail`); NaN where z_cal is NaN."""
     p = conformal_p(z_cal, pool)
     fitted = tail(pool)
@@ -180,15 +212,15 @@ def null_p(z_cal: np.ndarray, pool: np.ndarray) -> np.ndarray:
         return np.where(z_cal > u, beyond, p)
 
 
-def _tested(frame: pd.DataFrame, z_cal: np.ndarray, pool: pd.DataFrame, fdr: float) -> pd.DataFrame:
+def tested(frame: pd.DataFrame, z_cal: np.ndarray, pool: pd.DataFrame, fdr: float) -> pd.DataFrame:
     """`frame` with z_cal, p (each family against its own family's rows of `pool`: FAMILY columns
     and z_cal), q (BH per family of `frame`) and discovery."""
     p = np.full(len(frame), np.nan)
     q = np.full(len(frame), np.nan)
-    pools = pool.groupby(FAMILY, sort=False)["z_cal"]
+    by_family = pool.groupby(FAMILY, sort=False)["z_cal"]
     for key, rows in frame.groupby(FAMILY, sort=False).indices.items():
-        if key in pools.groups:
-            p[rows] = null_p(z_cal[rows], pools.get_group(key).to_numpy(dtype=float))
+        if key in by_family.groups:
+            p[rows] = null_p(z_cal[rows], by_family.get_group(key).to_numpy(dtype=float))
         q[rows] = benjamini_hochberg(p[rows])
     with np.errstate(invalid="ignore"):
         discovery = np.isfinite(q) & (q <= fdr)
@@ -198,12 +230,12 @@ def _tested(frame: pd.DataFrame, z_cal: np.ndarray, pool: pd.DataFrame, fdr: flo
 def calibrate(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scores, placebo), each with tables.SIGNIFICANCE_COLUMNS added (module doc), row order kept.
 
-    Both tables have kind, variant (a measure: the five Frobenius variants and "invariant"),
-    src_layer, dst_layer and the raw z. `scores`: the later pairs, tested against the null of
-    every placebo pair; `placebo`: each (src_layer, dst_layer) block tested against the null of
-    the others alone."""
+    Both tables have kind, variant (a measure: the five Frobenius variants and the others),
+    src_layer, dst_layer and the raw z. `scores`: the later pairs, each located in its own block
+    and shaped by every placebo pair; `placebo`: each (src_layer, dst_layer) block located in
+    itself and shaped by the other blocks alone."""
     null = null_of(placebo)
-    out = _tested(scores, standardised(scores, null), _pool(placebo, null), fdr)
+    out = tested(scores, standardised(scores, null), pools(placebo, null), fdr)
     parts = []
     for rows in placebo.groupby(PLACEBO_BLOCK, sort=False).indices.values():
         mine = np.zeros(len(placebo), dtype=bool)
@@ -211,7 +243,7 @@ def calibrate(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> tuple[
         others = placebo[~mine]
         theirs = null_of(others)
         block = placebo.iloc[rows]
-        parts.append(_tested(block, standardised(block, theirs), _pool(others, theirs), fdr))
+        parts.append(tested(block, standardised(block, theirs), pools(others, theirs), fdr))
     placebo_out = (
         pd.concat(parts).loc[placebo.index]
         if parts
@@ -220,9 +252,11 @@ def calibrate(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> tuple[
     return out, placebo_out
 
 
-def _pool(placebo: pd.DataFrame, null: pd.DataFrame) -> pd.DataFrame:
-    """The placebo pairs' FAMILY columns and z_cal under `null`: step 3's pools."""
-    return placebo[FAMILY].assign(z_cal=standardised(placebo, null))
+def pools(placebo: pd.DataFrame, null: pd.DataFrame) -> pd.DataFrame:
+    """The placebo pairs' FAMILY columns and their aligned z over their family's scale: step 4's
+    pools."""
+    scale = null["scale"].reindex(pd.MultiIndex.from_frame(placebo[FAMILY])).to_numpy(dtype=float)
+    return placebo[FAMILY].assign(z_cal=aligned(placebo) / scale)
 
 
 def lone_pair_bar(pool: np.ndarray, m: int, fdr: float) -> float:
@@ -248,16 +282,22 @@ def lone_pair_bar(pool: np.ndarray, m: int, fdr: float) -> float:
 def detection_limits(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) -> dict:
     """{kind: {variant: {"z_cal", "raw_z", "centre", "scale"}}}: per family of `scores`, the
     calibrated and the raw z that a lone composing pair must exceed to be a discovery (module doc,
-    "Power"), with the null's centre and scale; from the placebo pairs alone. JSON-ready: an
-    unreachable bar is None."""
+    "Power"), with its location (the median of the family's later pairs, floored at 0: what any
+    one pair of them is measured from, give or take the pair itself) and scale. JSON-ready: an
+    unreachable bar is None. One layer pair per family (a two-layer model); with more, the
+    location is the median over every later pair of the family."""
     null = null_of(placebo)
-    pools = _pool(placebo, null).groupby(FAMILY, sort=False)["z_cal"]
+    by_family = pools(placebo, null).groupby(FAMILY, sort=False)["z_cal"]
     out: dict = {}
     for (kind, variant), rows in scores.groupby(FAMILY, sort=False).indices.items():
-        m = int(np.isfinite(scores["z"].to_numpy(dtype=float)[rows]).sum())
-        mine = (kind, variant) in pools.groups
-        bar = lone_pair_bar(pools.get_group((kind, variant)).to_numpy(float), m, fdr) if mine else math.nan
-        centre, scale = null.loc[(kind, variant)] if (kind, variant) in null.index else (math.nan, math.nan)
+        z = scores["z"].to_numpy(dtype=float)[rows]
+        m = int(np.isfinite(z).sum())
+        mine = (kind, variant) in by_family.groups
+        bar = (
+            lone_pair_bar(by_family.get_group((kind, variant)).to_numpy(float), m, fdr) if mine else math.nan
+        )
+        scale = float(null["scale"].get((kind, variant), math.nan))
+        centre = max(float(np.median(z[np.isfinite(z)])), HAAR_CENTRE) if m else math.nan
         raw = centre + scale * bar
         out.setdefault(kind, {})[variant] = {
             key: (float(v) if math.isfinite(v) else None)
@@ -310,15 +350,21 @@ def raw_tables(
     hw, cfg: CompositionConfig, seed: int, positions: str, device: str | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scores, placebo) of one set of weights (`weights.HeadWeights`), not yet calibrated: every
-    measure's rows (scores.csv's five variants, then invariant.csv's as variant "invariant") for the
+    measure's rows (scores.csv's five variants, then invariant.csv's and projection.csv's as those
+    variants, tables.MEASURES) for the
     later pairs and for the pairs that cannot compose, with the same seed (the same null draws);
     `device`: where the products run (`composition.composition_scores`)."""
-    from . import composition, invariant  # torch: imported where the scores are computed
+    from . import composition, invariant, projection  # torch: imported where the scores are computed
 
     scores, placebo = (
         join_measures(
             composition.composition_scores(hw, cfg, seed, placebo=placebo, device=device),
-            invariant.invariant_scores(hw, cfg, seed, positions, placebo=placebo, device=device),
+            {
+                INVARIANT: invariant.invariant_scores(
+                    hw, cfg, seed, positions, placebo=placebo, device=device
+                ),
+                PROJECTION: projection.projection_scores(hw, placebo=placebo),
+            },
         )
         for placebo in (False, True)
     )

@@ -23,6 +23,7 @@ VARIANT_LABELS = {
     "errata_bcda_trueden": "BCDA\ntrue den.",
     "errata_dabc_trueden": "DABC\ntrue den.",
     "invariant": "basis-\ninvariant",
+    "projection": "projection\nkernel",
 }
 HYPOTHESIS_LABELS = {"rotated": "rotated\ndenominators", "true": "true\ndenominators"}
 

@@ -29,6 +29,7 @@ MEASURE_STYLE = {  # the two denominator hypotheses share a z, so they share a c
     "errata_bcda_trueden": ("B C D A, true den.", "#1f77b4", ":"),
     "errata_dabc_trueden": ("D A B C, true den.", "#ff7f0e", ":"),
     "invariant": ("basis-invariant", "#2ca02c", "--"),
+    "projection": ("projection kernel", "#8c564b", "-."),
 }
 
 
