@@ -417,6 +417,24 @@ class CompositionConfig(Section):
 
 
 @dataclass
+class CalibrationConfig(Section):
+    """The calibrate stage: the composition test's false discoveries on nulls and its power on
+    planted pairs (pipeline/circuits/calibration.py)."""
+
+    surrogates: int = 4  # this model's later layers in random bases of the residual stream
+    untrained: int = 4  # fresh initialisations of the model's shape
+    # planted K composition, tried in this order until every measure finds it
+    strengths: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0])
+    claim_e_surrogates: int = 20  # claim (e)'s statistic on this many surrogates
+
+    def check(self) -> None:
+        _positive(self, "surrogates", "untrained", "claim_e_surrogates")
+        require(len(self.strengths) > 0, "strengths", "must not be empty", self.strengths)
+        for i, s in enumerate(self.strengths):
+            require(0 < s <= 10, f"strengths[{i}]", "must be in (0, 10]", s)
+
+
+@dataclass
 class RoleThresholds(Section):
     """A head takes a role when its score (in [0, 1]) reaches the role's threshold.
 
@@ -448,10 +466,10 @@ class HeadsConfig(Section):
     # the path ablation runs on this many disjoint held-out batches (and probes of their own):
     # an edge is causal when its effect exceeds their spread (pipeline/behaviour/agreement.py)
     ablation_batches: int = 3
-    # a role's heads serve held-out text when ablating them raises its loss by min_effect and
-    # more than each of this many random sets of as many heads of the same layers, the role's own
-    # included (every other such set when there are fewer: heads.role_ablation)
-    placebo_sets: int = 19
+    # a role's ablation is ranked among every other set of as many heads of the same layers (an
+    # exact permutation test) when there are at most this many, else among this many drawn
+    # uniformly (heads.role_ablation)
+    placebo_sets: int = 1000
     thresholds: RoleThresholds = field(default_factory=RoleThresholds)
 
     def check(self) -> None:
@@ -513,6 +531,7 @@ class ReportConfig(Section):
 @dataclass
 class AnalysisConfig(Section):
     composition: CompositionConfig = field(default_factory=CompositionConfig)
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     heads: HeadsConfig = field(default_factory=HeadsConfig)
     figures: FiguresConfig = field(default_factory=FiguresConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)

@@ -33,6 +33,8 @@ STREAMS = {
     "invariant.baseline": "Gaussian heads in the whitened frames: the invariant measure's baselines",
     "invariant.null": "Haar rotations in the whitened frames: the invariant measure's null",
     "channels.null": "Haar blocks: how a writer's and a reader's channels meet under rotation",
+    "calibration.surrogate": "index i: the random bases of surrogate i's later layers (the calibrate stage)",
+    "calibration.untrained": "index i: the initial weights of untrained model i (the calibrate stage)",
 }
 
 

@@ -190,144 +190,6 @@ def test_analysis_is_reproducible_for_a_seed():
 # --- summary -------------------------------------------------------------------------
 
 
-def pairs_table() -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Two earlier heads into two later heads, every kind: effects and scores of known ranks."""
-    keys = [(k, 0, a, 1, b) for k in "QKV" for a in range(2) for b in range(2)]
-    effects = pd.DataFrame(keys, columns=["kind", "src_layer", "src_head", "dst_layer", "dst_head"])
-    effects["loss_effect"] = [
-        -0.1,
-        0.2,
-        0.3,
-        0.4,
-    ] * 3  # |effect| ranks 1..4; top source of b=0: a=1, of b=1: a=1
-    effects["attn_effect"] = 0.0
-    effects["heldout_loss_effect"] = [0.5, 0.001, 0.1, 0.002] * 3  # b=0: a=0; b=1 below min_effect
-    rows = []
-    for variant, score in (
-        ("true", [1, 2, 3, 4]),
-        ("errata_bcda", [4, 3, 2, 1]),
-        ("errata_dabc", [1, np.nan, 3, 2]),
-    ):
-        for (kind, i, a, j, b), s in zip(keys, score * 3, strict=True):
-            rows.append(
-                dict(kind=kind, variant=variant, src_layer=i, src_head=a, dst_layer=j, dst_head=b, score=s)
-            )
-    return effects, pd.DataFrame(rows)
-
-
-def test_spearman_known_answers_and_nan_safety():
-    effects, scores = pairs_table()
-    rho = agreement.spearman(effects, scores, "loss_effect")
-    assert rho["K"]["true"] == pytest.approx(1.0) and rho["Q"]["errata_bcda"] == pytest.approx(-1.0)
-    assert rho["V"]["errata_dabc"] == pytest.approx(0.5)  # NaN pair dropped: ranks (1,3,4) vs (1,3,2)
-    assert agreement.spearman(effects, scores, "attn_effect")["K"]["true"] is None  # constant effect
-
-
-def test_top_source_known_answers():
-    effects, scores = pairs_table()
-    top = agreement.top_source(effects, scores, "loss_effect", min_effect=0.01)
-    # by ablation, both later heads' top source is a=1; by score: true a=1 (both), bcda a=0 (both),
-    # dabc: b=0 has a=1 (3 > 1), b=1 has only a=1 defined (2; the NaN skipped)
-    assert top["K"]["true"] == {"match": 2, "heads": 2}
-    assert top["K"]["errata_bcda"] == {"match": 0, "heads": 2}
-    assert top["K"]["errata_dabc"] == {"match": 2, "heads": 2}
-    held = agreement.top_source(effects, scores, "heldout_loss_effect", min_effect=0.01)
-    assert held["Q"]["true"] == {"match": 0, "heads": 1}  # b=1's effects all < 0.01: not counted
-    assert held["Q"]["errata_bcda"] == {"match": 1, "heads": 1}
-    assert agreement.top_source(effects, scores, "attn_effect", 0.01)["K"]["true"] == {"match": 0, "heads": 0}
-
-
-def test_causal_edges_exceed_their_batch_to_batch_spread():
-    pair = {"kind": "K", "src_layer": 0, "dst_layer": 1, "dst_head": 0}
-    effects = {  # three batches per source head
-        0: [0.10, 0.11, 0.12],  # mean 0.11, sd 0.01: t = 19 > t_{0.95, 2} = 2.92: causal
-        1: [0.30, -0.10, 0.10],  # mean 0.10, sd 0.2: t = 0.87: within its noise
-        2: [0.004, 0.005, 0.006],  # beyond its noise but below min_effect 0.01
-        3: [-0.2, -0.21, -0.22],  # ablation lowers the loss: the circuit hurts; never causal
-        4: [0.05, 0.05, 0.05],  # no spread at all: its size decides
-    }
-    batches = pd.DataFrame(
-        [
-            {"batch": b, **pair, "src_head": a, "loss_effect": e}
-            for a, es in effects.items()
-            for b, e in enumerate(es)
-        ]
-    )
-    got = agreement.causal_edges(batches, "loss_effect", min_effect=0.01).set_index("src_head")
-    assert got["causal"].to_dict() == {0: True, 1: False, 2: False, 3: False, 4: True}
-    assert got.loc[0, "mean"] == pytest.approx(0.11) and got.loc[0, "sd"] == pytest.approx(0.01)
-    one = agreement.causal_edges(batches[batches["batch"] == 1], "loss_effect", 0.01)  # no spread to measure
-    assert one.set_index("src_head")["causal"].to_dict() == {0: True, 1: False, 2: False, 3: False, 4: True}
-
-
-def test_ranking_known_answers():
-    labels = np.array([True, False, True, False, False])
-    # scores rank: 0.9 (T), 0.8 (F), 0.7 (T), then the rest: AP = 1/2 (1/1) + 1/2 (2/3)
-    assert agreement.average_precision(labels, np.array([0.9, 0.8, 0.7, 0.1, 0.2])) == pytest.approx(
-        0.5 + 0.5 * 2 / 3
-    )
-    # ROC-AUC: of 2 x 3 (causal, not) pairs, the causal one wins 5 (0.7 loses to 0.8)
-    assert agreement.roc_auc(labels, np.array([0.9, 0.8, 0.7, 0.1, 0.2])) == pytest.approx(5 / 6)
-    # ties share: every score equal gives 1/2; an undefined score ranks last
-    assert agreement.roc_auc(labels, np.ones(5)) == pytest.approx(0.5)
-    assert agreement.average_precision(labels, np.ones(5)) == pytest.approx(2 / 5)
-    assert agreement.roc_auc(labels, np.array([np.nan, 0.8, 0.7, 0.1, 0.2])) == pytest.approx(2 / 6)
-    assert np.isnan(agreement.average_precision(np.zeros(3, bool), np.arange(3.0)))  # nothing causal
-
-
-def test_ranking_reads_the_causal_edges_per_kind_and_measure():
-    effects, scores = pairs_table()
-    batches = pd.concat([effects.assign(batch=b) for b in range(3)])  # no spread: causal when >= 0.01
-    ranked = agreement.ranking(agreement.causal_edges(batches, "heldout_loss_effect", 0.01), scores)
-    # held-out: (a, b) = (0, 0) 0.5 and (1, 0) 0.1 causal; true scores 1, 3 of [1, 2, 3, 4]
-    assert ranked["K"]["true"]["causal"] == 2 and ranked["K"]["true"]["pairs"] == 4
-    assert ranked["K"]["true"]["roc_auc"] == pytest.approx(1 / 4)  # 3 beats 2, loses to 4; 1 loses both
-    assert ranked["K"]["errata_bcda"]["roc_auc"] == pytest.approx(3 / 4)
-
-
-def role_table() -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Three earlier heads into two later ones, every kind, with hand-set causal labels: the
-    circuit pair 0.0 -> 1.0 (previous_token -> induction) and 0.2 -> 1.1 (other -> other) causal."""
-    roles = pd.DataFrame(
-        [
-            (0, 0, "previous_token"),
-            (0, 1, "duplicate_token"),
-            (0, 2, "other"),
-            (1, 0, "induction"),
-            (1, 1, "other"),
-        ],
-        columns=["layer", "head", "role"],
-    )
-    pairs = [(kind, 0, a, 1, b) for kind in "QKV" for b in range(2) for a in range(3)]
-    causal = pd.DataFrame(pairs, columns=agreement.PAIR)
-    causal["causal"] = [(a, b) in ((0, 0), (2, 1)) for _, _, a, _, b in pairs]
-    return causal, roles
-
-
-def test_role_only_ranker_known_answers():
-    """Scores 2 for previous_token or recent_window -> induction under Q and K, 1 for two named
-    roles, else 0; V names no circuit pair. K's order: 2 (causal), 1, then four 0s (one causal):
-    AP = 1/2 x 1 + 1/2 x 2/6 = 2/3, ROC-AUC = (4 + 3/2) / 8. V: the causal circuit pair ties with
-    0.1 -> 1.0 at 1: AP = 1/2 x 1/2 + 1/2 x 2/6 = 5/12."""
-    causal, roles = role_table()
-    k = causal[causal["kind"] == "K"]
-    assert agreement.role_scores(k, roles).tolist() == [2, 1, 0, 0, 0, 0]
-    v = causal[causal["kind"] == "V"]
-    assert agreement.role_scores(v, roles).tolist() == [1, 1, 0, 0, 0, 0]
-    ranked = agreement.role_ranking(causal, roles)
-    for kind in "QK":
-        assert ranked[kind]["pr_auc"] == pytest.approx(2 / 3) and ranked[kind]["roc_auc"] == pytest.approx(
-            5.5 / 8
-        )
-        assert (ranked[kind]["causal"], ranked[kind]["pairs"]) == (2, 6)
-    assert ranked["V"]["pr_auc"] == pytest.approx(5 / 12)
-    # a recent-window source is a circuit source too; a head without a role is refused
-    recent = roles.assign(role=roles["role"].replace({"previous_token": "recent_window"}))
-    assert agreement.role_scores(k, recent).tolist() == [2, 1, 0, 0, 0, 0]
-    with pytest.raises(ValueError, match=r"no role for head \(1, 1\)"):
-        agreement.role_scores(k, roles.iloc[:4])
-
-
 def test_summary_counts_roles(planted_result, planted_scores):
     summary = heads.summarize(planted_result, planted_scores, min_effect=0.01)
     assert summary["roles"] == {role: (0 if role == "other" else 1) for role in heads.ROLES}
@@ -391,21 +253,23 @@ def test_analysis_on_analysis_device_equals_the_cpu_default(planted_result, plan
 
 def test_placebo_sets_known_answers():
     """As many heads of each layer as the role has there, from all the layer's heads: every other
-    set while there are at most n (exact), else n uniform draws from the run's stream."""
+    set while there are at most n (exact), else n distinct sets other than the role's, drawn from
+    the run's stream."""
     rng = np.random.default_rng(0)
-    assert heads._placebo_sets([(1, 0)], 3, 19, rng) == [[(1, 1)], [(1, 2)]]
+    assert heads._placebo_sets([(1, 0)], 3, 19, rng) == ([[(1, 1)], [(1, 2)]], True)
     two_layers = heads._placebo_sets([(0, 0), (1, 0)], 2, 19, rng)
-    assert two_layers == [[(0, 0), (1, 1)], [(0, 1), (1, 0)], [(0, 1), (1, 1)]]
-    assert heads._placebo_sets([(1, 0), (1, 1), (1, 2)], 3, 19, rng) is None  # no other set
-    assert heads._placebo_sets([], 3, 19, rng) is None
-    drawn = heads._placebo_sets([(1, 0), (1, 3)], 8, 5, np.random.default_rng(1))  # 27 others > 5
-    assert len(drawn) == 5 and all(len(set(s)) == 2 and s == sorted(s) for s in drawn)
+    assert two_layers == ([[(0, 0), (1, 1)], [(0, 1), (1, 0)], [(0, 1), (1, 1)]], True)
+    assert heads._placebo_sets([(1, 0), (1, 1), (1, 2)], 3, 19, rng) == (None, False)  # no other set
+    assert heads._placebo_sets([], 3, 19, rng) == (None, False)
+    drawn, exact = heads._placebo_sets([(1, 0), (1, 3)], 8, 5, np.random.default_rng(1))  # 27 others > 5
+    assert not exact and len(drawn) == 5 and all(len(set(s)) == 2 and s == sorted(s) for s in drawn)
     assert all(layer == 1 and 0 <= h < 8 for s in drawn for layer, h in s)
-    assert drawn == heads._placebo_sets([(1, 0), (1, 3)], 8, 5, np.random.default_rng(1))
-    assert drawn != heads._placebo_sets([(1, 0), (1, 3)], 8, 5, np.random.default_rng(2))
-    # the role's own set may be drawn: 100 x 2 draws of one head of 4 hold it about 50 times
-    singles = [s for r in range(100) for s in heads._placebo_sets([(0, 2)], 4, 2, np.random.default_rng(r))]
-    assert len(singles) == 200 and 25 < sum(s == [(0, 2)] for s in singles) < 75
+    assert len({tuple(s) for s in drawn}) == 5 and [(1, 0), (1, 3)] not in drawn  # distinct, never the role's
+    assert drawn == heads._placebo_sets([(1, 0), (1, 3)], 8, 5, np.random.default_rng(1))[0]
+    assert drawn != heads._placebo_sets([(1, 0), (1, 3)], 8, 5, np.random.default_rng(2))[0]
+    # at the bound exactly (27 others), every set: the test is exact
+    every, exact = heads._placebo_sets([(1, 0), (1, 3)], 8, 27, np.random.default_rng(1))
+    assert exact and len(every) == 27 and len({tuple(s) for s in every}) == 27
 
 
 def test_role_ablation_reads_each_role_against_placebo_sets(planted_result):
@@ -417,10 +281,12 @@ def test_role_ablation_reads_each_role_against_placebo_sets(planted_result):
     ablated = planted_result.role_ablation["induction"]
     assert ablated["placebo_sets"] == [["1.1"], ["1.2"]]
     assert ablated["placebo_p"] == 1.0 and ablated["serves_heldout"] is False
+    assert ablated["placebo_p_lower"] == pytest.approx(1 / 3) and ablated["placebo_exact"] is True
     assert max(ablated["placebo_heldout_loss_effects"]) > ablated["heldout_loss_effect"]
     repeated = planted.repeated(32, LENGTH, 0)
     small = heads.role_ablation(model, table, [repeated], [repeated], CFG, seed=0)
     assert small["induction"]["placebo_p"] == pytest.approx(1 / 3)
+    assert small["induction"]["placebo_p_lower"] == 1.0
     assert small["induction"]["serves_heldout"] is False
     wide = pd.concat(
         [table[["layer", "head", "role"]]]

@@ -12,9 +12,22 @@ given). Torch-free: the heads stage writes them to its summary.json, the compare
   over every pair of the kind (an undefined score ranks last); NaN without a causal edge or
   without a non-causal one. PR-AUC's chance level is the fraction of causal edges.
 
-- `spearman`: the rank correlation over every (earlier, later) head pair between |effect|
-  and the score. On models where a few edges matter and the rest are ~0, it is decided
-  by how the near-zero edges happen to be ordered.
+- `interaction`: which score predicts which head reads which, free of every scale a score
+  divides away. A pair's effect is mostly the product of the writer's output scale (how much
+  cutting it removes, whatever the reader), the reader's sensitivity (how sharp its pattern is)
+  and what the pair itself shares; a score is a product of a pair term and factors of one head
+  alone (the corrected score divides by ||OV^a|| and ||QK^b||, a rotated strand's denominators
+  ||B A|| ||D C|| are one head's each, and its numerator keeps a writer factor). On the log scale
+  those are additive, so per layer pair (writers x readers) the log score and the log effect are
+  each fitted by writer + reader terms (least squares over the defined cells, `pair_part`), and
+  rho is Spearman's between the two residuals: the pair-specific parts. Multiplying a score or
+  an effect by any function of the writer alone, or of the reader alone, leaves rho exactly as
+  it is, so no score gains from tracking a head's scale, and the denominator hypotheses give the
+  same rho. `main_share` (per kind, of the effect): the share of the log effect's variance the
+  writer and reader terms explain, how much of the raw effect is scale.
+- `spearman`: the rank correlation over every (earlier, later) head pair between the raw
+  |effect| and the score. Scale included: a score that co-varies with the writer's output scale
+  is rewarded for it, which is why it is reported beside `interaction`, not in its place.
 - `top_source`: the edges that matter. For each later head b whose strongest ablation
   effect reaches `min_effect`, is the earlier head with the largest |effect| on b also
   the earlier head with the largest score into b? Counted over those heads b.
@@ -41,7 +54,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..tables import CAUSAL_THRESHOLDS, INVARIANT, KINDS, VARIANTS, threshold_key
+from ..tables import CAUSAL_THRESHOLDS, KINDS, OTHER_MEASURES, VARIANTS, threshold_key
 
 EFFECTS = ("heldout_loss_effect", "loss_effect", "attn_effect", "pattern_effect")
 THRESHOLDED = ("pattern_effect",)  # ranked again at each of CAUSAL_THRESHOLDS (its scale: [0, 1] for Q, K)
@@ -63,8 +76,9 @@ DST = ["dst_layer", "dst_head"]
 
 
 def measures(scores: pd.DataFrame) -> tuple[str, ...]:
-    """The five variants, and the invariant measure where `scores` has its rows."""
-    return (*VARIANTS, INVARIANT) if (scores["variant"] == INVARIANT).any() else VARIANTS
+    """The five variants, and each other measure (tables.OTHER_MEASURES) that `scores` has rows of."""
+    present = set(scores["variant"])
+    return (*VARIANTS, *(m for m in OTHER_MEASURES if m in present))
 
 
 def _finite(x: float) -> float | None:
@@ -88,6 +102,62 @@ def spearman(effects: pd.DataFrame, scores: pd.DataFrame, effect: str) -> dict[s
                 rho = pd.Series(x).corr(pd.Series(y), method="spearman")
             out.setdefault(kind, {})[variant] = _finite(rho)
     return out
+
+
+def pair_part(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """log `column` of each row of `frame` (PAIR columns) minus its fit by writer + reader terms
+    within its layer pair (src_layer, dst_layer): least squares over the rows where the log is
+    defined (a value <= 0 or NaN is left out, NaN here). Exactly unchanged when `column` is
+    multiplied by any positive function of the writer alone or of the reader alone."""
+    x = frame[column].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(x > 0, np.log(np.abs(x)), np.nan)
+    out = np.full(len(frame), np.nan)
+    for rows in frame.groupby(["src_layer", "dst_layer"], sort=False).indices.values():
+        rows = rows[np.isfinite(y[rows])]
+        if len(rows) < 3:
+            continue
+        writers = pd.factorize(frame["src_head"].to_numpy()[rows])[0]
+        readers = pd.factorize(frame["dst_head"].to_numpy()[rows])[0]
+        # [cells, 1 + writers + readers]: an intercept and one indicator per head (rank-deficient
+        # by one per side: lstsq's minimum-norm solution, whose residuals are unique)
+        design = np.zeros((len(rows), 1 + writers.max() + 1 + readers.max() + 1))
+        design[:, 0] = 1.0
+        design[np.arange(len(rows)), 1 + writers] = 1.0
+        design[np.arange(len(rows)), 2 + writers.max() + readers] = 1.0
+        coef, *_ = np.linalg.lstsq(design, y[rows], rcond=None)
+        out[rows] = y[rows] - design @ coef
+    return out
+
+
+def interaction(
+    effects: pd.DataFrame, scores: pd.DataFrame, effect: str
+) -> tuple[dict[str, dict[str, float | None]], dict[str, float | None]]:
+    """({kind: {variant: rho}}, {kind: main_share}) (module doc, `interaction`): Spearman's rho
+    between the pair parts (`pair_part`) of the score and of the effect, over the pairs where both
+    are defined; None with fewer than 3 such pairs or a constant part. main_share: 1 - the
+    residual's variance over the log effect's, over the pairs where the log effect is defined."""
+    rhos: dict[str, dict[str, float | None]] = {}
+    shares: dict[str, float | None] = {}
+    for kind in KINDS:
+        mine = effects[effects["kind"] == kind]
+        e = pair_part(mine, effect)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(mine[effect].to_numpy(float))
+        ok = np.isfinite(e)
+        shares[kind] = _finite(1 - np.var(e[ok]) / np.var(logs[ok])) if ok.sum() >= 3 else None
+        part = mine[PAIR].assign(effect_part=e)
+        for variant in measures(scores):
+            theirs = scores[(scores["kind"] == kind) & (scores["variant"] == variant)]
+            merged = part.merge(theirs[PAIR].assign(score_part=pair_part(theirs, "score")), on=PAIR)
+            x, y = merged["effect_part"].to_numpy(float), merged["score_part"].to_numpy(float)
+            both = np.isfinite(x) & np.isfinite(y)
+            x, y = x[both], y[both]
+            rho = math.nan
+            if len(x) >= 3 and np.ptp(x) > 1e-12 and np.ptp(y) > 1e-12:
+                rho = pd.Series(x).corr(pd.Series(y), method="spearman")
+            rhos.setdefault(kind, {})[variant] = _finite(rho)
+    return rhos, shares
 
 
 def _top(rows: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -228,12 +298,16 @@ def summarize(
     batches: pd.DataFrame | None = None,
     roles: pd.DataFrame | None = None,
 ) -> dict:
-    """{effect: {"spearman", "top_source", and with `batches` (ablation_batches.csv) "ranking",
-    with `roles` (heads.csv) too "role_baseline", and for the effects of THRESHOLDED
+    """{effect: {"interaction", "main_share", "spearman", "top_source", and with `batches`
+    (ablation_batches.csv) "ranking", with `roles` (heads.csv) too "role_baseline", and for the
+    effects of THRESHOLDED
     "by_threshold": {"0.05": {"ranking", "role_baseline"}, ...}}} for every effect in EFFECTS."""
     out = {}
     for effect in EFFECTS:
+        rhos, main_share = interaction(effects, scores, effect)
         out[effect] = {
+            "interaction": rhos,
+            "main_share": main_share,
             "spearman": spearman(effects, scores, effect),
             "top_source": top_source(effects, scores, effect, min_effect),
         }

@@ -60,7 +60,7 @@ from ..data import datasets
 from ..errors import UserError
 from ..model import patterns, tl_checkpoint
 from ..model.transformer import AttnOnlyTransformer
-from ..tables import ABLATED_ROLES, ABLATION_COLUMNS, PATTERN_SCORES, ROLE_EFFECTS, ROLES
+from ..tables import ABLATED_ROLES, ABLATION_COLUMNS, PATTERN_SCORES, ROLE_EFFECTS, ROLES, SERVES_LEVEL
 from . import ablation, agreement
 
 # The primary role. Some scores nest: a previous-token head also fills the recent window,
@@ -347,18 +347,22 @@ def role_ablation(
     Ablating almost any set of trained heads raises the loss, so the sign says nothing by itself
     (docs/training.md measures it). The role's held-out effect is ranked among those of placebo
     sets (`_placebo_sets`): as many heads of each layer as the role has there, drawn from all of
-    that layer's heads, the role's own included, and ablated the same way on the same batches.
-    The null is that the role's heads are any heads of their layers; under it the role and the
-    sets are exchangeable, so `placebo_p` = (1 + sets at or above the role) / (1 + sets) is an
-    exact p-value. `serves_heldout`: the effect reaches `cfg.min_effect` and p <= 1 / (1 +
-    `cfg.placebo_sets`) (0.05 at the default 19), which a layer of few heads cannot reach: one
-    head of 8 has p >= 1/8. Null when the role holds every head of its layers."""
+    that layer's heads. The null is that the role's heads are any heads of their layers; under it
+    the role's set and the others are exchangeable, so ranking it among every such set is an
+    exact permutation test, in both directions: `placebo_p` = (1 + sets at or above the role) /
+    (1 + sets), `placebo_p_lower` = (1 + sets at or below) / (1 + sets) (does the role matter
+    more, or less, than other heads?). Every set is enumerated when there are at most
+    `cfg.placebo_sets` others (`placebo_exact`), else that many are drawn uniformly.
+    `serves_heldout`: the effect reaches `cfg.min_effect` and `placebo_p` <= SERVES_LEVEL, which
+    a layer of few heads cannot reach: one head of 8 has p >= 1/8. Null when the role holds every
+    head of its layers.
+    """
     rng = np.random.default_rng(streams.seed_of(seed, "placebo_sets"))
     out = {}
     for role, first_layer in ABLATED_ROLES.items():
         rows = table[(table["role"] == role) & (table["layer"] >= first_layer)]
         heads = list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
-        sets = _placebo_sets(heads, model.cfg.n_heads, cfg.placebo_sets, rng)
+        sets, exact = _placebo_sets(heads, model.cfg.n_heads, cfg.placebo_sets, rng)
         effects: dict[str, list[float]] = {effect: [] for effect in ROLE_EFFECTS}
         placebo: list[list[float]] = []  # per held-out batch, each set's effect
         for probe, text in zip(repeated, heldout, strict=True) if heads else ():
@@ -370,34 +374,37 @@ def role_ablation(
             "heads": [f"{l}.{h}" for l, h in heads],
             **{k: _finite(float(np.mean(v))) if v else None for k, v in effects.items()},
             "batches": effects,
-            **_placebo(sets, placebo, effects, cfg),
+            **_placebo(sets, placebo, effects, cfg, exact),
         }
     return out
 
 
 def _placebo_sets(
     heads: list[tuple[int, int]], n_heads: int, n: int, rng: np.random.Generator
-) -> list[list[tuple[int, int]]] | None:
-    """The sets a role's effect is ranked among (`role_ablation`): as many heads of each layer as
-    `heads` has there, from all `n_heads` heads of that layer, `heads` included. Every such set but
-    the role's own when there are at most `n` of them (the exact permutation test: p = the role's
-    rank among all), else `n` independent uniform draws, which may repeat or equal the role's set
-    (a tie counts against the role), each sorted. None when there are no heads, or no other set."""
+) -> tuple[list[list[tuple[int, int]]] | None, bool]:
+    """(sets, exact): the sets a role's effect is ranked among (`role_ablation`), as many heads of
+    each layer as `heads` has there, from all `n_heads` heads of that layer. Every such set but the
+    role's own when there are at most `n` of them (exact: the permutation test), else `n` distinct
+    sets other than the role's drawn uniformly without replacement; each sorted. (None, False)
+    when there are no heads, or no other set."""
     if not heads:
-        return None
+        return None, False
     per_layer = sorted(Counter(layer for layer, _ in heads).items())  # [(layer, heads there)]
+    mine = sorted(heads)
     if math.prod(math.comb(n_heads, k) for _, k in per_layer) - 1 > n:
-        return [
-            sorted((layer, int(h)) for layer, k in per_layer for h in rng.choice(n_heads, k, replace=False))
-            for _ in range(n)
-        ]
+        drawn: dict[tuple, None] = {}
+        while len(drawn) < n:  # rejection: at least 2 sets exist per draw kept, so this ends
+            s = sorted((l, int(h)) for l, k in per_layer for h in rng.choice(n_heads, k, replace=False))
+            if s != mine:
+                drawn.setdefault(tuple(s))
+        return [list(s) for s in drawn], False
     choices = [  # per layer, every choice of its k heads
         [[(layer, h) for h in hs] for hs in itertools.combinations(range(n_heads), k)]
         for layer, k in per_layer
     ]
     every = [sorted(itertools.chain(*parts)) for parts in itertools.product(*choices)]
-    others = [s for s in every if s != sorted(heads)]
-    return others or None
+    others = [s for s in every if s != mine]
+    return (others, True) if others else (None, False)
 
 
 def _placebo(
@@ -405,27 +412,29 @@ def _placebo(
     placebo: list[list[float]],
     effects: dict[str, list[float]],
     cfg: HeadsConfig,
+    exact: bool,
 ) -> dict:
     """The role's held-out effect against the sets' (`role_ablation`); `placebo`: per batch, each
-    set's effect."""
+    set's effect; `exact`: the sets are every other set."""
     if sets is None:
         return {
             "placebo_sets": None,
+            "placebo_exact": None,
             "placebo_heldout_loss_effects": None,
             "placebo_p": None,
+            "placebo_p_lower": None,
             "serves_heldout": None,
         }
     theirs = [float(np.mean([batch[i] for batch in placebo])) for i in range(len(sets))]
     mine = float(np.mean(effects["heldout_loss_effect"]))
-    at_or_above = sum(x >= mine for x in theirs)
-    p = (1 + at_or_above) / (1 + len(theirs))
-    # p <= 1 / (1 + placebo_sets), in integers: no set at or above the role, among that many
-    smallest = (1 + at_or_above) * (1 + cfg.placebo_sets) <= 1 + len(theirs)
+    p = (1 + sum(x >= mine for x in theirs)) / (1 + len(theirs))
     return {
         "placebo_sets": [[f"{l}.{h}" for l, h in s] for s in sets],
+        "placebo_exact": exact,
         "placebo_heldout_loss_effects": theirs,
         "placebo_p": p,
-        "serves_heldout": bool(mine >= cfg.min_effect and smallest),
+        "placebo_p_lower": (1 + sum(x <= mine for x in theirs)) / (1 + len(theirs)),
+        "serves_heldout": bool(mine >= cfg.min_effect and p <= SERVES_LEVEL),
     }
 
 
