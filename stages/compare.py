@@ -6,7 +6,8 @@ verdict and a mean per claim, the training means) and figures; the claims under 
 basis-invariant measure, and when each measure sees the induction circuit form (dynamics).
 
     python -m stages.compare --train outputs/train --composition outputs/composition \
-        --heads outputs/heads --dynamics outputs/dynamics --out outputs/compare
+        --heads outputs/heads --dynamics outputs/dynamics --calibration outputs/calibration \
+        --out outputs/compare
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         "--heads", required=True, help="heads stage directory (seed<N>/heads.csv, summary.json)"
     )
     parser.add_argument("--dynamics", required=True, help="dynamics stage directory (seed<N>/steps.tsv)")
+    parser.add_argument(
+        "--calibration", required=True, help="calibrate stage directory (seed<N>/calibration.json)"
+    )
     parser.add_argument("--out", required=True, help="output directory")
 
     def body(args) -> None:
@@ -44,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"note: {stale} is not in seeds {cfg.seeds}: left out (delete it to keep outputs/ tidy)",
                 file=sys.stderr,
             )
-        inputs = [read.read_seed(seed, *dirs) for seed in cfg.seeds]
+        inputs = [read.read_seed(seed, *dirs, Path(args.calibration)) for seed in cfg.seeds]
         result = stats.compare(inputs, c, cfg.analysis.figures.edge_threshold, cfg.analysis.composition.fdr)
         out = io.ensure_dir(args.out)
         io.clean_stale(out)

@@ -1,5 +1,6 @@
 """`@claim` registers a claim with every setting it is given, and with its documented defaults
-(one side, no rotations, calibrated) when none is given; the side a verdict reads follows."""
+(one side, no rotations, resting on no measure's discoveries, no absence) when none is given;
+the side a verdict reads follows."""
 
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ def test_a_claim_is_registered_with_every_setting_it_names(monkeypatch):
     monkeypatch.setattr(claims, "CLAIMS", {})  # the real claims stay as they are
     registered = claims.claim(
         "z", "its words", "its number", 0.5, by_hypothesis=True, auxiliary={"x": "an x"},
-        restates="c", versus=("true",), calibrated=False,
+        restates="c", versus=("true",), rests_on=("true",), absent="x",
     )(compute)  # fmt: skip
     assert registered is compute
     z = claims.CLAIMS["z"]
-    settings = (0.5, True, compute, {"x": "an x"}, "c", ("true",), False)
+    settings = (0.5, True, compute, {"x": "an x"}, "c", ("true",), ("true",), "x")
     assert z == Claim("z", "its words", "its number", *settings)
     assert z.sides() == (("variant", "true"),)
     claims.claim("h", "words", "number", 0.0, by_hypothesis=True)(compute)
@@ -38,8 +39,8 @@ def test_a_claim_given_no_settings_has_the_documented_defaults(monkeypatch):
     monkeypatch.setattr(claims, "CLAIMS", {})
     claims.claim("y", "words", "number", 0.0)(compute)
     y = claims.CLAIMS["y"]
-    assert y == Claim("y", "words", "number", 0.0, False, compute, {}, None, (), True)
-    assert y.calibrated is True and y.versus == () and y.hypotheses() == (NONE,)
+    assert y == Claim("y", "words", "number", 0.0, False, compute, {}, None, (), (), None)
+    assert y.rests_on == () and y.absent is None and y.versus == () and y.hypotheses() == (NONE,)
     assert list(claims.CLAIMS) == ["y"]
 
 

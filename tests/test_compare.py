@@ -145,12 +145,19 @@ def test_seed_statistics_claims_known_values():
     assert value(t, claim="c", statistic="causal_edges", kind="K", effect=e) == 2
     assert value(t, claim="c", statistic="causal_fraction", kind="K", effect=e) == pytest.approx(2 / 9)
     assert value(t, claim="c", statistic="top_source", kind="K", variant="true", effect=e) == 1.0
+    # (c) compares the pair-specific parts: 0.5 against the better rotation's 0.2, one value whatever
+    # the denominators; the raw-effect comparison beside it, per hypothesis: 0.6 against 0.3
+    assert value(t, claim="c", statistic="c") == pytest.approx(0.5 - 0.2)
     for h in ("rotated", "true"):
-        assert value(t, claim="c", statistic="c", hypothesis=h) == pytest.approx(0.6 - 0.3)  # Spearman
-    # (e): the two discovered induction <- previous_token pairs' alignment 4 and 2 times chance; their
-    # rotated-over-true excess is all alignment (anisotropy 1 everywhere)
+        assert value(t, claim="c", statistic="c_raw", hypothesis=h) == pytest.approx(0.6 - 0.3)
+    assert value(t, claim="c", statistic="interaction", kind="K", variant="projection", effect=e) == 0.3
+    assert value(t, claim="c", statistic="main_share", kind="V", effect=e) == 0.9
+    # (e): the two discovered induction <- previous_token pairs' alignment 4 and 2 times chance, their
+    # writer's other reader (1.2) at chance; the rotated-over-true excess is all alignment
     ln2 = math.log(2)
     assert value(t, claim="e", statistic="e", kind="K") == pytest.approx(1.5 * ln2)
+    assert value(t, claim="e", statistic="alignment", kind="K") == pytest.approx(1.5 * ln2)
+    assert value(t, claim="e", statistic="other_alignment", kind="K") == pytest.approx(0.0, abs=1e-12)
     assert value(t, claim="e", statistic="excess", kind="K") == pytest.approx(0.75 * ln2)
     assert value(t, claim="e", statistic="excess_alignment", kind="K") == pytest.approx(0.75 * ln2)
     assert value(t, claim="e", statistic="excess_anisotropy", kind="K") == pytest.approx(0.0, abs=1e-12)
@@ -182,7 +189,7 @@ def test_claim_c_reports_the_role_only_baseline_and_every_threshold():
     # only the thresholded effect has rows per threshold; (c) itself reads min_effect's cut
     assert not ((t["statistic"] == "pr_auc_at_0.05") & (t["effect"] != p)).any()
     c = t[(t["claim"] == "c") & (t["statistic"] == "c")]
-    assert set(c["effect"]) == {p} and c["value"].to_numpy() == pytest.approx([0.6 - 0.3] * 2)
+    assert set(c["effect"]) == {p} and c["value"].to_numpy() == pytest.approx([0.5 - 0.2])
 
 
 def test_each_claim_is_one_unit_and_the_long_table_keeps_its_order():
@@ -208,14 +215,13 @@ def test_each_claim_is_one_unit_and_the_long_table_keeps_its_order():
         "d",
         "c",
         "c_inv",
+        "c_proj",
         "e",
         "t",
     ]
     assert list(dict.fromkeys(t["claim"])) == order
-    own = t[t["statistic"].isin(["c", "c_inv"])]
-    assert list(zip(own["claim"], own["hypothesis"], strict=True)) == [
-        ("c", "rotated"), ("c_inv", "rotated"), ("c", "true"), ("c_inv", "true")
-    ]  # fmt: skip
+    own = t[t["statistic"].isin(["c", "c_inv", "c_proj"])]
+    assert list(own["claim"]) == ["c", "c_inv", "c_proj"] and set(own["hypothesis"]) == {"-"}
     with pytest.raises(ValueError, match="defined twice"):
         claim("a", "a copy", "its number", 0.0)(lambda seed: iter(()))
 
@@ -227,7 +233,7 @@ def test_seed_without_recent_window_heads_leaves_claim_b_out():
     t = long_table(inp)
     assert math.isnan(value(t, claim="b", statistic="b"))
     assert math.isnan(value(t, claim="b", statistic="relative", variant="true"))
-    assert math.isnan(value(t, claim="c", statistic="c", hypothesis="rotated"))  # no ranking
+    assert math.isnan(value(t, claim="c", statistic="c"))  # no agreement
     assert value(t, claim="a", statistic="a", hypothesis="rotated") == pytest.approx(49 / 51 + 1 / 13)
 
 
@@ -289,7 +295,7 @@ def test_compare_across_seeds():
         ("m", "errata_bcda", "holds"), ("m", "errata_dabc", "holds"),
         # the invariant measure fails the surrogate check: its discovery claims get no verdict
         ("m_inv", "errata_bcda", "uncalibrated"), ("b_inv", "-", "uncalibrated"), ("d", "rotated", "holds"),
-        ("d", "true", "fails"), ("c", "true", "holds"), ("c_inv", "rotated", "holds"),
+        ("d", "true", "fails"), ("c", "-", "holds"), ("c_inv", "-", "holds"), ("c_proj", "-", "holds"),
         ("t", "errata_bcda", "holds"), ("t", "errata_dabc", "holds"),
     ]:  # fmt: skip
         assert summary["claims"][name][hypothesis]["verdict"] == expected, (name, hypothesis)
@@ -304,10 +310,24 @@ def test_compare_across_seeds():
     assert summary["claims"]["b_inv"]["-"]["seeds_failing"] == 3  # computed, shown, no verdict
     assert summary["claims"]["t"]["errata_dabc"]["per_seed"] == {s: 200.0 for s in ("0", "1", "2")}
     assert summary["training"]["eval_loss"] == pytest.approx(1.9) and summary["roles"]["induction"] == 2
+    # the run's calibration: the invariant measure discovers in 9 of 18 surrogate families, beyond
+    # what an FDR of 0.05 allows (binomial p far below 0.01); every other measure in none
+    measures = summary["calibration"]["measures"]
+    assert (
+        measures["invariant"]["surrogate"]["with_discovery"] == 9 and not measures["invariant"]["calibrated"]
+    )
+    assert all(measures[m]["calibrated"] for m in syn.MEASURES if m != "invariant")
+    assert summary["calibration"]["power"]["keys"]["least_read"]["true"]["strength"] == {
+        "0": 0.2,
+        "1": 0.2,
+        "2": 0.2,
+    }
+    assert summary["calibration"]["non_composing"]["true"]["bulk_p"]["1"] == 0.5
     assert list(summary) == [
         "n_seeds",
         "rule",
         "claims",
+        "calibration",
         "causal_check",
         "m_by_kind",
         "detection_limits",
@@ -354,7 +374,7 @@ def test_compare_across_seeds():
     assert headline["training"] == summary["training"]
     columns = 1 + len(headline["verdict"]) + len(headline["mean"]) + len(headline["training"])
     assert headline["verdict"]["e"] == "holds" and headline["mean"]["e"] == pytest.approx(1.5 * math.log(2))
-    assert columns == 24  # what `dvc exp show` prints of it, then (m) per kind and the detection limits
+    assert columns == 1 + 2 * len(CLAIMS) + 3  # n_seeds, a verdict and a mean per claim, training
     assert sum(len(v) for v in headline["m_by_kind"].values()) == 6
     # every statistic of the long table has its row across seeds; a t interval where seeds differ
     stats = result.stats.set_index(compare.DIMENSIONS)
@@ -380,6 +400,7 @@ def test_one_seed_has_no_interval_and_no_verdict():
         "sign_p": 1.0,
         "per_seed": {"0": 1.0},
         "threshold": 0.5,
+        "seeds_absent": 0,
     }
     json.loads(compare.summary_json(result.summary))
 
@@ -426,6 +447,8 @@ def run_stage(tmp_path: Path, dirs: dict, out: Path, seeds: str) -> int:
             str(p),
             "--train",
             str(dirs["train"]),
+            "--calibration",
+            str(dirs["calibration"]),
             "--composition",
             str(dirs["composition"]),
             "--heads",
@@ -537,8 +560,8 @@ def test_claims_under_the_invariant_measure_known_values():
     assert value(long, claim="m", statistic="discoveries", kind="V", variant="invariant") == 0
     for rotation in ("errata_bcda", "errata_dabc"):  # K: 2 invariant against 2 of each rotation
         assert value(long, claim="m_inv", statistic="m_inv", variant=rotation) == 2 - 2
-    for h in ("rotated", "true"):  # PR-AUC 0.7 against the better rotation's 0.6
-        assert value(long, claim="c_inv", statistic="c_inv", hypothesis=h) == pytest.approx(0.5 - 0.3)
+    assert value(long, claim="c_inv", statistic="c_inv") == pytest.approx(0.4 - 0.2)  # interaction rho
+    assert value(long, claim="c_proj", statistic="c_proj") == pytest.approx(0.3 - 0.2)
 
 
 def test_timing_through_training_known_values():

@@ -56,7 +56,7 @@ def test_a_heads_summary_or_metrics_without_what_compare_reads_is_refused_by_nam
     summary_path = dirs["heads"] / "seed1" / "summary.json"
     whole = json.loads(summary_path.read_text())
     roles = (
-        "{role: {heldout_loss_effect, probe_loss_effect, placebo_p, serves_heldout}} "
+        "{role: {heldout_loss_effect, probe_loss_effect, placebo_p, placebo_p_lower, serves_heldout}} "
         "for induction, previous_token"
     )
     no_placebo = {

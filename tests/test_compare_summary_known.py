@@ -42,6 +42,7 @@ def test_a_claim_no_seed_tested_is_untestable_with_no_numbers(two_seeds):
         "sign_p": None,
         "per_seed": {},
         "threshold": CLAIMS["b"].threshold,
+        "seeds_absent": 0,
     }
 
 

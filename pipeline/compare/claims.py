@@ -31,6 +31,8 @@ from ..tables import (
     INVARIANT,
     KINDS,
     MEASURES,
+    PROJECTION,
+    SERVES_LEVEL,
     VARIANTS,
     threshold_key,
 )
@@ -97,9 +99,14 @@ class Claim:
     # the rotations the claim's own number is computed against, one row each (variant column): a
     # verdict per rotation, and the claim holds (fails) only when it holds (fails) against every one
     versus: tuple[str, ...] = ()
-    # False: its statistic rests on discoveries of a measure that fails the surrogate check
-    # (docs/maths.md, "Calibration"): computed and shown, never given a verdict
-    calibrated: bool = True
+    # the measures whose discoveries its statistic counts: where the calibrate stage finds one of
+    # them discovering more on its nulls than the FDR allows (stats.calibration_summary), the claim
+    # is computed and shown, and its verdict is "uncalibrated"
+    rests_on: tuple[str, ...] = ()
+    # an auxiliary statistic, 1 in a seed where the composition the claim needs is absent (the
+    # heads exist, and none of their pairs composes even tested alone): a claim that would fail
+    # in every seed while it is absent in every tested seed is "absent", not "fails"
+    absent: str | None = None
 
     def hypotheses(self) -> tuple[str, ...]:
         return tuple(HYPOTHESES) if self.by_hypothesis else (NONE,)
@@ -123,7 +130,8 @@ def claim(
     auxiliary: Mapping[str, str] | None = None,
     restates: str | None = None,
     versus: tuple[str, ...] = (),
-    calibrated: bool = True,
+    rests_on: tuple[str, ...] = (),
+    absent: str | None = None,
 ) -> Callable[[Compute], Compute]:
     """Register the decorated function as claim `name`'s computation, with its words, in `CLAIMS`."""
 
@@ -132,7 +140,7 @@ def claim(
             raise ValueError(f"claim {name!r} is defined twice")
         CLAIMS[name] = Claim(
             name, statement, statistic, threshold, by_hypothesis, compute, auxiliary or {}, restates,
-            versus, calibrated,
+            versus, rests_on, absent,
         )  # fmt: skip
         return compute
 
@@ -196,12 +204,17 @@ def _discoveries(scored: pd.DataFrame, variant: str, kind: str | None = None) ->
 ROTATIONS = HYPOTHESES["rotated"]
 
 
-def _cell_discoveries(scored: pd.DataFrame, variant: str, dst: str, src: str) -> float:
-    """Discoveries among the K pairs dst <- src of `variant`; NaN when the seed has no such pair."""
-    cell = scored[
+def _cell(scored: pd.DataFrame, variant: str, dst: str, src: str) -> pd.DataFrame:
+    """The K pairs dst <- src of `variant`."""
+    return scored[
         (scored["variant"] == variant) & (scored["kind"] == CLAIM_KIND)
         & (scored["dst_role"] == dst) & (scored["src_role"] == src)
     ]  # fmt: skip
+
+
+def _cell_discoveries(scored: pd.DataFrame, variant: str, dst: str, src: str) -> float:
+    """Discoveries among the K pairs dst <- src of `variant`; NaN when the seed has no such pair."""
+    cell = _cell(scored, variant, dst, src)
     return float(cell["discovery"].sum()) if len(cell) else math.nan
 
 
@@ -232,16 +245,18 @@ def _at(statistic: str, threshold: float) -> str:
     return f"{statistic}_at_{threshold_key(threshold)}"
 
 
-def _agreement(inp: SeedInputs, variant: str) -> float:
+def _agreement(inp: SeedInputs, variant: str, statistic: str = "interaction") -> float:
     """Claims (c) and (c_inv): Spearman's rho between `variant`'s K scores and PRIMARY_EFFECT over
-    every K pair: no threshold decides which edges count (the PR-AUC at each threshold is beside it)."""
-    return _number(inp.agreement.get(PRIMARY_EFFECT, {}).get("spearman", {}).get(CLAIM_KIND, {}).get(variant))
+    every K pair, of their pair-specific parts ("interaction": every writer and reader scale
+    removed from both, pipeline/behaviour/agreement.py) or of the raw values ("spearman"); no
+    threshold decides which edges count (the PR-AUC at each threshold is beside it)."""
+    return _number(inp.agreement.get(PRIMARY_EFFECT, {}).get(statistic, {}).get(CLAIM_KIND, {}).get(variant))
 
 
-def _original_agreement(inp: SeedInputs, pair: Sequence[str]) -> float:
-    """The original's agreement under one hypothesis: the better rotation's, which the corrected
-    score must beat whichever the library used."""
-    return _worst([_agreement(inp, v) for v in pair], "lower")
+def _original_agreement(inp: SeedInputs, pair: Sequence[str], statistic: str = "interaction") -> float:
+    """The original's agreement: the better rotation's, which the corrected score must beat
+    whichever the library used."""
+    return _worst([_agreement(inp, v, statistic) for v in pair], "lower")
 
 
 # --- the claims, in the order they are reported ---------------------------------------
@@ -273,12 +288,29 @@ def claim_a(seed: Seed) -> Iterator[Row]:
     "discoveries (FDR analysis.composition.fdr, against the model's own null) among the true "
     "K-composition pairs induction <- recent_window (> 0.5: at least one)",
     threshold=0.5,
-    auxiliary={"relative": "max excess of K induction <- recent_window over induction <- previous_token"},
+    rests_on=("true",),
+    absent="b_absent",
+    auxiliary={
+        "relative": "max excess of K induction <- recent_window over induction <- previous_token",
+        "b_absent": (
+            "1 when the seed has induction <- recent_window K pairs and none composes even when tested "
+            "alone: the smallest of their p-values times their number exceeds analysis.composition.fdr "
+            "(so no discovery either), else 0; NaN without such pairs"
+        ),
+        "b_best_raw_z": "the largest corrected raw z among those pairs (beside m's detection_limit)",
+    },
 )
 def claim_b(seed: Seed) -> Iterator[Row]:
-    """Discoveries among K induction <- recent_window; its size against induction <- previous_token."""
+    """Discoveries among K induction <- recent_window; whether the composition is absent there; its
+    size against induction <- previous_token."""
     value = _cell_discoveries(seed.scored, "true", "induction", "recent_window")
     yield Row("b", value, kind=CLAIM_KIND, variant="true")
+    cell = _cell(seed.scored, "true", "induction", "recent_window")
+    p = cell["p"].dropna()
+    alone = float(p.min() * len(p)) if len(p) else math.nan
+    yield Row("b_absent", math.nan if math.isnan(alone) else float(alone > seed.fdr), kind=CLAIM_KIND,
+              variant="true")  # fmt: skip
+    yield Row("b_best_raw_z", _nanmax(cell["z"]), kind=CLAIM_KIND, variant="true")
     for v in VARIANTS:
         prev = seed.cell(CLAIM_KIND, v, "induction", "previous_token", "max_excess")
         recent = seed.cell(CLAIM_KIND, v, "induction", "recent_window", "max_excess")
@@ -292,6 +324,7 @@ def claim_b(seed: Seed) -> Iterator[Row]:
     "does not depend on the denominators); holds (fails) only when it holds (fails) against both",
     threshold=0.0,
     versus=ROTATIONS,
+    rests_on=("true", *ROTATIONS),
     auxiliary={
         "discoveries": "pairs discovered at FDR analysis.composition.fdr (pipeline/circuits/significance.py)",
         "m_kind": "discoveries of the kind, corrected minus the rotation's (claim m for Q and V beside K)",
@@ -365,14 +398,24 @@ def claim_d(seed: Seed) -> Iterator[Row]:
 @claim(
     "c",
     "The corrected score agrees better with the causal ablation than the original.",
-    "K: Spearman's rho between the score and the path ablation's effect over every K pair, "
-    "corrected minus the better rotation. The effect: how far mean-ablating a's output in b's keys "
-    "alone, on held-out text, moves b's own attention pattern (total variation, mean over query "
-    "positions and the disjoint batches), whatever b's role, so neither score is favoured by "
-    "construction; no threshold decides which edges count (PR-AUC at each threshold beside it)",
+    "K: Spearman's rho between the score and the path ablation's effect over every K pair, each "
+    "with every writer and reader scale removed (the residual of a writer + reader fit of its log, "
+    "per layer pair), corrected minus the better rotation. The effect: how far mean-ablating a's "
+    "output in b's keys alone, on held-out text, moves b's own attention pattern (total variation, "
+    "mean over query positions and the disjoint batches), whatever b's role. Removing the scales "
+    "leaves what is specific to the pair: no score gains from tracking a head's output scale, and "
+    "both denominator hypotheses give the same value",
     threshold=0.0,
-    by_hypothesis=True,
     auxiliary={
+        "interaction": (
+            "Spearman's rho between the pair-specific parts of the score and of the effect (claim c's "
+            "comparison), per measure"
+        ),
+        "main_share": "share of the log effect's variance that writer and reader scales explain",
+        "c_raw": (
+            "the raw-effect comparison: Spearman's rho of the score with the raw |effect|, corrected minus "
+            "the better rotation (scale included: it rewards a score for tracking the writer's output scale)"
+        ),
         "pr_auc": "average precision of the score as a ranking of the causal edges (chance: causal_fraction)",
         "roc_auc": "P(a causal edge outscores a non-causal one)",
         "causal_edges": (
@@ -380,7 +423,7 @@ def claim_d(seed: Seed) -> Iterator[Row]:
         ),
         "causal_fraction": "causal edges over all pairs of the kind: PR-AUC's chance level",
         "top_source": "fraction of later heads whose top ablation source is their top-scoring source",
-        "spearman": "Spearman rho between |ablation effect| and the score, over every pair",
+        "spearman": "Spearman's rho between the raw |ablation effect| and the score, over every pair",
         "role_pr_auc": (
             "PR-AUC of the role-only ranker on the same causal edges, the baseline a score must beat: "
             "it knows only heads.csv's roles and scores a pair 2 for a circuit pair (Q and K: "
@@ -427,9 +470,18 @@ def claim_c(seed: Seed) -> Iterator[Row]:
                 for v in MEASURES:
                     value = _ranking(inp, effect, kind, v, "pr_auc", t)
                     yield Row(_at("pr_auc", t), value, kind=kind, variant=v, effect=effect)
+    for effect in inp.agreement:
+        for kind in KINDS:
+            share = inp.agreement[effect].get("main_share", {}).get(kind)
+            yield Row("main_share", _number(share), kind=kind, effect=effect)
+            for v in MEASURES:
+                r = inp.agreement[effect].get("interaction", {}).get(kind, {}).get(v)
+                yield Row("interaction", _number(r), kind=kind, variant=v, effect=effect)
     for h, pair in HYPOTHESES.items():
-        value = _agreement(inp, "true") - _original_agreement(inp, pair)
-        yield Row("c", value, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
+        value = _agreement(inp, "true", "spearman") - _original_agreement(inp, pair, "spearman")
+        yield Row("c_raw", value, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
+    value = _agreement(inp, "true") - _original_agreement(inp, ROTATIONS)
+    yield Row("c", value, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
 
 
 # the claims about the corrected score, with the basis-invariant measure in its place
@@ -440,12 +492,10 @@ def claim_c(seed: Seed) -> Iterator[Row]:
     "b_inv",
     "(b) with the basis-invariant measure as the corrected score: induction heads also compose "
     "with a recent-window head.",
-    "discoveries among the invariant K-composition pairs induction <- recent_window (> 0.5: at least "
-    "one); uncalibrated: the invariant measure discovers pairs in surrogates whose layers cannot "
-    "compose (docs/maths.md), so no verdict",
+    "discoveries among the invariant K-composition pairs induction <- recent_window (> 0.5: at least one)",
     threshold=0.5,
     restates="b",
-    calibrated=False,
+    rests_on=(INVARIANT,),
 )
 def claim_b_inv(seed: Seed) -> Iterator[Row]:
     value = _cell_discoveries(seed.scored, INVARIANT, "induction", "recent_window")
@@ -456,12 +506,11 @@ def claim_b_inv(seed: Seed) -> Iterator[Row]:
     "m_inv",
     "(m) with the basis-invariant measure as the corrected score: it finds more composition "
     "than the original.",
-    "K discoveries: invariant minus one rotation's, per rotation; uncalibrated: the invariant "
-    "measure discovers pairs in surrogates whose layers cannot compose (docs/maths.md), so no verdict",
+    "K discoveries: invariant minus one rotation's, per rotation",
     threshold=0.0,
     restates="m",
     versus=ROTATIONS,
-    calibrated=False,
+    rests_on=(INVARIANT, *ROTATIONS),
 )
 def claim_m_inv(seed: Seed) -> Iterator[Row]:
     for v in ROTATIONS:
@@ -473,16 +522,29 @@ def claim_m_inv(seed: Seed) -> Iterator[Row]:
     "c_inv",
     "(c) with the basis-invariant measure as the corrected score: it agrees better with the "
     "causal ablation than the original.",
-    "K, the later head's attention pattern on held-out text (as in c): Spearman's rho with the "
-    "effect over every K pair, invariant minus the better rotation",
+    "K, the later head's attention pattern on held-out text (as in c): Spearman's rho between the "
+    "pair-specific parts of the score and of the effect, invariant minus the better rotation",
     threshold=0.0,
-    by_hypothesis=True,
     restates="c",
 )
 def claim_c_inv(seed: Seed) -> Iterator[Row]:
-    for h, pair in HYPOTHESES.items():
-        value = _agreement(seed.inp, INVARIANT) - _original_agreement(seed.inp, pair)
-        yield Row("c_inv", value, hypothesis=h, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
+    value = _agreement(seed.inp, INVARIANT) - _original_agreement(seed.inp, ROTATIONS)
+    yield Row("c_inv", value, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
+
+
+@claim(
+    "c_proj",
+    "(c) with the projection kernel (the overlap of the writer's and the reader's subspaces, "
+    "Yamagiwa et al. 2026) as the corrected score: it agrees better with the causal ablation "
+    "than the original.",
+    "K, the later head's attention pattern on held-out text (as in c): Spearman's rho between the "
+    "pair-specific parts of the score and of the effect, projection kernel minus the better rotation",
+    threshold=0.0,
+    restates="c",
+)
+def claim_c_proj(seed: Seed) -> Iterator[Row]:
+    value = _agreement(seed.inp, PROJECTION) - _original_agreement(seed.inp, ROTATIONS)
+    yield Row("c_proj", value, kind=CLAIM_KIND, effect=PRIMARY_EFFECT)
 
 
 # through training (the dynamics stage; pipeline.behaviour.phases): not the errata's claim, the
@@ -500,6 +562,16 @@ def _channel_pairs(seed: Seed) -> tuple[pd.DataFrame, pd.DataFrame]:
     return k[mine], k[~mine]
 
 
+def _same_writers(P: pd.DataFrame, O: pd.DataFrame, seed: Seed) -> pd.DataFrame:
+    """The rows of O (channels.csv's other K rows) whose writer is one of P's and whose reader is
+    not an induction head: where else the circuit's writers are read."""
+    role = seed.inp.heads.set_index(["layer", "head"])["role"]
+    dst = role.reindex(pd.MultiIndex.from_frame(O[["dst_layer", "dst_head"]])).to_numpy()
+    writers = set(zip(P["src_layer"], P["src_head"], strict=True))
+    mine = [w in writers for w in zip(O["src_layer"], O["src_head"], strict=True)]
+    return O[np.asarray(mine, dtype=bool) & (dst != "induction")]
+
+
 def _mean_log(frame: pd.DataFrame, column: str, over: str | None = None) -> float:
     """mean ln(column / over) over the rows (NaN without a row or with a non-positive value)."""
     x = frame[column].to_numpy(dtype=float) / (frame[over].to_numpy(dtype=float) if over else 1.0)
@@ -511,12 +583,23 @@ def _mean_log(frame: pd.DataFrame, column: str, over: str | None = None) -> floa
     "e",
     "What the library computed measures the extent to which the induction head's query is built "
     "from the same subspace that the previous token head moved data into.",
-    "mean over the discovered K induction <- previous_token pairs of ln(alignment / chance): "
-    "alignment, the share of what the previous-token head's values read (weighted as B C D A "
-    "weighs it) inside the span of the induction head's query input; chance, rank(W_Q) / d_model, "
-    "its value for a randomly rotated writer (> 0: aligned beyond chance)",
+    "specific alignment: the mean over the discovered K induction <- previous_token pairs of "
+    "ln(alignment / chance), minus the same mean over the same previous-token heads' K pairs into "
+    "readers that are not induction heads. alignment: the share of what the previous-token head's "
+    "values read (weighted as B C D A weighs it) inside the span of the reader's query input; "
+    "chance, rank(W_Q) / d_model, its value for a randomly rotated writer (> 0: the writer's values "
+    "read where the induction heads' queries read more than where its other readers' queries read)",
     threshold=0.0,
+    rests_on=("true",),
     auxiliary={
+        "alignment": (
+            "mean ln(alignment / chance) over the circuit pairs alone (> 0: aligned beyond a randomly "
+            "rotated writer, whatever the writer's other readers show)"
+        ),
+        "other_alignment": (
+            "mean ln(alignment / chance) over the same writers' K pairs into readers that are not "
+            "induction heads"
+        ),
         "excess": (
             "ln(B C D A / A B C D) (true denominators), mean over those pairs minus over every other "
             "K pair: how much more of the true score the rotated strand keeps for them; exactly "
@@ -543,7 +626,11 @@ def claim_e(seed: Seed) -> Iterator[Row]:
     value input with the induction head's query input, and where the rotated strand's excess
     comes from (docs/maths.md, "Channels")."""
     P, O = _channel_pairs(seed)
-    yield Row("e", _mean_log(P, "alignment", "query_chance"), kind=CLAIM_KIND)
+    aligned = _mean_log(P, "alignment", "query_chance")
+    theirs = _mean_log(_same_writers(P, O, seed), "alignment", "query_chance")
+    yield Row("e", aligned - theirs, kind=CLAIM_KIND)
+    yield Row("alignment", aligned, kind=CLAIM_KIND)
+    yield Row("other_alignment", theirs, kind=CLAIM_KIND)
     parts = {
         name: 0.5 * (_mean_log(P, column) - _mean_log(O, column))
         for name, column in (("excess_alignment", "alignment"), ("excess_anisotropy", "anisotropy"))
@@ -575,6 +662,7 @@ def claim_e(seed: Seed) -> Iterator[Row]:
     "holds (fails) against both",
     threshold=0.0,
     versus=ROTATIONS,
+    rests_on=("true", *ROTATIONS),
     auxiliary={
         "phase_step": "the first checkpoint at which the best induction score reaches 0.5 (dynamics)",
         "clear_step": "the first checkpoint from which the pair's K-composition stays a discovery (dynamics)",
@@ -618,15 +706,20 @@ STATISTICS = {
         for effect, where in (("heldout", "held-out text"), ("probe", "the repeated probe"))
     },
     **{
-        f"{role}_placebo_p": f"rank-test p of the {role} heads' held-out loss change against "
-        "analysis.heads.placebo_sets random sets of as many heads of the same layers, its own "
-        "included (every other set when fewer): (1 + sets at or above) / (1 + sets)"
+        f"{role}_placebo_p": f"exact permutation p that the {role} heads' held-out loss change is larger "
+        "than that of other heads: (1 + sets at or above) / (1 + sets), over every other set of as many "
+        "heads of the same layers (analysis.heads.placebo_sets at most, drawn uniformly beyond)"
+        for role in ABLATED_ROLES
+    },
+    **{
+        f"{role}_placebo_p_lower": f"the same p in the other direction, that the {role} heads' held-out "
+        "loss change is smaller than that of other heads: (1 + sets at or below) / (1 + sets)"
         for role in ABLATED_ROLES
     },
     **{
         f"{role}_serves_heldout": f"1 when the {role} heads' held-out loss change reaches "
-        "analysis.heads.min_effect and its p <= 1 / (1 + analysis.heads.placebo_sets), else 0 (mean: "
-        "the fraction of seeds)"
+        f"analysis.heads.min_effect and its placebo_p <= {SERVES_LEVEL:g}, else 0 (mean: the fraction "
+        "of seeds)"
         for role in ABLATED_ROLES
     },
     **{statistic: words for c in CLAIMS.values() for statistic, words in c.auxiliary.items()},

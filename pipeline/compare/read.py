@@ -16,6 +16,7 @@ from ..tables import (
     CHANNELS_COLUMNS,
     CURVE_COLUMNS,
     INVARIANT_COLUMNS,
+    OTHER_MEASURES,
     ROLE_STATISTICS,
     SCORES_COLUMNS,
     STEPS_COLUMNS,
@@ -32,7 +33,7 @@ class SeedInputs:
     """What one seed's stages wrote, as read from disk."""
 
     seed: int
-    scores: pd.DataFrame  # composition scores.csv, then invariant.csv as variant "invariant"
+    scores: pd.DataFrame  # composition scores.csv, then invariant.csv and projection.csv as those variants
     placebo: pd.DataFrame  # composition placebo.csv: the pairs that cannot compose, every measure
     heads: pd.DataFrame  # heads.csv: layer, head, role, scores
     agreement: dict  # heads summary.json "agreement": {effect: {"spearman": ..., "top_source": ...}}
@@ -42,9 +43,23 @@ class SeedInputs:
     steps: pd.DataFrame  # dynamics steps.tsv: one row per checkpoint
     channels: pd.DataFrame  # composition channels.csv: each later pair's top channel, its share and test
     channel_ablation: dict  # heads summary.json "channel_ablation" ({} when the heads stage had no channels)
+    calibration: dict | None = None  # the calibrate stage's calibration.json (None: not calibrated)
 
 
-def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: Path) -> SeedInputs:
+CALIBRATION_KEYS = (
+    "families",
+    "placebo",
+    "non_composing",
+    "detection_limits",
+    "power",
+    "channels",
+    "claim_e",
+)
+
+
+def read_seed(
+    seed: int, train: Path, composition: Path, heads: Path, dynamics: Path, calibration: Path | None = None
+) -> SeedInputs:
     """Read seed `seed`'s files from the stages' output directories (`<dir>/seed<N>/`)."""
     sub = f"seed{seed}"
     summary_path = heads / sub / "summary.json"
@@ -71,7 +86,10 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: 
         seed=seed,
         scores=join_measures(
             read_csv(composition / sub / "scores.csv", SCORES_COLUMNS, empty_ok=False),
-            read_csv(composition / sub / "invariant.csv", INVARIANT_COLUMNS, empty_ok=False),
+            {
+                m: read_csv(composition / sub / f"{m}.csv", INVARIANT_COLUMNS, empty_ok=False)
+                for m in OTHER_MEASURES
+            },
         ),
         placebo=read_csv(composition / sub / "placebo.csv", SCORES_COLUMNS, empty_ok=False),
         heads=read_csv(heads / sub / "heads.csv", HEADS_COLUMNS, empty_ok=False),
@@ -82,7 +100,19 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: 
         steps=read_csv(dynamics / sub / "steps.tsv", STEPS_COLUMNS, sep="\t", empty_ok=False),
         channels=read_csv(composition / sub / "channels.csv", CHANNELS_COLUMNS, empty_ok=False),
         channel_ablation=_channel_ablation(summary, summary_path),
+        calibration=None if calibration is None else _calibration(calibration / sub / "calibration.json"),
     )
+
+
+def _calibration(path: Path) -> dict:
+    """The calibrate stage's calibration.json, with every part compare reads."""
+    found = io.read_json(path)
+    missing = [k for k in CALIBRATION_KEYS if not isinstance(found, dict) or k not in found]
+    if missing:
+        raise UserError(
+            str(path), f"missing {', '.join(missing)}: not the calibrate stage's calibration.json"
+        )
+    return found
 
 
 def _channel_ablation(summary: dict, path: Path) -> dict:

@@ -27,7 +27,11 @@ such seeds are left out of it and counted. Across seeds: the mean and a t interv
 resamples), every seed's value, the seeds on each side of the threshold and the exact sign
 test. A verdict per claim and hypothesis: holds (fails) when at least
 `analysis.compare.min_seeds` seeds are tested, every one lies above (below) the threshold,
-and so does the whole interval; untestable when no seed has the heads; else inconclusive.
+and so does the whole interval; untestable when no seed has the heads; else inconclusive. A
+claim that names an `absent` statistic (claims.Claim.absent) and would fail while the
+composition it needs is absent in every tested seed is "absent": the heads are there, and their
+pairs do not compose, so the claim's premise does not hold in these models (not a failure of
+the score).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from ..tables import (
     excess,
     threshold_key,
 )
+from . import calibration
 from .claims import CLAIM_KIND, CLAIMS, NONE, PRIMARY_EFFECT, Row, Seed
 from .read import TRAIN_METRICS, SeedInputs
 
@@ -230,10 +235,14 @@ def across_seeds(claims: pd.DataFrame, cfg: CompareConfig) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
 
 
-def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> dict:
+def summarize(
+    claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig, calibrated: dict | None = None
+) -> dict:
     """The headline (summary.json): per claim and hypothesis, the verdict, every seed's value, the
     seeds on each side of the threshold, the sign test, the mean and t interval; the mean of the
-    training metrics and of the role counts."""
+    training metrics and of the role counts. `calibrated`: the run's calibration
+    (calibration.summary); a claim resting on a measure it finds uncalibrated is "uncalibrated"."""
+    doubtful = calibration.uncalibrated((calibrated or {}).get("measures", {}))
     n_seeds = int(claims["seed"].nunique())
     rule = (
         f"holds (fails): at least {cfg.min_seeds} seeds, every seed above (below) the threshold, and "
@@ -255,8 +264,14 @@ def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> 
             mine = per_seed[per_seed[column] == h]
             values = mine["value"].astype(float)
             decided = verdict(s, limit, values, cfg.min_seeds)
+            absent = _absent_seeds(claims, name, claim.absent)
+            if decided == "fails" and absent is not None and absent == int(values.notna().sum()):
+                decided = "absent"
             summary["claims"][name][h] = {
-                "verdict": decided if claim.calibrated or decided == "untestable" else "uncalibrated",
+                "verdict": (
+                    "uncalibrated" if doubtful & set(claim.rests_on) and decided != "untestable" else decided
+                ),
+                **({"seeds_absent": absent} if claim.absent else {}),
                 "seeds_holding": int((values > limit).sum()),
                 "seeds_failing": int((values < limit).sum()),
                 "seeds_tested": int(values.notna().sum()),
@@ -267,6 +282,8 @@ def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> 
                 "per_seed": {str(seed): v for seed, v in zip(mine["seed"], values, strict=True)},
                 "threshold": limit,
             }
+    if calibrated is not None:
+        summary["calibration"] = calibrated
     summary["causal_check"] = _causal_check(claims, stats)
     summary["m_by_kind"] = _by_kind_and_rotation(stats, "m", "m_kind")
     summary["detection_limits"] = _detection_limits(claims)
@@ -274,6 +291,15 @@ def summarize(claims: pd.DataFrame, stats: pd.DataFrame, cfg: CompareConfig) -> 
         rows = stats[stats["claim"] == section]
         summary[section] = dict(zip(rows["statistic"], rows["mean"], strict=True))
     return _json_safe(summary)
+
+
+def _absent_seeds(claims: pd.DataFrame, name: str, statistic: str | None) -> int | None:
+    """The seeds in which the claim's composition is absent (its `absent` statistic is 1); None
+    for a claim without one."""
+    if statistic is None:
+        return None
+    rows = claims[(claims["claim"] == name) & (claims["statistic"] == statistic)]
+    return int((rows["value"] == 1).sum())
 
 
 def headline(summary: dict) -> dict:
@@ -340,9 +366,9 @@ def _detection_limits(claims: pd.DataFrame) -> dict:
 
 def _causal_check(claims: pd.DataFrame, stats: pd.DataFrame) -> dict:
     """Claim (c)'s cell (K, PRIMARY_EFFECT): the causal edges per seed, each measure's Spearman rho
-    (what (c) compares), PR-AUC and ROC-AUC per seed with their mean and t interval, and the
-    role-only ranker's PR-AUC (the baseline a score must beat) likewise; the PR-AUCs again at each
-    of CAUSAL_THRESHOLDS."""
+    of the pair-specific parts (interaction: what (c) compares) and of the raw values, PR-AUC and
+    ROC-AUC per seed with their mean and t interval, and the role-only ranker's PR-AUC (the
+    baseline a score must beat) likewise; the PR-AUCs again at each of CAUSAL_THRESHOLDS."""
     mine = (claims["claim"] == "c") & (claims["kind"] == CLAIM_KIND) & (claims["effect"] == PRIMARY_EFFECT)
     cell = (stats["claim"] == "c") & (stats["kind"] == CLAIM_KIND) & (stats["effect"] == PRIMARY_EFFECT)
     edges = claims[mine & (claims["statistic"] == "causal_edges")]
@@ -362,7 +388,7 @@ def _causal_check(claims: pd.DataFrame, stats: pd.DataFrame) -> dict:
             "per_seed": {str(x): v for x, v in zip(per_seed["seed"], per_seed["value"], strict=True)},
         }
 
-    for key in ("spearman", "pr_auc", "roc_auc"):  # spearman: what (c) itself compares
+    for key in ("interaction", "spearman", "pr_auc", "roc_auc"):  # interaction: what (c) itself compares
         out[key] = {m: across(key, m) for m in MEASURES}
     out["role_pr_auc"] = across("role_pr_auc")
     for t in CAUSAL_THRESHOLDS:  # where an edge starts to count, and what that does to the ranking
@@ -419,6 +445,7 @@ def compare(
         curves.append(inp.curve.assign(seed=inp.seed))
     claims = pd.concat(long, ignore_index=True)
     stats = across_seeds(claims, cfg)
+    calibrated = calibration.summary(inputs, fdr) if any(i.calibration for i in inputs) else None
 
     def seed_first(frame: pd.DataFrame) -> pd.DataFrame:
         return frame[["seed", *[c for c in frame.columns if c != "seed"]]].reset_index(drop=True)
@@ -427,7 +454,7 @@ def compare(
     return Comparison(
         claims=claims,
         stats=stats,
-        summary=(summary := summarize(claims, stats, cfg)),
+        summary=(summary := summarize(claims, stats, cfg, calibrated)),
         headline=headline(summary),
         groups=seed_first(pd.concat(groups)),
         roles=seed_first(pd.concat(roles)),

@@ -80,6 +80,7 @@ pre { background: #f7f7f7; padding: .8em; overflow-x: auto; font-size: .85em; }
 .holds { color: #1a7f37; font-weight: bold; } .fails { color: #cf222e; font-weight: bold; }
 .uncalibrated { color: #6e7781; font-style: italic; }
 .inconclusive, .untestable { color: #9a6700; font-weight: bold; }
+.absent { color: #0550ae; font-weight: bold; }
 .note { font-size: .9em; color: #555; }
 """
 
@@ -378,10 +379,10 @@ REAL = Domain()
 # its values are whole. `tests/test_report.py` checks that every statistic is here.
 DOMAINS: dict[str, Domain] = {
     # the claims' own numbers
-    "a": DIFFERENCE, "b": COUNT, "b_inv": COUNT, "c": DIFFERENCE, "c_inv": DIFFERENCE, "d": INDICATOR,
-    "e": REAL, "m": WHOLE, "m_inv": WHOLE, "t": WHOLE,
+    "a": DIFFERENCE, "b": COUNT, "b_inv": COUNT, "c": DIFFERENCE, "c_inv": DIFFERENCE, "c_proj": DIFFERENCE,
+    "d": INDICATOR, "e": REAL, "m": WHOLE, "m_inv": WHOLE, "t": WHOLE,
     # (a), (b)
-    "selectivity": CORRELATION, "relative": REAL,
+    "selectivity": CORRELATION, "relative": REAL, "b_absent": INDICATOR, "b_best_raw_z": REAL,
     # (m)
     "discoveries": COUNT, "m_kind": WHOLE, "placebo_rate": UNIT, "raw_z_above_3": COUNT,
     "detection_limit": REAL,
@@ -389,8 +390,10 @@ DOMAINS: dict[str, Domain] = {
     "drawn": COUNT, "layer0_k_sources": COUNT, "only_k_one_source": INDICATOR,
     # (c), and each of its `_at_<threshold>` statistics
     "pr_auc": UNIT, "roc_auc": UNIT, "role_pr_auc": UNIT, "causal_edges": COUNT, "causal_fraction": UNIT,
-    "top_source": UNIT, "spearman": CORRELATION,
+    "top_source": UNIT, "spearman": CORRELATION, "interaction": CORRELATION, "main_share": UNIT,
+    "c_raw": DIFFERENCE,
     # (e)
+    "alignment": REAL, "other_alignment": REAL,
     "excess": REAL, "excess_alignment": REAL, "excess_anisotropy": REAL, "output_query": REAL,
     "pairs": COUNT, "effective_channels": Domain(1.0), "top_share": UNIT, "channel_discoveries": COUNT,
     "causal_share": NONNEGATIVE,
@@ -402,7 +405,9 @@ DOMAINS: dict[str, Domain] = {
 CLAIM_DOMAINS: dict[str, dict[str, Domain]] = {
     "training": {"eval_loss": NONNEGATIVE, "induction": UNIT, "prev_token": UNIT},
 }
-SUFFIX_DOMAINS = {"_loss_effect": REAL, "_placebo_p": UNIT, "_serves_heldout": INDICATOR}
+SUFFIX_DOMAINS = {
+    "_loss_effect": REAL, "_placebo_p": UNIT, "_placebo_p_lower": UNIT, "_serves_heldout": INDICATOR,
+}  # fmt: skip
 WHOLE_CLAIMS = ("roles",)  # every statistic a count (heads with the role)
 AT_THRESHOLD = re.compile(r"_at_[0-9.]+$")  # claim (c) again at a threshold: the same statistic
 
