@@ -74,6 +74,24 @@ INVARIANT = "invariant"
 PROJECTION = "projection"
 OTHER_MEASURES = (INVARIANT, PROJECTION)
 MEASURES = (*VARIANTS, *OTHER_MEASURES)
+# what each measure is, in a line (the report's legend; each module's doc has the maths)
+MEASURE_WORDS = {
+    "true": "the corrected score, ||A B C D|| / (||A B|| ||C D||) (pipeline/circuits/composition.py)",
+    "errata_bcda": (
+        "the original as the errata says the library computed it, ||B C D A||, rotated denominators"
+    ),
+    "errata_dabc": "the original's other rotation, ||D A B C||, rotated denominators",
+    "errata_bcda_trueden": "B C D A over the true denominators ||A B|| ||C D||",
+    "errata_dabc_trueden": "D A B C over the true denominators",
+    INVARIANT: (
+        "the corrected score in the frame where the residual stream's token paths are white: unchanged by "
+        "a change of residual basis (pipeline/circuits/invariant.py)"
+    ),
+    PROJECTION: (
+        "the projection kernel: how far the subspace the writer writes into and the one the reader reads "
+        "from overlap, whatever the singular values (pipeline/circuits/projection.py)"
+    ),
+}
 # channels.csv (pipeline/circuits/channels.py): per kind and later pair, its corrected score's top
 # channel (writer channel i x reader channel j, by descending singular value) and that channel's
 # share; effective_channels = 1 / sum of squared shares; z the top share's raw z against the

@@ -5,7 +5,7 @@
 
 Shows the seeds listed in params.yaml: a table of contents, the verdicts on the claims, the
 compare stage's tables and figures, each seed's images under `<figures>/seed<N>/` (its errata
-diagram first, each with its caption: pipeline/present/report.py FIGURES), every statistic
+diagram first, each with its caption from the module that draws it), every statistic
 across seeds (folded), the config and the environment.
 """
 

@@ -928,7 +928,7 @@ def _compare_args(
     p = write_params(tmp, good, {"seeds": [0], "analysis.compare.min_seeds": 1, **(changes or {})})
     return ["--params", str(p), "--train", str(dirs["train"]), "--composition", str(dirs["composition"]),
             "--heads", str(dirs["heads"]), "--dynamics", str(dirs["dynamics"]),
-            "--out", str(tmp / "compare")]  # fmt: skip
+            "--calibration", str(dirs["calibration"]), "--out", str(tmp / "compare")]  # fmt: skip
 
 
 def _other_config(tmp: Path, good: Good) -> Path:
@@ -978,6 +978,7 @@ def _report_args(tmp: Path, good: Good) -> list[str]:
                                                         "--composition", str(dirs["composition"]),
                                                         "--heads", str(dirs["heads"]),
                                                         "--dynamics", str(dirs["dynamics"]),
+                                                        "--calibration", str(dirs["calibration"]),
                                                         "--out", str(shared / "compare")])  # fmt: skip
         assert compare == 0
     return ["--params", str(p), "--compare", str(shared / "compare"),

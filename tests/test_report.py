@@ -8,6 +8,7 @@ network request sent to a dead proxy and reports any image that did not load.
 from __future__ import annotations
 
 import base64
+import html
 import importlib.metadata
 import json
 import os
@@ -25,6 +26,7 @@ import pytest
 import synthetic_seeds as syn
 
 from pipeline import io, params, tables
+from pipeline.errors import UserError
 from pipeline.present import figures, report
 from pipeline.present.figures import channels as channel_figures
 from stages import compare as compare_stage
@@ -101,6 +103,8 @@ def build(root: Path, seeds=SEEDS) -> Path:
                 str(dirs["heads"]),
                 "--dynamics",
                 str(dirs["dynamics"]),
+                "--calibration",
+                str(dirs["calibration"]),
                 "--out",
                 str(compare_out),
             ]
@@ -168,16 +172,18 @@ def test_page_embeds_every_figure_byte_for_byte(page):
     images = [a for t, a in Page(page.read_text()).tags if t == "img"]
     embedded = sorted(base64.b64decode(a["src"].split(",", 1)[1]) for a in images)
     expected = expected_images(root)
-    # claims, curves, roles, timing; each seed's errata diagram and channel figure
+    # claims, curves, roles, timing; each seed's errata diagram and channel figure; and the first
+    # seed's errata diagram once more, beside the answer at the top
     assert len(expected) == 4 + 2 * len(SEEDS)
-    assert embedded == sorted(expected.values())
+    first = expected[f"seed{SEEDS[0]}/errata_diagram.png"]
+    assert embedded == sorted([*expected.values(), first])
 
 
 def test_every_figure_has_a_caption_and_an_alt_text_that_say_what_it_shows(page):
     """Not its file name (the page once captioned every figure "errata_diagram.png" and so on)."""
     text = page.read_text()
     figures = re.findall(r"<figure id=[^>]*>(.*?)</figure>", text, re.S)
-    assert len(figures) == len(expected_images(page.parents[1]))
+    assert len(figures) == len(expected_images(page.parents[1])) + 1  # the answer's errata diagram
     for fig in figures:
         alt = html_unescape(re.search(r'alt="([^"]*)"', fig).group(1))
         caption = re.search(r"<figcaption>(.*?)</figcaption>", fig, re.S).group(1)
@@ -187,14 +193,22 @@ def test_every_figure_has_a_caption_and_an_alt_text_that_say_what_it_shows(page)
         assert "No caption yet" not in words
 
 
-def test_every_figure_the_stages_draw_has_a_caption():
-    """The figures stage's and the compare stage's images, by name: each in FIGURES."""
+def test_every_figure_the_stages_draw_has_a_caption_beside_its_drawing_code():
+    """The figures stage's and the compare stage's images, by name: each in the CAPTIONS of the
+    module that draws it, and each in the page's ORDER."""
+    from pipeline.present.figures import compare as compare_figures
+    from pipeline.present.figures import composition, dynamics
+    from pipeline.present.figures import heads as heads_figures
     from stages.figures import FIGURE_EFFECTS
 
     seed = {"errata_diagram", "channels", "dynamics", "copying_vs_qk", "attention_patterns"}
     seed |= {f"composition_{k}" for k in tables.KINDS} | {f"ablation_{n}" for n in FIGURE_EFFECTS.values()}
-    assert seed | {"claims", "curves", "roles", "timing"} <= set(report.FIGURES)
-    assert set(report.FIGURES) <= set(report.ORDER)
+    assert seed | {"claims", "curves", "roles", "timing"} == set(report.captions())
+    assert set(report.captions()) <= set(report.ORDER)
+    assert {"claims", "curves", "roles", "timing"} == set(compare_figures.CAPTIONS)
+    assert {"errata_diagram", "composition_K"} <= set(composition.CAPTIONS)
+    assert set(dynamics.CAPTIONS) == {"dynamics"} and "copying_vs_qk" in heads_figures.CAPTIONS
+    assert set(channel_figures.CAPTIONS) == {"channels"}
 
 
 def test_page_shows_claims_tables_config_and_environment(page):
@@ -202,12 +216,17 @@ def test_page_shows_claims_tables_config_and_environment(page):
     summary = json.loads((page.parents[1] / "compare" / "verdicts.json").read_text())
     verdicts = [s["verdict"] for claim in summary["claims"].values() for s in claim.values()]
     assert summary["claims"]["a"]["rotated"]["verdict"] == "holds" and "inconclusive" in verdicts
-    # planted (synthetic_seeds): a, c and c_inv under both hypotheses, b, m and t against both
-    # rotations, d (rotated), e; b_inv and m_inv rest on an uncalibrated measure: no verdict
-    assert text.count('class="holds">holds<') == verdicts.count("holds") == 13
-    assert text.count('class="uncalibrated">uncalibrated<') == verdicts.count("uncalibrated") == 3
-    assert "against B C D A" in text and "against D A B C" in text  # (m) and (t), a row per rotation
-    assert "rotated denominators" in text and "true denominators" in text  # both hypotheses, side by side
+    # planted (synthetic_seeds): a under both hypotheses, b, m and t against both rotations, d
+    # (rotated), c, c_inv, c_proj, e; b_inv and m_inv rest on a measure the run's calibration
+    # finds discovering too much: no verdict
+    table = text.split('id="claims"', 1)[1].split("</table>", 1)[0]
+    assert table.count('class="holds">holds<') == verdicts.count("holds") == 12
+    assert table.count('class="uncalibrated">uncalibrated<') == verdicts.count("uncalibrated") == 3
+    for side in ("errata_bcda", "errata_dabc", "rotated", "true"):  # a row per rotation or hypothesis
+        assert html.escape(report.HYPOTHESIS_LABELS[side]) in table
+    # the answer first: a line per claim with its verdicts, before the contents
+    answer = text.split("<body>", 1)[1].split('<nav id="contents">', 1)[0]
+    assert answer.count("<li>") == len(report.CLAIMS) and 'id="answer-diagram"' in answer
     for seed in SEEDS:
         assert f'<h2 id="seed{seed}">Seed {seed}</h2>' in text
     assert (
@@ -224,30 +243,24 @@ def test_each_seed_shows_its_channel_figure_with_its_caption_after_the_errata_di
         ids = [a["id"] for t, a in Page(section).tags if t == "figure"]
         assert ids == [f"seed{seed}-errata_diagram", f"seed{seed}-channels"]  # the answer first
         caption = section.split(f'<figure id="seed{seed}-channels">', 1)[1].split("</figcaption>", 1)[0]
-        caption = caption.split("<figcaption>", 1)[1]
-        assert caption.startswith("<strong>Channel tables: where each discovered pair composes.</strong>")
-        for words in (
-            "All 4 pairs whose corrected score is a discovery (K 3, Q 0, V 1)",  # how many
-            "Rows: the writer&#x27;s channels i",  # the axes
-            "columns: the reader&#x27;s channels j",
-            "(all 4)",  # d_head 4: every channel shown
-            "Share (i, j) is the fraction of the pair&#x27;s squared corrected numerator",  # a share
-            "sum to 1",
-            "channel discovery (1 shown)",
-        ):
-            assert words in caption, words
+        facts = json.loads((page.parents[1] / "figures" / f"seed{seed}" / "channels.json").read_text())
+        assert html.escape(channel_figures.caption(facts)) in caption  # the caption its facts give
 
 
-def test_channel_caption_counts_what_was_left_out_and_says_when_nothing_was_found():
-    facts = {
-        "discovered": {"K": 20, "Q": 3, "V": 7}, "shown": 24, "left_out": 6, "channel_discoveries": 5,
-        "d_head": 64, "channels_shown": 16,
-    }  # fmt: skip
-    caption = report.channels_caption(facts)
-    assert "24 of the 30 pairs" in caption and "(K 20, Q 3, V 7)" in caption
-    assert "the 6 with the lowest calibrated z are left out" in caption and "leading 16 of 64" in caption
-    none = {**facts, "discovered": {"K": 0, "Q": 0, "V": 0}, "shown": 0, "left_out": 0}
-    assert report.channels_caption(none).startswith("No pair's corrected score is a discovery")
+FACTS = {
+    "discovered": {"K": 20, "Q": 3, "V": 7}, "shown": 24, "left_out": 6, "channel_discoveries": 5,
+    "d_head": 64, "channels_shown": 16,
+}  # fmt: skip
+
+
+def test_the_channel_caption_gives_the_counts_of_its_facts_and_says_when_nothing_was_found():
+    caption = channel_figures.caption(FACTS)
+    for number in ("24", "30", "K 20, Q 3, V 7", "6", "16", "64", "5"):
+        assert number in caption, number
+    none = {**FACTS, "discovered": {"K": 0, "Q": 0, "V": 0}, "shown": 0, "left_out": 0}
+    assert not any(c.isdigit() for c in channel_figures.caption(none))  # nothing to count
+    every = channel_figures.caption({**FACTS, "shown": 30, "left_out": 0, "channels_shown": 64})
+    assert "24" not in every and "30" in every
 
 
 def test_a_broken_channel_facts_file_is_named(page, tmp_path, capsys):
@@ -634,3 +647,88 @@ def test_claim_c_tables_show_the_role_only_baseline_and_each_threshold():
     # edges (a count: its mean to a tenth), the role-only ranker's PR-AUC, the corrected score's
     assert by_threshold["0.05"][2:5] == ["1.0 [1.0, 1.0]", "0.50 [0.50, 0.50]", "1.00 [1.00, 1.00]"]
     assert by_threshold["0.1"][2] == "0.0 [0.0, 0.0]" and set(by_threshold["0.1"][3:]) == {"–"}
+
+
+# --- the page's words come from where the method is computed ------------------------------------
+
+
+def test_images_come_in_order_with_their_captions_and_an_undescribed_one_says_so(tmp_path):
+    """Known figures in ORDER (claims before timing before ablation_loss, alphabetically the
+    reverse) with their module's caption, an SVG only where no PNG of its name exists, then the
+    figures no one ordered, by name; one no module describes is captioned as needing a caption."""
+    for name in (
+        "zeta_plot.png",
+        "new_measure.svg",
+        "timing.png",
+        "ablation_loss.png",
+        "claims.png",
+        "claims.svg",
+    ):
+        (tmp_path / name).write_bytes(name.encode())
+    (tmp_path / "notes.txt").write_text("not an image")
+    images = report.read_images(tmp_path)
+    assert [i.name for i in images] == [
+        "claims.png", "timing.png", "ablation_loss.png", "new_measure.svg", "zeta_plot.png"
+    ]  # fmt: skip
+    assert [i.mime for i in images][-2:] == ["image/svg+xml", "image/png"] and images[0].data == b"claims.png"
+    assert images[0].caption == report.captions()["claims"]
+    assert images[3].caption.short == "new measure" and images[3].caption != images[4].caption
+    assert images[3].caption.text == images[4].caption.text  # the same request for a caption
+    with pytest.raises(UserError, match="figure directory not found"):
+        report.read_images(tmp_path / "figures")
+
+
+def test_the_channel_figure_is_captioned_from_its_facts_and_broken_facts_are_named(tmp_path):
+    (tmp_path / "channels.png").write_bytes(b"png")
+    (tmp_path / "channels.json").write_text(json.dumps(FACTS))
+    (image,) = report.read_images(tmp_path)
+    assert image.caption.text == channel_figures.caption(FACTS)
+    assert image.caption.title == channel_figures.CAPTIONS["channels"].title
+    (tmp_path / "channels.json").write_text(json.dumps({"discovered": {"K": 1}}))
+    with pytest.raises(UserError, match="channels.json"):
+        report.read_images(tmp_path)
+
+
+@pytest.mark.slow
+def test_changing_the_words_where_the_method_is_computed_changes_the_page(page, tmp_path):
+    """Provenance: in a copy of the code, the null's description (circuits/significance.py), a
+    figure's caption (its drawing module), a claim's statement (compare/claims.py) and a measure's
+    words (tables.py) are changed; the report stage run on the same outputs prints the new words,
+    and none of the old."""
+    import subprocess
+    import sys
+
+    from pipeline.circuits import significance
+
+    root = Path(__file__).resolve().parents[1]
+    copy = tmp_path / "code"
+    for part in ("pipeline", "stages"):
+        shutil.copytree(root / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    changes = {
+        "pipeline/circuits/significance.py": (
+            "A pair composes when it is a discovery",
+            "NULLWORDS pair composes",
+        ),
+        "pipeline/present/figures/composition.py": (
+            "The paper's composition diagram drawn twice",
+            "CAPTIONWORDS",
+        ),
+        "pipeline/compare/claims.py": ("The corrected score finds more composition than", "CLAIMWORDS"),
+        "pipeline/tables.py": ("the projection kernel: how far", "MEASUREWORDS"),
+    }
+    for path, (old, new) in changes.items():
+        text = (copy / path).read_text()
+        assert old in text, path
+        (copy / path).write_text(text.replace(old, new))
+    out = page.parents[1]
+    argv = ["--params", str(out.parent / "params.yaml"), "--compare", str(out / "compare"),
+            "--figures", str(out / "figures"), "--out", str(tmp_path / "index.html")]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "stages.report", *argv], cwd=copy, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    changed = (tmp_path / "index.html").read_text()
+    for _, new in changes.values():
+        assert new in changed, new
+    assert html.escape(significance.DESCRIPTION) in page.read_text()  # the original's, unchanged
+    assert html.escape(significance.DESCRIPTION) not in changed

@@ -5,6 +5,7 @@ tiny long table, and the environment's rows (threads, variables, the git revisio
 
 from __future__ import annotations
 
+import html
 import math
 import re
 import subprocess
@@ -453,7 +454,7 @@ def test_the_composition_tables_count_each_role_groups_pairs_k_first():
 
 
 def image(stem: str) -> report.Image:
-    return report.Image(f"{stem}.png", stem.encode(), "image/png", report.FIGURES[stem])
+    return report.Image(f"{stem}.png", stem.encode(), "image/png", report.captions()[stem])
 
 
 def small_page(extra: tuple[dict, ...] = ()) -> str:
@@ -479,111 +480,50 @@ def small_page(extra: tuple[dict, ...] = ()) -> str:
     )  # fmt: skip
 
 
-def test_the_contents_list_the_verdicts_the_rankings_then_the_long_tables_config_and_environment():
-    assert report._contents({}, False) == (
-        '<nav id="contents"><h2>Contents</h2><ol>'
-        '<li><a href="#claims">Verdicts: the errata\'s claims</a></li>'
-        '<li><a href="#causal">(c) Which score ranks the causal edges</a></li>'
-        '<li><a href="#across-seeds">Every statistic across seeds</a></li>'
-        '<li><a href="#config">Config (params.yaml)</a></li>'
-        '<li><a href="#environment">Environment</a></li>'
-        "</ol></nav>"
-    )
-
-
-def test_the_page_puts_each_figure_where_the_contents_link_it():
+def test_the_contents_link_every_section_of_the_page_in_its_order():
     page = small_page()
-    contents = page.split('<nav id="contents">')[1].split("</nav>")[0]
-    assert '<a href="#compare-figures">Across seeds: timing, training, head roles</a>' in contents
-    assert (
-        '<a href="#seed0">Seed 0</a><br><span class="figures"><a href="#seed0-dynamics">'
-        f"{report.FIGURES['dynamics'].short}</a> · "
-        '<a href="#seed0-tables">roles and role groups</a></span>'
-    ) in contents
-    assert '<span class="figures"><a href="#seed1-tables">roles and role groups</a></span>' in contents
-    order = [
-        '<figure id="fig-claims">',
-        '<h2 id="causal">',
-        '<h2 id="compare-figures">',
-        '<figure id="fig-timing">',
-    ]
-    order += ['<h2 id="seed0">', '<figure id="seed0-dynamics">', '<h2 id="seed1">', '<h2 id="environment">']
+    links = re.findall(r'<a href="#([^"]+)">', page.split('<nav id="contents">')[1].split("</nav>")[0])
+    assert links == [
+        "claims", "calibration", "causal", "compare-figures", "seed0", "seed0-dynamics", "seed0-tables",
+        "seed1", "seed1-tables", "across-seeds", "config", "environment",
+    ]  # fmt: skip
+    for anchor in links:
+        assert f'id="{anchor}"' in page, anchor
+    order = [f'id="{a}"' for a in links if a != "compare-figures"]
     assert [page.index(o) for o in order] == sorted(page.index(o) for o in order)
-    assert page.count("<figure ") == 3
-    assert "Verdict: the rule; <em>untestable</em>" in page
-    assert (
-        "PR-AUC's chance level is the fraction of causal edges; the role-only baseline ranks the pairs by "
-        "the heads' roles alone (previous-token or recent-window into induction first, then pairs of named "
-        "roles)."
-    ) in page
-    assert (
-        '<p class="note">Scores to three significant digits of their column\'s largest; "–": missing, '
-        in page
-    )
-    clipped = (
-        "Intervals are clipped to the range the statistic can take (PR-AUC, ROC-AUC, shares, rates and "
-        "0/1 indicators to [0, 1], Spearman's rho and selectivity to [-1, 1], their differences to "
-        "[-2, 2], counts and steps to 0 or more): the t interval is symmetric about the mean and knows "
-        "no bound. Every number of a statistic has the same decimals (three significant digits at its "
-        "largest); counts per seed are whole."
-    )
-    assert page.count(clipped) == 2  # under the verdicts and above every statistic across seeds
-    assert f"(valid for a handful of seeds). {clipped} Verdict: the rule;" in page
+    assert page.count("<figure ") == 3  # no errata diagram in this page: no answer figure
     environment = page.split('<h2 id="environment">')[1]
     assert rows_of(environment) == [["python", "3.x"]]
-    assert "<thead><tr><th></th><th>value</th></tr></thead>" in environment
 
 
-def test_the_page_says_what_composition_is_measured_as_and_how_heads_are_compared():
-    assert (
-        "Composition is measured as score minus the random-matrix baseline of its variant "
-        "(<em>excess</em>); heads are compared across seeds through their roles, not their indices. "
-        "<em>true</em> is the corrected score"
-    ) in small_page()
+def test_the_pages_words_about_the_method_are_the_registrys():
+    """Provenance, in-process: the null's description, each measure's words, the verdict words and
+    claim (c)'s statistic and causal-edge words are on the page as the registry says them."""
+    from pipeline.circuits import significance
+    from pipeline.compare.stats import VERDICT_WORDS
+    from pipeline.tables import MEASURE_WORDS
 
-
-CAUSAL_PARAGRAPH = (
-    "<p>The path ablation runs on disjoint held-out batches; an edge is causal when its mean effect "
-    "reaches analysis.heads.min_effect and exceeds its batch-to-batch spread (one-sided t test, 5%). "
-    "Claim (c) reads <em>pattern_effect</em>: how far cutting the edge moves the later head's "
-    "attention pattern on held-out text (total variation, mean over query positions), whatever the "
-    "head's role; the probe's induction score (attn_effect) counts only composition that serves "
-    "induction. Each score ranks every K pair; PR-AUC's chance level is the fraction of causal "
-    "edges; the role-only baseline ranks the pairs by the heads' roles alone (previous-token or "
-    "recent-window into induction first, then pairs of named roles). Mean over "
-    "seeds [95% t interval, clipped to the statistic's range].</p>"
-)
-THRESHOLDS_PARAGRAPH = (
-    "<p>The same, an edge causal from each threshold of its effect on (and beyond its noise): "
-    "the causal edges, the role-only baseline's PR-AUC and each measure's.</p>"
-)
-
-
-def test_the_page_says_how_claim_c_finds_the_causal_edges_under_its_heading():
     page = small_page()
-    assert f'<h2 id="causal">(c) Which score ranks the causal edges</h2>\n{CAUSAL_PARAGRAPH}\n' in page
-
-
-def test_the_page_says_a_pair_composes_when_it_is_a_discovery_against_its_own_null():
-    assert (
-        "when no seed has the heads the claim needs. A pair counts as composing when it is a "
-        "<em>discovery</em>: Benjamini-Hochberg at the configured FDR against the model's own empirical "
-        "null (its raw z standardised by its block's median and MAD, tested against the pairs that "
-        "cannot compose).</p>"
-    ) in small_page()
+    assert html.escape(significance.DESCRIPTION) in page
+    for words in (*MEASURE_WORDS.values(), *VERDICT_WORDS.values()):
+        assert html.escape(words) in page, words
+    causal = page.split('<h2 id="causal">')[1].split("<h2")[0]
+    c = report.CLAIMS["c"]
+    assert html.escape(c.statistic) in causal and html.escape(c.auxiliary["causal_edges"]) in causal
 
 
 def test_the_page_shows_the_threshold_table_only_when_an_effect_was_cut_at_a_threshold():
-    assert THRESHOLDS_PARAGRAPH not in small_page()
+    assert "causal when the effect reaches" not in small_page()
     cut = {"claim": "c", "kind": "K", "effect": "pattern_effect"}
     page = small_page((
         cut | {"statistic": "causal_edges_at_0.05", "mean": 2.0},
         cut | {"statistic": "role_pr_auc_at_0.05", "mean": 0.5},
     ))  # fmt: skip
-    assert page.count(THRESHOLDS_PARAGRAPH) == 1
-    after = page.split(THRESHOLDS_PARAGRAPH)[1].split("</table>")[0]
+    tables = [t.split("</table>")[0] + "</table>" for t in page.split("<table>")[1:]]
+    (table,) = [t for t in tables if "causal when the effect reaches" in t]
+    table = "<table>" + table
     head = ["effect", "causal when the effect reaches", "causal edges", "role-only baseline"]
-    assert heads_of(after) == [*head, *map(report.ident, MEASURES)]
-    assert rows_of(after + "</table>") == [
+    assert heads_of(table) == [*head, *map(report.ident, MEASURES)]
+    assert rows_of(table) == [
         ["pattern_effect", "0.05", "2.0 [1.9, 2.1]", "0.50 [0.40, 0.60]", *["–"] * len(MEASURES)]
     ]

@@ -36,97 +36,84 @@ from pipeline.present.figures import dynamics as dynamics_figures
 from pipeline.present.figures import heads as heads_figures
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = "output directory"
 
-# stage: {option: (required, type, help)}; a flag's type is "flag" (store_true)
+# stage: {option: (required, type)}; a flag's type is "flag" (store_true)
 OPTIONS = {
-    "tokenizer": {"--out": (True, None, OUT)},
+    "tokenizer": {
+        "--out": (True, None),
+    },
     "origin": {
-        "--seed": (True, int, "the seed ('{seed}' in train.checkpoint)"),
-        "--out": (True, None, OUT),
+        "--seed": (True, int),
+        "--out": (True, None),
     },
     "train": {
-        "--seed": (True, int, "training seed"),
-        "--origin": (True, None, "origin.json of the origin stage (train or load)"),
-        "--tokenized": (False, None, "the tokenizer stage's directory (data.source = text)"),
-        "--out": (True, None, OUT),
-        "--no-progress": (
-            False,
-            "flag",
-            "no progress at all (else a bar on a terminal, a line per evaluation without one, as under DVC)",
-        ),
+        "--seed": (True, int),
+        "--origin": (True, None),
+        "--tokenized": (False, None),
+        "--out": (True, None),
+        "--no-progress": (False, "flag"),
     },
     "weights": {
-        "--model": (True, None, "checkpoint (.safetensors)"),
-        "--config": (True, None, "its config.json (HookedTransformerConfig fields)"),
-        "--out": (True, None, OUT),
+        "--model": (True, None),
+        "--config": (True, None),
+        "--out": (True, None),
     },
     "composition": {
-        "--weights": (True, None, "heads.safetensors (or any attention-only checkpoint)"),
-        "--seed": (False, int, "seed of the random baselines and nulls"),
-        "--out": (True, None, OUT),
+        "--weights": (True, None),
+        "--seed": (False, int),
+        "--out": (True, None),
     },
     "heads": {
-        "--model": (True, None, "checkpoint (.safetensors)"),
-        "--config": (True, None, "its config.json"),
-        "--weights": (True, None, "analysis-ready heads.safetensors of the weights stage"),
-        "--scores": (True, None, "scores.csv of the composition stage"),
-        "--invariant": (
-            False,
-            None,
-            "invariant.csv of the composition stage: its agreement with the ablation too",
-        ),
-        "--channels": (
-            False,
-            None,
-            "channels.csv of the composition stage: cut each discovered K pair's top channel",
-        ),
-        "--tokenized": (False, None, "the tokenizer stage's directory (data.source = text)"),
-        "--seed": (False, int, "seed of the evaluation batches (the training seed)"),
-        "--out": (True, None, OUT),
+        "--model": (True, None),
+        "--config": (True, None),
+        "--weights": (True, None),
+        "--scores": (True, None),
+        "--invariant": (False, None),
+        "--projection": (False, None),
+        "--channels": (False, None),
+        "--tokenized": (False, None),
+        "--seed": (False, int),
+        "--out": (True, None),
     },
     "dynamics": {
-        "--checkpoints": (True, None, "train's checkpoints/ (index.json and files)"),
-        "--config": (True, None, "config.json of the model they checkpoint"),
-        "--tokenized": (False, None, "the tokenizer stage's directory (data.source = text)"),
-        "--seed": (False, int, "seed of the baselines, nulls and batches (the training seed)"),
-        "--out": (True, None, OUT),
-        "--no-progress": (
-            False,
-            "flag",
-            "no progress at all (else a bar on a terminal, a line per checkpoint without one, as under DVC)",
-        ),
+        "--checkpoints": (True, None),
+        "--config": (True, None),
+        "--tokenized": (False, None),
+        "--seed": (False, int),
+        "--out": (True, None),
+        "--no-progress": (False, "flag"),
     },
     "figures": {
-        "--scores": (True, None, "scores.csv of the composition stage"),
-        "--heads": (False, None, "heads.csv of the heads stage (labels heads by role)"),
-        "--ablation": (False, None, "ablation.csv of the heads stage"),
-        "--heads-summary": (False, None, "summary.json of the heads stage (Spearman correlations)"),
-        "--patterns": (False, None, "patterns.safetensors of the heads stage"),
-        "--dynamics": (
-            False,
-            None,
-            "the dynamics stage's directory of this seed (steps.tsv, summary.json)",
-        ),
-        "--channels": (False, None, "channels.csv of the composition stage (with --channel-shares)"),
-        "--channel-shares": (
-            False,
-            None,
-            "channels.safetensors of the composition stage (with --channels)",
-        ),
-        "--out": (True, None, OUT),
+        "--scores": (True, None),
+        "--heads": (False, None),
+        "--ablation": (False, None),
+        "--heads-summary": (False, None),
+        "--patterns": (False, None),
+        "--dynamics": (False, None),
+        "--channels": (False, None),
+        "--channel-shares": (False, None),
+        "--out": (True, None),
     },
     "compare": {
-        "--train": (True, None, "train stage directory (seed<N>/metrics.json, curve.tsv)"),
-        "--composition": (True, None, "composition stage directory (seed<N>/scores.csv)"),
-        "--heads": (True, None, "heads stage directory (seed<N>/heads.csv, summary.json)"),
-        "--dynamics": (True, None, "dynamics stage directory (seed<N>/steps.tsv)"),
-        "--out": (True, None, OUT),
+        "--train": (True, None),
+        "--composition": (True, None),
+        "--heads": (True, None),
+        "--dynamics": (True, None),
+        "--calibration": (True, None),
+        "--out": (True, None),
     },
     "report": {
-        "--compare": (True, None, "compare stage directory (tables, verdicts.json, figures/)"),
-        "--figures": (True, None, "figures stage directory (seed<N>/*.png|svg)"),
-        "--out": (True, None, "the HTML file to write"),
+        "--compare": (True, None),
+        "--figures": (True, None),
+        "--out": (True, None),
+    },
+    "calibrate": {
+        "--weights": (True, None),
+        "--seed": (True, int),
+        "--config": (True, None),
+        "--composition": (True, None),
+        "--heads": (True, None),
+        "--out": (True, None),
     },
 }
 
@@ -134,7 +121,8 @@ OPTIONS = {
 @pytest.mark.parametrize("name", sorted(OPTIONS))
 def test_each_stage_takes_its_documented_options_and_runs_them_through_the_error_boundary(name, monkeypatch):
     """The parser `main` hands to `run_cli`, with the argv it was given: prog `python -m
-    stages.<name>`, --params and --debug (stage_parser), and exactly the stage's options."""
+    stages.<name>`, --params and --debug (stage_parser), and exactly the stage's options, each with
+    a help text (its words are the stage's, not pinned here)."""
     module = import_module(f"stages.{name}")
     handed = []
     hand = lambda parser, body, argv: handed.append((parser, body, argv)) or 7  # noqa: E731
@@ -152,8 +140,9 @@ def test_each_stage_takes_its_documented_options_and_runs_them_through_the_error
             continue
         [option] = action.option_strings
         kind = "flag" if (action.nargs, action.const, action.default) == (0, True, False) else action.type
-        options[option] = (action.required, kind, action.help)
+        options[option] = (action.required, kind)
         assert action.dest == option[2:].replace("-", "_")
+        assert action.help and action.help.strip(), option  # every option says what it is
     assert options == OPTIONS[name]
     assert (parser.get_default("params"), parser.get_default("seed")) == (
         "params.yaml",
@@ -168,7 +157,7 @@ def test_a_missing_required_option_is_argparses_usage_error(name, capsys):
     with pytest.raises(SystemExit) as stopped:
         module.main([])
     assert stopped.value.code == 2
-    required = [o for o, (req, _, _) in OPTIONS[name].items() if req]
+    required = [o for o, (req, _) in OPTIONS[name].items() if req]
     err = capsys.readouterr().err
     assert err.startswith(f"usage: python -m stages.{name} ")
     assert err.rstrip().endswith(f"error: the following arguments are required: {', '.join(required)}")
@@ -697,7 +686,8 @@ def compared(tmp_path_factory):
     from stages import compare, report
 
     out = root / "compare"
-    argv = ["--params", str(p), *(f"--{n}={dirs[n]}" for n in ("train", "composition", "heads", "dynamics"))]
+    stages_read = ("train", "composition", "heads", "dynamics", "calibration")
+    argv = ["--params", str(p), *(f"--{n}={dirs[n]}" for n in stages_read)]
     err = StringIO()
     with contextlib.redirect_stderr(err):
         assert compare.main([*argv, "--out", str(out)]) == 0

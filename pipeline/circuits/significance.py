@@ -72,6 +72,17 @@ import pandas as pd
 from ..config import CompositionConfig
 from ..tables import INVARIANT, PROJECTION, join_measures
 
+# The procedure in a paragraph, for the report and the generated docs (the module doc has it in full).
+DESCRIPTION = (
+    "A pair composes when it is a discovery: Benjamini-Hochberg at the configured FDR, per kind and "
+    "measure, over the p-values of the later pairs against the model's own null. A pair's location is "
+    "where the other pairs of its kind and layer pair sit (the median of their raw z), never below "
+    "chance alignment (raw z 0), so a discovery stands above both its peers and chance; the null's "
+    "shape is how far a pair that cannot compose (a writer read by a head of its own layer or of an "
+    "earlier one) strays from where its own block of such pairs sits, pooled over the blocks: its "
+    "normal-consistent MAD (at least the Haar null's 1), conformal up to the 80th percentile and an "
+    "exponential tail beyond. The detection limit is the raw z a lone composing pair needs."
+)
 MAD_NORMAL = 1.4826  # 1 / Phi^-1(3/4): a standard normal's MAD times this is 1
 FAMILY = ["kind", "variant"]  # BH's family, and the null's: one kind of one measure
 PLACEBO_BLOCK = ["src_layer", "dst_layer"]  # placebo pairs of one block: left out together

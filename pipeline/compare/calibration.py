@@ -30,6 +30,21 @@ RULE = (
 )
 
 
+POWER_WORDS = (
+    "Power: a K composition planted into one pair at growing strength (keys: the reader's keys turned "
+    "to read the writer's strongest output directions; mixed: also the writer's values turned to read "
+    "what the reader's queries read, a term only the rotated strands reward), into the layer-1 head "
+    "read least and the one read most, each from its least-read writer: the smallest strength each "
+    "measure discovers, and its raw z there, per seed (–: not found at any strength tried)."
+)
+NON_COMPOSING_WORDS = (
+    "The model's own later K pairs that do not compose by evidence the test does not use (no circuit "
+    "roles between them, no causal effect beyond what their heads' scales predict): their mean p-value "
+    "against the bulk of their kind (near 0.5 when the null has their shape, piled near 1 when it is "
+    "too wide) and the test's, whose chance floor lifts it where trained pairs sit below chance."
+)
+
+
 def binomial_tail(k: int, n: int, rate: float) -> float | None:
     """P(X >= k) for X ~ binomial(n, rate); None without a family."""
     if n == 0:

@@ -107,6 +107,10 @@ class Claim:
     # heads exist, and none of their pairs composes even tested alone): a claim that would fail
     # in every seed while it is absent in every tested seed is "absent", not "fails"
     absent: str | None = None
+    # what the per-seed number is, in a line: the title of its panel in the claims figure, and of
+    # its row where a table is short of room; a restatement's, the measure that takes the corrected
+    # score's place
+    label: str = ""
 
     def hypotheses(self) -> tuple[str, ...]:
         return tuple(HYPOTHESES) if self.by_hypothesis else (NONE,)
@@ -132,6 +136,7 @@ def claim(
     versus: tuple[str, ...] = (),
     rests_on: tuple[str, ...] = (),
     absent: str | None = None,
+    label: str = "",
 ) -> Callable[[Compute], Compute]:
     """Register the decorated function as claim `name`'s computation, with its words, in `CLAIMS`."""
 
@@ -140,7 +145,7 @@ def claim(
             raise ValueError(f"claim {name!r} is defined twice")
         CLAIMS[name] = Claim(
             name, statement, statistic, threshold, by_hypothesis, compute, auxiliary or {}, restates,
-            versus, rests_on, absent,
+            versus, rests_on, absent, label,
         )  # fmt: skip
         return compute
 
@@ -269,6 +274,7 @@ def _original_agreement(inp: SeedInputs, pair: Sequence[str], statistic: str = "
     "selectivity of K induction <- previous_token, (T - O) / (|T| + |O|): T its max excess, O the "
     "max excess of every other kind and head pair of the variant (> 0: the strongest of all); "
     "the original's (the less selective rotation) minus the corrected score's",
+    label="K induction <- previous-token selectivity: original - corrected",
     threshold=0.0,
     by_hypothesis=True,
     auxiliary={"selectivity": "selectivity of K induction <- previous_token (claim a) of one variant"},
@@ -287,6 +293,7 @@ def claim_a(seed: Seed) -> Iterator[Row]:
     "The corrected score also shows induction heads composing with a recent-window head.",
     "discoveries (FDR analysis.composition.fdr, against the model's own null) among the true "
     "K-composition pairs induction <- recent_window (> 0.5: at least one)",
+    label="K induction <- recent-window: corrected discoveries",
     threshold=0.5,
     rests_on=("true",),
     absent="b_absent",
@@ -322,6 +329,7 @@ def claim_b(seed: Seed) -> Iterator[Row]:
     "The corrected score finds more composition than the original.",
     "K discoveries (the errata's kind): corrected minus one rotation's, per rotation (a discovery "
     "does not depend on the denominators); holds (fails) only when it holds (fails) against both",
+    label="K discoveries: corrected - each rotation",
     threshold=0.0,
     versus=ROTATIONS,
     rests_on=("true", *ROTATIONS),
@@ -368,6 +376,7 @@ def claim_m(seed: Seed) -> Iterator[Row]:
     "edge_threshold, its absolute threshold) draws K edges only, all from one layer-0 head, under "
     "both rotations, else 0; decides the denominators only where one hypothesis holds and the "
     "other fails",
+    label="the paper's plotting draws only K edges, from one layer-0 head (1: yes)",
     threshold=0.5,
     by_hypothesis=True,
     auxiliary={
@@ -405,6 +414,7 @@ def claim_d(seed: Seed) -> Iterator[Row]:
     "mean over query positions and the disjoint batches), whatever b's role. Removing the scales "
     "leaves what is specific to the pair: no score gains from tracking a head's output scale, and "
     "both denominator hypotheses give the same value",
+    label="rho with the causal effect, each head's scale removed: score - the better rotation",
     threshold=0.0,
     auxiliary={
         "interaction": (
@@ -493,6 +503,7 @@ def claim_c(seed: Seed) -> Iterator[Row]:
     "(b) with the basis-invariant measure as the corrected score: induction heads also compose "
     "with a recent-window head.",
     "discoveries among the invariant K-composition pairs induction <- recent_window (> 0.5: at least one)",
+    label="basis-invariant",
     threshold=0.5,
     restates="b",
     rests_on=(INVARIANT,),
@@ -507,6 +518,7 @@ def claim_b_inv(seed: Seed) -> Iterator[Row]:
     "(m) with the basis-invariant measure as the corrected score: it finds more composition "
     "than the original.",
     "K discoveries: invariant minus one rotation's, per rotation",
+    label="basis-invariant",
     threshold=0.0,
     restates="m",
     versus=ROTATIONS,
@@ -524,6 +536,7 @@ def claim_m_inv(seed: Seed) -> Iterator[Row]:
     "causal ablation than the original.",
     "K, the later head's attention pattern on held-out text (as in c): Spearman's rho between the "
     "pair-specific parts of the score and of the effect, invariant minus the better rotation",
+    label="basis-invariant",
     threshold=0.0,
     restates="c",
 )
@@ -539,6 +552,7 @@ def claim_c_inv(seed: Seed) -> Iterator[Row]:
     "than the original.",
     "K, the later head's attention pattern on held-out text (as in c): Spearman's rho between the "
     "pair-specific parts of the score and of the effect, projection kernel minus the better rotation",
+    label="projection kernel",
     threshold=0.0,
     restates="c",
 )
@@ -589,6 +603,7 @@ def _mean_log(frame: pd.DataFrame, column: str, over: str | None = None) -> floa
     "values read (weighted as B C D A weighs it) inside the span of the reader's query input; "
     "chance, rank(W_Q) / d_model, its value for a randomly rotated writer (> 0: the writer's values "
     "read where the induction heads' queries read more than where its other readers' queries read)",
+    label="ln(alignment / chance): circuit pairs - the writer's other readers",
     threshold=0.0,
     rests_on=("true",),
     auxiliary={
@@ -660,6 +675,7 @@ def claim_e(seed: Seed) -> Iterator[Row]:
     "from which the top induction <- previous-token pair's K-composition is a discovery at "
     "every later one), per rotation (> 0: the original is earlier); holds (fails) only when it "
     "holds (fails) against both",
+    label="steps from each rotation's clear step to the corrected one's",
     threshold=0.0,
     versus=ROTATIONS,
     rests_on=("true", *ROTATIONS),

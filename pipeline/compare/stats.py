@@ -63,6 +63,23 @@ from . import calibration
 from .claims import CLAIM_KIND, CLAIMS, NONE, PRIMARY_EFFECT, Row, Seed
 from .read import TRAIN_METRICS, SeedInputs
 
+# what each verdict word means (the report's legend); "holds" and "fails" follow `summarize`'s rule
+VERDICT_WORDS = {
+    "holds": "every seed on the claim's side of its threshold, and the interval of the mean too",
+    "fails": "every seed on the other side, and the interval too",
+    "inconclusive": "the seeds disagree, or the interval crosses the threshold, or too few seeds",
+    "untestable": "no seed has the heads the claim needs",
+    "absent": (
+        "the heads the claim needs exist in every tested seed, and none of their pairs composes even "
+        "tested alone: the composition the claim is about is absent from these models, which says "
+        "nothing for or against the score (the detection limit says how strong a composition would "
+        "have been found)"
+    ),
+    "uncalibrated": (
+        "the claim counts discoveries of a measure that finds more on the calibrate stage's nulls than "
+        "the FDR allows in this run: computed and shown, not judged"
+    ),
+}
 GROUP_KEYS = list(tables.GROUP_KEYS)
 C_BASELINE_AT = 0.05  # the causal threshold at which summary.json sets (c) beside the role-only ranker
 DIMENSIONS = list(tables.DIMENSIONS)

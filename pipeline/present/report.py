@@ -1,13 +1,17 @@
-"""One self-contained HTML page that leads with the answer: a table of contents, the verdicts on
-the errata's claims, then each seed with its errata diagram first; the long tables (every
-statistic across seeds, each seed's roles and role groups, the config) fold away in <details>.
+"""One self-contained HTML page, rendered from the compare stage's tables and the figures, that
+leads with the answer: a line per claim with its verdict and the first seed's errata diagram,
+then a table of contents, the verdicts, the run's calibration, claim (c)'s comparison, then each
+seed with its errata diagram first; the long tables (every statistic across seeds, each seed's
+roles and role groups, the config) fold away in <details>. Its words about the method are read
+from where the method is computed (the claims' registry, significance.DESCRIPTION, the measures'
+MEASURE_WORDS, the figure modules' CAPTIONS, the verdict and calibration rules), never typed here.
 Images are embedded as data: URIs and the style is inline; the page has no script and no link
 outside itself, so it reads the same offline, from a mail attachment or a USB stick.
 
 Numbers have one format per statistic (`Formats`): its decimals come from its scale, every
 interval is clipped to the statistic's range (`DOMAINS`: PR-AUC to [0, 1], Spearman rho to
 [-1, 1], counts to >= 0), and no zero carries a sign. Every figure has a caption and an alt text
-that say what it shows (`FIGURES`).
+that say what it shows (`captions`: the figure modules' CAPTIONS).
 
 `render` is pure (tables and bytes in, text out). `environment` describes the machine
 and commit building the page; it is the only part that is not a function of the
@@ -31,9 +35,18 @@ from pathlib import Path
 import pandas as pd
 
 from .. import io
-from ..compare.claims import CLAIMS, HYPOTHESIS_LABELS, NONE, PRIMARY_EFFECT, STATISTICS
+from ..circuits import significance
+from ..compare import calibration
+from ..compare.claims import CLAIMS, HYPOTHESIS_LABELS, NONE, STATISTICS
+from ..compare.stats import VERDICT_WORDS
 from ..errors import UserError
-from ..tables import CAUSAL_THRESHOLDS, DIMENSIONS, KINDS, MEASURES, threshold_key
+from ..tables import CAUSAL_THRESHOLDS, DIMENSIONS, KINDS, MEASURE_WORDS, MEASURES, threshold_key
+from .figures import Caption
+from .figures import channels as channel_figures
+from .figures import compare as compare_figures
+from .figures import composition as composition_figures
+from .figures import dynamics as dynamics_figures
+from .figures import heads as heads_figures
 
 MIME = {
     ".png": "image/png",
@@ -87,139 +100,16 @@ pre { background: #f7f7f7; padding: .8em; overflow-x: auto; font-size: .85em; }
 
 # --- figures and their captions ------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class Caption:
-    """What a figure shows: `short` links it from the contents, `title` is its alt text and the
-    caption's first sentence, `text` the rest of the caption."""
-
-    short: str
-    title: str
-    text: str
-
-
-_ABLATION = (
-    "Each dot is a head pair: across, its composition score minus its random-matrix baseline; up, how "
-    "much mean-ablating the earlier head's output in the later head's {input} alone changes {effect}. "
-    "A row per kind, a column per variant (the corrected score, then the four original ones); each "
-    "panel's title gives Spearman's rho between the two over its pairs. A score that predicts the "
-    "ablation puts its dots on a rising line."
-)
-# image stem -> its caption; a stem not here is captioned by `_uncaptioned`, which says so
-FIGURES: dict[str, Caption] = {
-    "claims": Caption(
-        "the claims",
-        "The errata's claims across seeds",
-        "A panel per claim: a grey dot per seed, the mean over seeds (black bar) and its t interval "
-        "(red, as computed: the tables clip it to the statistic's range), and the threshold the claim must "
-        "clear (dashed). (a) the original score's selectivity for K induction <- previous-token minus the "
-        "corrected score's; (b) discoveries of K induction <- recent-window, with the corrected and the "
-        "basis-invariant score; (m) K discoveries, corrected (or invariant) minus each rotation's; (d) 1 "
-        "when the paper's plotting draws K edges only, from one layer-0 head; (c) the PR-AUC of each "
-        "measure as a ranking of the causal K edges.",
-    ),
-    "timing": Caption(
-        "timing",
-        "When each measure sees the induction circuit, across seeds",
-        "Left: for each measure, the step from which the K-composition of the top induction <- "
-        "previous-token pair stays a discovery, minus the step at which induction reaches 0.5 (below 0: "
-        "the measure sees the circuit before the phase change). Right: claim (t), the corrected score's "
-        "clear step minus each rotation's (above 0: the original sees it earlier). Dots: seeds; bar: "
-        "mean; red: t interval.",
-    ),
-    "curves": Caption(
-        "training curves",
-        "Training curves of every seed",
-        "Held-out loss, the best induction score and the best previous-token score against tokens seen: "
-        "a thin line per seed, the mean over seeds thick.",
-    ),
-    "roles": Caption(
-        "head roles",
-        "Heads of each role across seeds",
-        "How many heads each seed's classifier gives each role (a grey dot per seed), with the mean and "
-        "its t interval. Heads are compared across seeds by role, not by index.",
-    ),
-    "errata_diagram": Caption(
-        "errata diagram",
-        "The errata diagram: which heads compose, original score beside corrected",
-        "The paper's composition diagram drawn twice from this seed's scores: on the left the original "
-        "score (the rotated strand of analysis.figures.errata_variant), on the right the corrected one. "
-        "Dots are heads, a column per layer, labelled layer.head and role; a line joins an earlier head "
-        "to a later one where the pair composes, coloured by kind (Q blue, K red, V green) and as wide "
-        "as its strength, on one scale for both panels. Both panels draw a pair by the same rule, named "
-        "in the figure's title (analysis.figures.edges; by default a discovery at the configured FDR), "
-        "and each panel's title counts its edges per kind. The errata says the original figure shows only "
-        "K-composition, from one layer-0 head (claim d).",
-    ),
-    "channels": Caption(
-        "channels",
-        "Channel tables: where each discovered pair composes",
-        # replaced from channels.json (`channels_caption`), which gives the counts
-        "Each discovered pair's corrected score split into writer channel x reader channel shares.",
-    ),
-    "dynamics": Caption(
-        "through training",
-        "Composition through training",
-        "Top: the best induction and previous-token scores and the held-out loss (right axis) at each "
-        "checkpoint. Bottom: the K-composition of the top induction <- previous-token pair under every "
-        "measure, -log10 of its Benjamini-Hochberg q, with the discovery line at the FDR. The vertical "
-        "line marks the induction phase change (induction first reaches 0.5); claim (t) compares the "
-        "steps from which each measure's curve stays above the line.",
-    ),
-    **{
-        f"composition_{kind}": Caption(
-            f"{kind}-composition",
-            f"{kind}-composition of every head pair, score minus baseline",
-            "A row per variant (the corrected score, then the four original ones), a column per pair of "
-            "layers; each cell a later head (row) reading from an earlier head (column). Red: above the "
-            "random-matrix baseline of its variant, blue: below; each panel has its own symmetric colour "
-            "scale, since the variants' scales differ up to about 30 times.",
-        )
-        for kind in ("K", "Q", "V")
-    },
-    "attention_patterns": Caption(
-        "attention patterns",
-        "Every head's attention on one repeated random sequence",
-        "A panel per head, a row per layer, titled layer.head and its role; query positions down, key "
-        "positions across, darker blue for more attention. The sequence is a first token, a random span "
-        "and the span again; the dotted red line marks the induction targets (the token after the "
-        "earlier copy of the current one), where an induction head's attention sits.",
-    ),
-    "copying_vs_qk": Caption(
-        "copying vs QK",
-        "Copying against positive QK, every head of layer 1 and later",
-        "Across: copying, sum(lambda) / sum(|lambda|) of the head's OV circuit in token space (1: it "
-        "copies the tokens it attends to). Up: the same positivity of the QK term of its K-composition "
-        "with its best-composing earlier head. Induction heads sit top right, as in the paper's figure; "
-        "colours are roles.",
-    ),
-    "ablation_pattern": Caption(
-        "ablation: pattern",
-        "Path ablation against composition: the later head's attention pattern",
-        _ABLATION.format(
-            input="query, key or value input",
-            effect="the later head's attention pattern on held-out text (total variation; for V, the "
-            "relative change of its output). Claim (c) reads the K row",
-        ),
-    ),
-    "ablation_attn": Caption(
-        "ablation: induction score",
-        "Path ablation against composition: the later head's induction score",
-        _ABLATION.format(
-            input="query or key input", effect="its induction score on the repeated probe (Q and K only)"
-        ),
-    ),
-    "ablation_loss": Caption(
-        "ablation: probe loss",
-        "Path ablation against composition: the loss on the repeated probe",
-        _ABLATION.format(input="query, key or value input", effect="the model's loss on the repeated probe"),
-    ),
-    "ablation_heldout_loss": Caption(
-        "ablation: held-out loss",
-        "Path ablation against composition: the loss on held-out text",
-        _ABLATION.format(input="query, key or value input", effect="the model's loss on held-out text"),
-    ),
-}
+def captions() -> dict[str, Caption]:
+    """Image stem -> its caption, from the module that draws it (read when the page is built); a
+    stem not here is captioned by `_uncaptioned`, which says so."""
+    return {
+        **compare_figures.CAPTIONS,
+        **composition_figures.CAPTIONS,
+        **channel_figures.CAPTIONS,
+        **dynamics_figures.CAPTIONS,
+        **heads_figures.CAPTIONS,
+    }
 # the order figures are shown in: the answer first (the claims; each seed's errata diagram and its
 # channels), the dense scatter grids last; a stem not here follows, by name
 ORDER = (
@@ -245,43 +135,15 @@ class Image:
         return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
 
 
-def channels_caption(facts: Mapping) -> str:
-    """The channel figure's caption, from the counts the figures stage wrote beside it
-    (pipeline/present/figures/channels.py, `Discovered.facts`)."""
-    found = facts["discovered"]
-    total = sum(found.values())
-    if not total:
-        return "No pair's corrected score is a discovery in this seed, so there is no channel table to show."
-    counts = ", ".join(f"{k} {found[k]}" for k in ("K", "Q", "V") if k in found)
-    left = facts["left_out"]
-    shown = f"all {total}" if not left else f"{facts['shown']} of the {total}"
-    leftover = f"; the {left} with the lowest calibrated z are left out" if left else ""
-    d, n = facts["d_head"], facts["channels_shown"]
-    view = f" (all {d})" if n == d else f" (the leading {n} of {d}, widened to every panel's top channel)"
-    return (
-        f"{shown[0].upper()}{shown[1:]} pairs whose corrected score is a discovery "
-        f"({counts}){leftover}, one heat map each. Rows: the writer's channels i, the singular directions "
-        "of its OV circuit; columns: the reader's channels j, the singular directions along which its "
-        "query (Q), key (K) or value (V) input reads the residual stream; both strongest first"
-        f"{view}. Share (i, j) is the fraction of the pair's squared corrected numerator "
-        "||OV^a N^b||^2 carried by writer channel i into reader channel j, s_i^2 t_j^2 (w_i . k_j)^2 "
-        "over its sum: the shares are non-negative and sum to 1, so every panel has one colour scale, "
-        "0 to 1. Each panel names its top channel (i, j) and share and its effective number of channels "
-        "(1 / sum of squared shares: 1 when one channel carries it all). A star and a red frame: a "
-        f"channel discovery ({facts['channel_discoveries']} shown), a pair that composes mainly through "
-        "its top channel (its top share against a randomly rotated reader, FDR-controlled)."
-    )
-
-
 # image stem -> its caption's text, from `<stem>.json` beside the image (the figures stage writes it)
-FACTS = {"channels": channels_caption}
+FACTS = {"channels": channel_figures.caption}
 
 
 def _uncaptioned(stem: str) -> Caption:
     """A figure no one has described yet: said on the page, so that it gets a caption."""
     words = stem.replace("_", " ")
     return Caption(
-        words, f"Figure: {words}", "No caption yet (add one to FIGURES in pipeline/present/report.py)."
+        words, f"Figure: {words}", "No caption yet (add one to the CAPTIONS of the module that draws it)."
     )
 
 
@@ -291,7 +153,7 @@ def _rank(stem: str) -> tuple[int, str]:
 
 def read_images(directory: Path) -> list[Image]:
     """Every image in `directory`, in ORDER (then by name); an SVG only where no PNG of the same
-    name exists; captioned by FIGURES, with FACTS' text where its `<stem>.json` is there."""
+    name exists; captioned by `captions`, with FACTS' text where its `<stem>.json` is there."""
     if not directory.is_dir():
         raise UserError(str(directory), "figure directory not found")
     files = sorted(
@@ -302,7 +164,7 @@ def read_images(directory: Path) -> list[Image]:
     for p in files:
         if p.suffix.lower() == ".svg" and p.stem in pngs:
             continue
-        caption, facts = FIGURES.get(p.stem) or _uncaptioned(p.stem), p.with_suffix(".json")
+        caption, facts = captions().get(p.stem) or _uncaptioned(p.stem), p.with_suffix(".json")
         if p.stem in FACTS and facts.is_file():
             try:
                 text = FACTS[p.stem](io.read_json(facts))
@@ -641,6 +503,27 @@ def ranking_table(stats: pd.DataFrame, formats: Formats | None = None) -> str:
     return html_table(head, rows, intervals=[2, 3, 4, 5])
 
 
+def interaction_table(stats: pd.DataFrame, formats: Formats | None = None) -> str:
+    """Claim (c)'s comparison for every measure: Spearman's rho between the pair-specific parts of
+    its K scores and of the effect (each head's scale removed), and of the raw values beside it,
+    mean over seeds [t interval], per effect."""
+    formats = formats or Formats(stats)
+    c = stats[(stats["claim"] == "c") & (stats["kind"] == "K")]
+    rows = []
+    for effect in dict.fromkeys(c["effect"]):
+        if not ((c["statistic"] == "interaction") & (c["effect"] == effect)).any():
+            continue
+        for v in MEASURES:
+            rows.append([
+                ident(effect), ident(v), _claim_c_cell(c, formats, "interaction", effect, v),
+                _claim_c_cell(c, formats, "spearman", effect, v),
+            ])  # fmt: skip
+    if not rows:
+        return ""
+    head = ["effect", "measure", "rho of the pair-specific parts (claim c)", "rho of the raw values"]
+    return html_table(head, rows, intervals=[2, 3])
+
+
 def threshold_table(stats: pd.DataFrame, formats: Formats | None = None) -> str:
     """Claim (c) at each of CAUSAL_THRESHOLDS (the effects cut there): per threshold, the causal K
     edges, the role-only ranker's PR-AUC and each measure's; empty when no effect was cut."""
@@ -757,7 +640,8 @@ def _contents(seed_images: Mapping[int, Sequence[Image]], has_compare_figures: b
     """The table of contents: the verdicts first, then each seed with a link to each figure."""
     items = [
         '<a href="#claims">Verdicts: the errata\'s claims</a>',
-        '<a href="#causal">(c) Which score ranks the causal edges</a>',
+        '<a href="#calibration">Calibration and power of the test</a>',
+        '<a href="#causal">(c) Which measure predicts which head reads which</a>',
     ]
     if has_compare_figures:
         items.append('<a href="#compare-figures">Across seeds: timing, training, head roles</a>')
@@ -779,6 +663,75 @@ def _contents(seed_images: Mapping[int, Sequence[Image]], has_compare_figures: b
     )
 
 
+def answer(summary: Mapping) -> str:
+    """The errata's question answered in a line per claim that gets a verdict: its label, its words
+    and its verdict (the first thing on the page)."""
+    items = []
+    for name, claim in CLAIMS.items():
+        verdicts = list(dict.fromkeys(s["verdict"] for s in summary["claims"][name].values()))
+        shown = " / ".join(f'<span class="{html.escape(v)}">{html.escape(v)}</span>' for v in verdicts)
+        items.append(f"<li>({html.escape(name)}) {html.escape(claim.statement)} {shown}</li>")
+    return f'<ul class="answer">{"".join(items)}</ul>'
+
+
+def verdict_legend() -> str:
+    return "; ".join(
+        f'<span class="{v}">{v}</span>: {html.escape(words)}' for v, words in VERDICT_WORDS.items()
+    )
+
+
+def calibration_tables(calibrated: Mapping | None, formats: Formats) -> str:
+    """The calibrate stage across seeds (compare.calibration): per measure, the share of families
+    with a (false) discovery on each null and whether the run may trust the measure; the smallest
+    planted strength each measure finds, per plant and reader, per seed; the mean p-value of the
+    model's own non-composing K pairs, against their bulk and the test's."""
+    if not calibrated or not calibrated.get("measures"):
+        return "<p>No calibration in this run.</p>"
+    rows = []
+    for m, entry in calibrated["measures"].items():
+        cells = []
+        for null in calibration.NULLS:
+            e = entry[null]
+            cells.append("–" if not e["families"] else f"{e['with_discovery']} / {e['families']}")
+        rows.append([ident(m), *cells, "yes" if entry["calibrated"] else "no"])
+    parts = [
+        f"<p>{html.escape(calibration.RULE)}.</p>",
+        html_table(
+            ["measure", *(f"{n}: families with a discovery" for n in calibration.NULLS), "calibrated"],
+            rows,
+            [1, 2, 3],
+        ),
+    ]
+    power = calibrated.get("power", {})
+    if power:
+        rows = []
+        for plant, readers in power.items():
+            for reader, measures in readers.items():
+                for m, cell in measures.items():
+                    found = ", ".join(
+                        "–" if s is None else f"{s:g} (z {fixed(cell['raw_z'][seed], 1)})"
+                        for seed, s in cell["strength"].items()
+                    )
+                    rows.append([ident(plant), ident(reader), ident(m), found])
+        seeds = ", ".join(next(iter(next(iter(power.values())).values()))["true"]["strength"])
+        parts += [
+            f"<p>{html.escape(calibration.POWER_WORDS)}</p>",
+            html_table(["plant", "reader", "measure", f"smallest strength found (seeds {seeds})"], rows),
+        ]
+    spread = calibrated.get("non_composing", {})
+    if spread:
+        rows = [
+            [ident(m), ", ".join(fixed(v, 2) for v in cell["bulk_p"].values()),
+             ", ".join(fixed(v, 2) for v in cell["p"].values())]
+            for m, cell in spread.items()
+        ]  # fmt: skip
+        parts += [
+            f"<p>{html.escape(calibration.NON_COMPOSING_WORDS)}</p>",
+            html_table(["measure", "mean p against the bulk", "mean p of the test"], rows, [1, 2]),
+        ]
+    return "\n".join(parts)
+
+
 def render(
     title: str,
     config_text: str,
@@ -792,12 +745,14 @@ def render(
     compare_images: Sequence[Image],
     seed_images: Mapping[int, Sequence[Image]],
 ) -> str:
-    """The whole page: contents, verdicts, claim (c)'s rankings, the figures across seeds, each
-    seed (its errata diagram first), every statistic, config, environment. Seeds appear in the
-    order of `seed_images`."""
+    """The whole page: the answer (a line per claim and the first seed's errata diagram), contents,
+    verdicts, the run's calibration, claim (c)'s rankings, the figures across seeds, each seed (its
+    errata diagram first), every statistic, config, environment. Seeds appear in the order of
+    `seed_images`."""
     formats = Formats(stats)
     leading = [img for img in compare_images if img.stem == "claims"]
     others = [img for img in compare_images if img.stem != "claims"]
+    first = next((img for imgs in seed_images.values() for img in imgs if img.stem == "errata_diagram"), None)
     clipped = (
         "Intervals are clipped to the range the statistic can take (PR-AUC, ROC-AUC, shares, rates and "
         "0/1 indicators to [0, 1], Spearman's rho and selectivity to [-1, 1], their differences to "
@@ -805,46 +760,38 @@ def render(
         "no bound. Every number of a statistic has the same decimals (three significant digits at its "
         "largest); counts per seed are whole."
     )
+    c = CLAIMS["c"]
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        f"<p>{len(seed_images)} seed(s): {', '.join(map(str, seed_images))}. The verdicts on the errata's "
-        "claims come first, then each seed, its errata diagram first; the long tables are folded.</p>",
+        f"<p>The errata's claims over {len(seed_images)} seed(s) ({', '.join(map(str, seed_images))}):</p>",
+        answer(summary),
+        *([figure(first, "answer-diagram")] if first is not None else []),
         _contents(seed_images, bool(others)),
         '<h2 id="claims">Verdicts: the errata\'s claims</h2>',
         claims_table(summary, ci, formats),
         f'<p class="note">Intervals: {ci:.0%} Student t interval of the mean over seeds (valid for a '
-        f"handful of seeds). {clipped} Verdict: {html.escape(summary.get('rule', ''))}; <em>untestable</em> "
-        "when no seed has the heads the claim needs. A pair counts as composing when it is a "
-        "<em>discovery</em>: Benjamini-Hochberg at the configured FDR against the model's own empirical "
-        "null (its raw z standardised by its block's median and MAD, tested against the pairs that "
-        "cannot compose).</p>",
-        '<p class="note">Composition is measured as score minus the random-matrix baseline of its variant '
-        "(<em>excess</em>); heads are compared across seeds through their roles, not their indices. "
-        "<em>true</em> is the corrected score; <em>errata_bcda</em> and <em>errata_dabc</em> are the two "
-        "rotated strands the errata says the original library computed, with rotated denominators; the "
-        "<em>_trueden</em> variants divide the same numerators by the true ones. The errata names only the "
-        "numerators, so claims that depend on the original score's scale are tested under both "
-        "hypotheses. <em>invariant</em> is composition measured in the frame where the residual stream's "
-        "token paths are white: unlike every Frobenius score it does not change when the residual basis "
-        "does (claims <em>_inv</em> put it in the corrected score's place). Claim (t) follows composition "
-        "through training: at every checkpoint, when each measure's K-composition of the top induction "
-        "&lt;- previous-token pair becomes a discovery, against the step at which induction reaches 0.5 "
-        "(each seed's <em>dynamics</em> figure).</p>",
+        f"handful of seeds). {clipped} Verdict: {html.escape(summary.get('rule', ''))}. "
+        f"{verdict_legend()}.</p>",
+        f'<p class="note">{html.escape(significance.DESCRIPTION)}</p>',
+        '<p class="note">The measures: '
+        + "; ".join(f"<em>{ident(m)}</em>, {html.escape(w)}" for m, w in MEASURE_WORDS.items())
+        + ". The errata names only the numerators, so claims that depend on the original score's "
+        "scale are tested under both denominator hypotheses; composition is measured as score minus the "
+        "random-matrix baseline of its measure (<em>excess</em>); heads are compared across seeds through "
+        "their roles, not their indices.</p>",
         *(figure(img, f"fig-{img.stem}") for img in leading),
-        '<h2 id="causal">(c) Which score ranks the causal edges</h2>',
-        "<p>The path ablation runs on disjoint held-out batches; an edge is causal when its mean effect "
-        "reaches analysis.heads.min_effect and exceeds its batch-to-batch spread (one-sided t test, 5%). "
-        f"Claim (c) reads <em>{PRIMARY_EFFECT}</em>: how far cutting the edge moves the later head's "
-        "attention pattern on held-out text (total variation, mean over query positions), whatever the "
-        "head's role; the probe's induction score (attn_effect) counts only composition that serves "
-        "induction. Each score ranks every K pair; PR-AUC's chance level is the fraction of causal "
-        "edges; the role-only baseline ranks the pairs by the heads' roles alone (previous-token or "
-        "recent-window into induction first, then pairs of named roles). Mean over "
-        f"seeds [{ci:.0%} t interval, clipped to the statistic's range].</p>",
+        '<h2 id="calibration">Is the test calibrated and powered in this run?</h2>',
+        calibration_tables(summary.get("calibration"), formats),
+        '<h2 id="causal">(c) Which measure predicts which head reads which</h2>',
+        f"<p>Claim (c): {html.escape(c.statistic)}. Causal edges, for the rankings below: "
+        f"{html.escape(c.auxiliary['causal_edges'])}; the role-only baseline: "
+        f"{html.escape(c.auxiliary['role_pr_auc'])}. Mean over seeds [{ci:.0%} t interval, clipped to "
+        "the statistic's range].</p>",
+        interaction_table(stats, formats),
         ranking_table(stats, formats),
     ]
     thresholds = threshold_table(stats, formats)

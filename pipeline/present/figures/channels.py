@@ -25,6 +25,7 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 
 from ...errors import UserError
+from . import Caption
 
 ORDER = ("K", "Q", "V")  # K first: the composition the errata is about
 MAX_PAIRS = 24  # panels at most; beyond, the pairs with the lowest calibrated z are left out
@@ -203,3 +204,41 @@ def channel_maps(picked: Discovered, shares: dict[str, np.ndarray]) -> Figure:
         fontsize=9,
     )
     return fig
+
+
+# what the figure shows, by the stem the figures stage saves it as (the report's captions): its
+# text is `caption`'s, from the counts the stage writes beside it (channels.json)
+CAPTIONS = {
+    "channels": Caption(
+        "channels",
+        "Channel tables: where each discovered pair composes",
+        "Each discovered pair's corrected score split into writer channel x reader channel shares.",
+    ),
+}
+
+
+def caption(facts: dict) -> str:
+    """The figure's caption, from the counts the figures stage wrote beside it (`Discovered.facts`)."""
+    found = facts["discovered"]
+    total = sum(found.values())
+    if not total:
+        return "No pair's corrected score is a discovery in this seed, so there is no channel table to show."
+    counts = ", ".join(f"{k} {found[k]}" for k in ("K", "Q", "V") if k in found)
+    left = facts["left_out"]
+    shown = f"all {total}" if not left else f"{facts['shown']} of the {total}"
+    leftover = f"; the {left} with the lowest calibrated z are left out" if left else ""
+    d, n = facts["d_head"], facts["channels_shown"]
+    view = f" (all {d})" if n == d else f" (the leading {n} of {d}, widened to every panel's top channel)"
+    return (
+        f"{shown[0].upper()}{shown[1:]} pairs whose corrected score is a discovery "
+        f"({counts}){leftover}, one heat map each. Rows: the writer's channels i, the singular directions "
+        "of its OV circuit; columns: the reader's channels j, the singular directions along which its "
+        "query (Q), key (K) or value (V) input reads the residual stream; both strongest first"
+        f"{view}. Share (i, j) is the fraction of the pair's squared corrected numerator "
+        "||OV^a N^b||^2 carried by writer channel i into reader channel j, s_i^2 t_j^2 (w_i . k_j)^2 "
+        "over its sum: the shares are non-negative and sum to 1, so every panel has one colour scale, "
+        "0 to 1. Each panel names its top channel (i, j) and share and its effective number of channels "
+        "(1 / sum of squared shares: 1 when one channel carries it all). A star and a red frame: a "
+        f"channel discovery ({facts['channel_discoveries']} shown), a pair that composes mainly through "
+        "its top channel (its top share against a randomly rotated reader, FDR-controlled)."
+    )

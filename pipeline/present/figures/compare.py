@@ -7,14 +7,17 @@ A panel's columns are selections of the long table by its dimensions.
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ...compare.claims import CLAIM_KIND, PRIMARY_EFFECT
-from ...tables import HYPOTHESES, INVARIANT, MEASURES, ROLES
+from ...compare.claims import CLAIMS
+from ...tables import HYPOTHESES, MEASURES, ROLES
+from . import Caption
 
 VARIANT_LABELS = {
     "true": "corrected",
@@ -86,46 +89,44 @@ def dots_with_ci(
 
 
 def claims_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figure:
-    """The errata's claims, per seed and across seeds: two rows of three panels, so that at a
-    report page's width (about 1200 px) its labels keep their size; the sixth holds the legend."""
-    fig, grid = plt.subplots(2, 3, figsize=(12, 7.4))
+    """The errata's claims, per seed and across seeds: a panel per claim of the registry
+    (compare.claims.CLAIMS) that is not a restatement, titled with its label, its own number for
+    each of its sides (denominator hypotheses or rotations) and then its restatements' beside it,
+    the threshold dashed; two rows, so that at a report page's width (about 1200 px) its labels
+    keep their size; the last cell holds the legend."""
+    panels = [name for name, c in CLAIMS.items() if c.restates is None]
+    columns = 4
+    rows = -(-(len(panels) + 1) // columns)
+    fig, grid = plt.subplots(rows, columns, figsize=(3.3 * columns, 3.6 * rows))
     axes = list(grid.flat)
-    hypotheses = [HYPOTHESIS_LABELS[h] for h in HYPOTHESES]
-    both = [{"claim": "a", "statistic": "a", "hypothesis": h} for h in HYPOTHESES]
-    dots_with_ci(axes[0], claims, stats, both, hypotheses, threshold=0.0, ci=ci)
-    axes[0].set_title("(a) K induction <- prev-token selectivity:\noriginal - corrected", fontsize=9)
-    dots_with_ci(
-        axes[1],
-        claims,
-        stats,
-        [{"claim": "b", "statistic": "b"}, {"claim": "b_inv", "statistic": "b_inv"}],
-        ["corrected", VARIANT_LABELS[INVARIANT]],
-        threshold=0.0,
-        ci=ci,
-    )
-    axes[1].set_title("(b) K induction <- recent-window:\ndiscoveries", fontsize=9)
-    rotations = HYPOTHESES["rotated"]
-    more = [{"claim": c, "statistic": c, "variant": r} for c in ("m", "m_inv") for r in rotations]
-    more_labels = [f"{who}\n- {r[7:].upper()}" for who in ("corr.", "inv.") for r in rotations]
-    dots_with_ci(axes[2], claims, stats, more, more_labels, threshold=0.0, ci=ci)
-    axes[2].set_title("(m) more K composition: discoveries,\ncorrected - each rotation", fontsize=9)
-    only = [{"claim": "d", "statistic": "d", "hypothesis": h} for h in HYPOTHESES]
-    dots_with_ci(axes[3], claims, stats, only, hypotheses, threshold=0.5, ci=ci)
-    axes[3].set_title(
-        "(d) the paper's plotting draws only K\nedges, from one layer-0 head (1 = yes)", fontsize=9
-    )
-    auc = [
-        {"claim": "c", "statistic": "pr_auc", "kind": CLAIM_KIND, "variant": v, "effect": PRIMARY_EFFECT}
-        for v in MEASURES
-    ]
-    dots_with_ci(axes[4], claims, stats, auc, [VARIANT_LABELS[v] for v in MEASURES], ci=ci)
-    axes[4].set_title("(c) K, induction score: PR-AUC of the\ncausal edges (beyond batch noise)", fontsize=9)
+    for ax, name in zip(axes, panels, strict=False):
+        claim = CLAIMS[name]
+        selections, labels = [], []
+        for who in (name, *(n for n, c in CLAIMS.items() if c.restates == name)):
+            for column, side in CLAIMS[who].sides():
+                selections.append({"claim": who, "statistic": who, column: side})
+                labels.append(_side_label(who, column, side))
+        dots_with_ci(ax, claims, stats, selections, labels, threshold=claim.threshold, ci=ci)
+        ax.set_title(textwrap.fill(f"({name}) {claim.label}", 40), fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
-    axes[5].axis("off")
-    axes[5].legend(handles, names, loc="center", frameon=False, fontsize=11)
+    for ax in axes[len(panels) :]:
+        ax.axis("off")
+    axes[len(panels)].legend(handles, names, loc="center", frameon=False, fontsize=11)
     fig.suptitle(f"The errata's claims across {claims['seed'].nunique()} seed(s)")
     fig.tight_layout()
     return fig
+
+
+def _side_label(name: str, column: str, side: str) -> str:
+    """A tick label: the measure a restatement puts in the corrected score's place, then the side
+    (a denominator hypothesis, a rotation) where the claim has several."""
+    claim = CLAIMS[name]
+    who = claim.label if claim.restates else "corrected"
+    if column == "variant":
+        return f"{who}\n- {VARIANT_LABELS[side].split(chr(10))[0]}"
+    if side in HYPOTHESIS_LABELS:
+        return f"{who}\n{HYPOTHESIS_LABELS[side]}" if claim.restates else HYPOTHESIS_LABELS[side]
+    return who
 
 
 def roles_figure(claims: pd.DataFrame, stats: pd.DataFrame) -> Figure:
@@ -183,3 +184,38 @@ def timing_figure(claims: pd.DataFrame, stats: pd.DataFrame, ci: float) -> Figur
     fig.suptitle(f"Composition through training, {claims['seed'].nunique()} seed(s)")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
+
+
+# what each figure shows, by the stem the compare stage saves it as (the report's captions)
+CAPTIONS = {
+    "claims": Caption(
+        "the claims",
+        "The errata's claims across seeds",
+        "A panel per claim, titled with what its per-seed number is: a grey dot per seed, the mean over "
+        "seeds (black bar) and its t interval (red, as computed: the tables clip it to the statistic's "
+        "range), and the threshold the claim must clear (dashed). A claim tested under each denominator "
+        "hypothesis, or against each rotation, has a column for each; its restatements with another "
+        "measure in the corrected score's place stand to the right of its own columns.",
+    ),
+    "timing": Caption(
+        "timing",
+        "When each measure sees the induction circuit, across seeds",
+        "Left: for each measure, the step from which the K-composition of the top induction <- "
+        "previous-token pair stays a discovery, minus the step at which induction reaches 0.5 (below 0: "
+        "the measure sees the circuit before the phase change). Right: claim (t), the corrected score's "
+        "clear step minus each rotation's (above 0: the original sees it earlier). Dots: seeds; bar: "
+        "mean; red: t interval.",
+    ),
+    "curves": Caption(
+        "training curves",
+        "Training curves of every seed",
+        "Held-out loss, the best induction score and the best previous-token score against tokens seen: "
+        "a thin line per seed, the mean over seeds thick.",
+    ),
+    "roles": Caption(
+        "head roles",
+        "Heads of each role across seeds",
+        "How many heads each seed's classifier gives each role (a grey dot per seed), with the mean and "
+        "its t interval. Heads are compared across seeds by role, not by index.",
+    ),
+}

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ...tables import KINDS, VARIANTS, excess
+from . import Caption
 
 KIND_COLORS = {
     "Q": "#1f77b4",
@@ -171,3 +172,31 @@ def errata_diagram(
     fig.suptitle(f"Head composition. Edge: {rule}", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
+
+
+# what each figure shows, by the stem the figures stage saves it as (the report's captions)
+CAPTIONS = {
+    "errata_diagram": Caption(
+        "errata diagram",
+        "The errata diagram: which heads compose, original score beside corrected",
+        "The paper's composition diagram drawn twice from this seed's scores: on the left the original "
+        "score (the rotated strand of analysis.figures.errata_variant), on the right the corrected one. "
+        "Dots are heads, a column per layer, labelled layer.head and role; a line joins an earlier head "
+        "to a later one where the pair composes, coloured by kind (Q blue, K red, V green) and as wide "
+        "as its strength, on one scale for both panels. Both panels draw a pair by the same rule, named "
+        "in the figure's title (analysis.figures.edges; by default a discovery at the configured FDR), "
+        "and each panel's title counts its edges per kind. The errata says the original figure shows only "
+        "K-composition, from one layer-0 head (claim d).",
+    ),
+    **{
+        f"composition_{kind}": Caption(
+            f"{kind}-composition",
+            f"{kind}-composition of every head pair, score minus baseline",
+            "A row per variant (the corrected score, then the four original ones), a column per pair of "
+            "layers; each cell a later head (row) reading from an earlier head (column). Red: above the "
+            "random-matrix baseline of its variant, blue: below; each panel has its own symmetric colour "
+            "scale, since the variants' scales differ up to about 30 times.",
+        )
+        for kind in KINDS
+    },
+}

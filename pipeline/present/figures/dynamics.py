@@ -21,6 +21,7 @@ from ... import io
 from ...behaviour import phases
 from ...errors import UserError
 from ...tables import INDUCTION_THRESHOLD, MEASURES
+from . import Caption
 
 MEASURE_STYLE = {  # the two denominator hypotheses share a z, so they share a colour
     "true": ("corrected (true)", "black", "-"),
@@ -89,3 +90,17 @@ def read_summary(path: str) -> tuple[dict, float]:
     if not isinstance(fdr, (int, float)) or isinstance(fdr, bool):
         raise UserError(f"{path}: fdr", "missing: expected a number", fdr)
     return pair, float(fdr)
+
+
+# what each figure shows, by the stem the figures stage saves it as (the report's captions)
+CAPTIONS = {
+    "dynamics": Caption(
+        "through training",
+        "Composition through training",
+        "Top: the best induction and previous-token scores and the held-out loss (right axis) at each "
+        "checkpoint. Bottom: the K-composition of the top induction <- previous-token pair under every "
+        "measure, -log10 of its Benjamini-Hochberg q, with the discovery line at the FDR. The vertical "
+        "line marks the induction phase change (induction first reaches 0.5); claim (t) compares the "
+        "steps from which each measure's curve stays above the line.",
+    ),
+}

@@ -18,6 +18,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ...errors import UserError
 from ...tables import KINDS, VARIANTS, excess
+from . import Caption
 
 ROLE_COLORS = {
     "previous_token": "#1f77b4",
@@ -196,3 +197,57 @@ def ablation_vs_composition(
     fig.suptitle(f"Path ablation vs composition ({effect.replace('_', ' ')})")
     fig.tight_layout()
     return fig
+
+
+_ABLATION = (
+    "Each dot is a head pair: across, its composition score minus its random-matrix baseline; up, how "
+    "much mean-ablating the earlier head's output in the later head's {input} alone changes {effect}. "
+    "A row per kind, a column per variant (the corrected score, then the four original ones); each "
+    "panel's title gives Spearman's rho between the two over its pairs (the raw effect, each head's "
+    "scale included). A score that predicts the ablation puts its dots on a rising line."
+)
+# what each figure shows, by the stem the figures stage saves it as (the report's captions)
+CAPTIONS = {
+    "attention_patterns": Caption(
+        "attention patterns",
+        "Every head's attention on one repeated random sequence",
+        "A panel per head, a row per layer, titled layer.head and its role; query positions down, key "
+        "positions across, darker blue for more attention. The sequence is a first token, a random span "
+        "and the span again; the dotted red line marks the induction targets (the token after the "
+        "earlier copy of the current one), where an induction head's attention sits.",
+    ),
+    "copying_vs_qk": Caption(
+        "copying vs QK",
+        "Copying against positive QK, every head of layer 1 and later",
+        "Across: copying, sum(lambda) / sum(|lambda|) of the head's OV circuit in token space (1: it "
+        "copies the tokens it attends to). Up: the same positivity of the QK term of its K-composition "
+        "with its best-composing earlier head. Induction heads sit top right, as in the paper's figure; "
+        "colours are roles.",
+    ),
+    "ablation_pattern": Caption(
+        "ablation: pattern",
+        "Path ablation against composition: the later head's attention pattern",
+        _ABLATION.format(
+            input="query, key or value input",
+            effect="the later head's attention pattern on held-out text (total variation; for V, the "
+            "relative change of its output). Claim (c) reads the K row, with each head's scale removed",
+        ),
+    ),
+    "ablation_attn": Caption(
+        "ablation: induction score",
+        "Path ablation against composition: the later head's induction score",
+        _ABLATION.format(
+            input="query or key input", effect="its induction score on the repeated probe (Q and K only)"
+        ),
+    ),
+    "ablation_loss": Caption(
+        "ablation: probe loss",
+        "Path ablation against composition: the loss on the repeated probe",
+        _ABLATION.format(input="query, key or value input", effect="the model's loss on the repeated probe"),
+    ),
+    "ablation_heldout_loss": Caption(
+        "ablation: held-out loss",
+        "Path ablation against composition: the loss on held-out text",
+        _ABLATION.format(input="query, key or value input", effect="the model's loss on held-out text"),
+    ),
+}
