@@ -15,7 +15,7 @@ from models import random_model
 
 from pipeline.circuits import analysis, channels, scoring, significance, weights
 from pipeline.config import CompositionConfig
-from pipeline.tables import INVARIANT, VARIANTS, split_measures
+from pipeline.tables import INVARIANT, PROJECTION, VARIANTS, split_measures
 
 CFG = CompositionConfig(baseline_samples=4, null_samples=4, fdr=0.5)  # discoveries even here
 
@@ -30,11 +30,12 @@ def heads():
 def test_composition_is_the_split_measures_their_channels_and_summaries(heads) -> None:
     got = analysis.composition(heads, CFG, 4, "standard")
     measured, placebo = significance.measured(heads, CFG, 4, "standard")
-    scores, invariant = split_measures(measured)
+    scores, others = split_measures(measured)
     assert set(got.scores["variant"]) == set(VARIANTS) and len(got.scores) == 5 * len(got.invariant)
     assert "variant" not in got.invariant.columns and (measured["variant"] == INVARIANT).any()
     pd.testing.assert_frame_equal(got.scores, scores)
-    pd.testing.assert_frame_equal(got.invariant, invariant)
+    pd.testing.assert_frame_equal(got.invariant, others[INVARIANT])
+    pd.testing.assert_frame_equal(got.projection, others[PROJECTION])
     pd.testing.assert_frame_equal(got.placebo, placebo)
     split, split_placebo, shares = channels.measured_channels(heads, scores, CFG, 4)
     pd.testing.assert_frame_equal(got.channels, split)

@@ -79,6 +79,7 @@ RUNNABLE = [c for c in CASES if c != "heads_file"]  # roles and the ablation nee
 COMPOSITION_FILES = {  # the composition stage's file: the Composition field it holds
     "scores.csv": "scores",
     "invariant.csv": "invariant",
+    "projection.csv": "projection",
     "placebo.csv": "placebo",
     "channels.csv": "channels",
     "channels_placebo.csv": "channels_placebo",

@@ -24,7 +24,7 @@ from pipeline.config import AnalysisConfig, CompositionConfig, HeadsConfig, Mode
 from pipeline.errors import UserError
 from pipeline.model import tl_checkpoint
 from pipeline.model.transformer import AttnOnlyTransformer
-from pipeline.tables import join_measures
+from pipeline.tables import INVARIANT, PROJECTION, join_measures
 
 CFG = ModelConfig(
     n_layers=2, n_heads=2, d_head=4, d_model=16, n_ctx=16, d_vocab=24, positional_embedding_type="standard"
@@ -84,7 +84,8 @@ def test_heads_are_the_heads_stage_functions_on_the_same_batches(model, tokens):
     assert result.patterns.keys() == expected.example.keys()
     for name, t in expected.example.items():
         assert torch.equal(result.patterns[name], t), name
-    summary = heads_analysis.summarize(expected, join_measures(found.scores, found.invariant), h.min_effect)
+    measured = join_measures(found.scores, {INVARIANT: found.invariant, PROJECTION: found.projection})
+    summary = heads_analysis.summarize(expected, measured, h.min_effect)
     assert json.dumps(result.summary, sort_keys=True) == json.dumps(summary, sort_keys=True)
     assert result.summary["n_heads"] == CFG.n_layers * CFG.n_heads
 

@@ -103,11 +103,16 @@ def test_long_stages_report_progress_under_dvc():
         assert "--no-progress" not in DVC["stages"][name]["cmd"], name
 
 
+# per-seed stages whose result depends on the other seeds by design: calibrate's chimeras join
+# this seed's layer 0 with every other seed's later layers
+CROSS_SEED = {"calibrate"}
+
+
 def test_per_seed_stages_do_not_depend_on_the_seed_list():
-    """Growing `seeds` must run only the new seeds' stages."""
+    """Growing `seeds` must run only the new seeds' stages, but for those that read the others."""
     for name, stage in DVC["stages"].items():
         if "matrix" in stage:
-            assert "seeds" not in stage.get("params", []), name
+            assert ("seeds" in stage.get("params", [])) == (name in CROSS_SEED), name
 
 
 # --- what each stage reads of params.yaml, recorded while its real dvc.yaml command runs ----

@@ -106,7 +106,8 @@ def test_final_checkpoint_reproduces_the_composition_stage_exactly(run):
     assert sorted(dyn["step"].unique()) == [0, 10, 20]
     final = dyn[dyn["step"] == 20].drop(columns=["step", "tokens", "excess"]).reset_index(drop=True)
     stage = tables.join_measures(
-        pd.read_csv(run["composition"] / "scores.csv"), pd.read_csv(run["composition"] / "invariant.csv")
+        pd.read_csv(run["composition"] / "scores.csv"),
+        {m: pd.read_csv(run["composition"] / f"{m}.csv") for m in tables.OTHER_MEASURES},
     )
     pd.testing.assert_frame_equal(final, stage, check_exact=True)
     assert set(dyn["variant"]) == set(tables.MEASURES)

@@ -309,8 +309,8 @@ def test_weights_writes_heads_and_a_summary_of_steps_config_and_extra_tensors(ch
 def test_composition_writes_every_table_and_the_channel_shares(chain):
     comp = chain.out["composition"]
     assert {p.name for p in comp.iterdir()} == {
-        "scores.csv", "invariant.csv", "placebo.csv", "channels.csv", "channels_placebo.csv",
-        "channels.safetensors", "summary.json",
+        "scores.csv", "invariant.csv", "projection.csv", "placebo.csv", "channels.csv",
+        "channels_placebo.csv", "channels.safetensors", "summary.json",
     }  # fmt: skip
     scores = tables.read_csv(comp / "scores.csv", tables.SCORES_COLUMNS, empty_ok=False)
     assert len(scores) > 0

@@ -22,15 +22,24 @@ def test_excess_is_the_score_less_its_baseline():
     assert tables.excess(frame).tolist() == [0.375, -0.25]
 
 
-def test_joined_measures_are_the_scores_then_the_invariant_numbered_afresh():
+def test_joined_measures_are_the_scores_then_the_others_in_their_order_numbered_afresh():
     scores = raw_rows("errata", [0.1, 0.2]).set_axis([5, 7])
     invariant = raw_rows(None, [0.3]).set_axis([5])
-    joined = tables.join_measures(scores, invariant)
-    assert joined.index.tolist() == [0, 1, 2]
-    assert joined["variant"].tolist() == ["errata", "errata", tables.INVARIANT]
-    assert joined["score"].tolist() == [0.1, 0.2, 0.3]
-    back_scores, back_invariant = tables.split_measures(joined)
-    assert back_scores["score"].tolist() == [0.1, 0.2] and back_invariant["score"].tolist() == [0.3]
+    projection = raw_rows(None, [0.4, 0.5])
+    joined = tables.join_measures(scores, {tables.PROJECTION: projection, tables.INVARIANT: invariant})
+    assert joined.index.tolist() == [0, 1, 2, 3, 4]
+    assert joined["variant"].tolist() == [
+        "errata",
+        "errata",
+        tables.INVARIANT,
+        tables.PROJECTION,
+        tables.PROJECTION,
+    ]
+    assert joined["score"].tolist() == [0.1, 0.2, 0.3, 0.4, 0.5]
+    back_scores, back = tables.split_measures(joined)
+    assert back_scores["score"].tolist() == [0.1, 0.2] and list(back) == [tables.INVARIANT, tables.PROJECTION]
+    assert back[tables.INVARIANT]["score"].tolist() == [0.3] and "variant" not in back[tables.PROJECTION]
+    assert tables.split_measures(tables.join_measures(scores, {}))[1] == {}
 
 
 def test_read_csv_refuses_in_one_line_naming_the_file(tmp_path):
