@@ -22,7 +22,7 @@ TL4_BIN  := $(abspath $(VENV_TL4))/bin
 PIP_TL4  := $(TL4_BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 export PATH := $(BIN):$(PATH)
 
-.PHONY: repro test test-fast lint browser install install-dev bench mutate mutate-blind clean-outputs
+.PHONY: repro test test-fast lint browser install install-dev bench mutate mutate-blind clean-outputs results
 
 repro: $(VENV)/.installed
 	dvc repro
@@ -135,6 +135,11 @@ endif
 	python tools/mutation_score.py --check $(if $(SAMPLE),--sample $(SAMPLE) --seed $(SEED)); score=$$?; \
 	python tools/hollow_tests.py --workers $(MUTATE_WORKERS); hollow=$$?; \
 	exit $$(( score || hollow ))
+
+# The generated blocks of README.md, docs/results.md (the run's verdicts.json), docs/claims.md (the
+# claims' registry) and docs/maths.md (the null's procedure); a test checks the committed text.
+results: $(VENV)/.installed
+	python -m pipeline.present.results outputs/compare/verdicts.json README.md docs/results.md docs/claims.md docs/maths.md
 
 clean-outputs:
 	rm -rf outputs

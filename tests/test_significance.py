@@ -11,14 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import planted
 import pytest
 import torch
 import yaml
 from models import random_model
 
-from pipeline.circuits import composition, invariant, projection, significance, weights
+from pipeline.behaviour import calibration
+from pipeline.circuits import channels, composition, invariant, projection, scoring, significance, weights
 from pipeline.config import CompositionConfig, ModelConfig
-from pipeline.tables import INVARIANT, KINDS, MEASURES, PROJECTION, join_measures
+from pipeline.tables import INVARIANT, KINDS, MEASURES, PROJECTION, VARIANTS, join_measures
 
 ROOT = Path(__file__).resolve().parents[1]
 FDR = 0.05
@@ -380,3 +382,193 @@ def test_untrained_weights_discover_at_most_the_nominal_rate(shape):
     later = pd.concat(real, keys=range(3), names=["seed", "row"]).reset_index("seed")
     families = later.groupby(["seed", "kind", "variant"])["discovery"].any().groupby("variant").sum()
     assert (families <= 1).all(), families
+
+
+@pytest.fixture(scope="module")
+def trained_weights(synthetic_seed0):
+    """The synthetic setup's model (8 heads x 8, d_model 64), seed 0: layer-0 previous-token and
+    layer-1 induction heads (test_train), as the composition stage reads it, with its config
+    (trained once a run: conftest's synthetic_seed0)."""
+    cfg, trained_model = synthetic_seed0
+    model = trained_model()
+    hw, _ = weights.prepare(model.state_dict(), model.cfg)
+    return hw, cfg.analysis.composition
+
+
+@pytest.fixture(scope="module")
+def trained(trained_weights):
+    hw, c = trained_weights
+    return significance.measured(hw, c, 0, "shortformer")
+
+
+@pytest.mark.slow
+def test_pairs_that_cannot_compose_are_discovered_at_most_at_the_nominal_rate(trained):
+    """Each placebo block, located in itself and shaped by the other blocks: of the 3 x 21
+    (block, kind, measure) families at most the FDR's share has any discovery, while the raw rule
+    (z > 3, nominally 0.13% under a normal null) passes placebo pairs at more than ten times that."""
+    _, placebo = trained
+    blocks = significance.family_summary(placebo)
+    assert list(blocks) == ["L0->L0", "L1->L0", "L1->L1", "all"]
+    assert all(blocks[b]["families"] == 3 * len(MEASURES) for b in ("L0->L0", "L1->L0", "L1->L1"))
+    assert blocks["all"]["rate"] <= FDR, blocks
+    raw = placebo.assign(z3=placebo["z"] > 3).groupby(["kind", "variant"])["z3"].mean()
+    assert raw.max() > 10 * NORMAL_TAIL_3
+
+
+SURROGATES = 20
+
+
+@pytest.mark.slow
+def test_surrogates_of_the_trained_model_discover_at_most_the_nominal_share_of_families(trained_weights):
+    """The trained model's later layer in random bases of the residual stream (scoring.surrogate):
+    every head's own geometry kept, the alignment between the layers broken. Over 20 surrogates,
+    at most the nominal share of the (surrogate, kind) families of each measure has any discovery."""
+    hw, c = trained_weights
+    found = []
+    for i in range(SURROGATES):
+        fake = scoring.surrogate(hw, torch.Generator().manual_seed(i))
+        scores, _ = significance.measured(fake, c, 0, "shortformer")
+        found.append(scores.groupby(["kind", "variant"], sort=False)["discovery"].any())
+    per_measure = pd.concat(found, axis=1).mean(axis=1).groupby(level="variant").mean()
+    assert (per_measure <= FDR).all(), per_measure
+
+
+def test_a_surrogate_keeps_each_layers_own_circuits_and_breaks_the_alignment_between_them():
+    hw = weights.from_state_dict(random_model("tiny", seed=3).state_dict())
+    fake = scoring.surrogate(hw, torch.Generator().manual_seed(0))
+    for name in ("W_Q", "W_K", "W_V", "W_O"):  # layer 0 as it was
+        assert torch.equal(getattr(fake, name)[0], getattr(hw, name)[0])
+    QK = lambda w: w.W_Q[1] @ w.W_K[1].mT  # noqa: E731  [head, d_model, d_model]
+    OV = lambda w: w.W_V[1] @ w.W_O[1]  # noqa: E731
+    for circuit in (QK, OV):  # R QK R^T: the same spectrum, norms and relations between layer-1 heads
+        a, b = circuit(hw), circuit(fake)
+        assert torch.linalg.svdvals(b) == pytest.approx(torch.linalg.svdvals(a), rel=1e-10, abs=1e-12)
+        assert (b[0] * b[1]).sum() == pytest.approx(float((a[0] * a[1]).sum()), rel=1e-10)
+    k_numerator = lambda w: (w.W_V[0, 0] @ w.W_O[0, 0] @ w.W_K[1, 0] @ w.W_Q[1, 0].mT).norm()  # noqa: E731
+    assert abs(float(k_numerator(fake) / k_numerator(hw)) - 1) > 1e-3
+
+
+@pytest.mark.slow
+def test_a_planted_key_composition_is_discovered_once_its_raw_z_passes_the_models_limit(trained_weights):
+    """Power: the least-read layer-1 head's keys turned to read a layer-0 head's two strongest output
+    directions (calibration.plant, "keys": nothing that one score alone rewards), at growing
+    strength, in the trained model's own background. Under every K measure the pair is a discovery
+    whenever its raw z exceeds the model's detection limit by a margin, and the strongest plant
+    passes it under the corrected score (so this cannot pass by never reaching it)."""
+    hw, c = trained_weights
+    raw = significance.raw_tables(hw, c, 0, "shortformer")[0]
+    src, dst = calibration.readers(raw)["least_read"]
+    passed = False
+    for strength in (0.2, 0.5, 1.0, 2.0):
+        scores, placebo = significance.raw_tables(
+            calibration.plant(hw, src, dst, strength), c, 0, "shortformer"
+        )
+        tested, _ = significance.calibrate(scores, placebo, FDR)
+        limits = significance.detection_limits(scores, placebo, FDR)["K"]
+        at = (tested["kind"] == "K") & (tested["src_layer"] == 0) & (tested["src_head"] == src)
+        pair = tested[at & (tested["dst_head"] == dst)].set_index("variant")
+        for m in calibration.K_MEASURES:
+            if limits[m]["raw_z"] is not None and pair.loc[m, "z"] > limits[m]["raw_z"] + 1.0:
+                assert pair.loc[m, "discovery"], (strength, m, pair.loc[m, "z"], limits[m])
+        passed |= bool(pair.loc["true", "discovery"])
+    assert passed
+
+
+def test_the_planted_pair_is_discovered_and_few_others():
+    """tests/planted.py's model (only 0.0 -> 1.0 composes, through keys) in a random background:
+    N(0, 0.05) added to every head's weights, five more heads a layer that are that background
+    alone. The corrected score discovers the planted pair and no other; every measure discovers
+    the planted pair; each rotation may also find what its cross term X = D A holds by
+    construction (the writers whose value input reads the token space that 1.0's queries read:
+    0.1 and 0.2 -> 1.0), the errata's bias, not a false discovery of the test; the placebo pairs
+    are discovered at most at the FDR."""
+    gen = torch.Generator().manual_seed(0)
+    state = {
+        name: W + 0.05 * torch.randn(W.shape, generator=gen, dtype=W.dtype) if ".attn.W_" in name else W
+        for name, W in planted.wide_model(5).state_dict().items()
+    }
+    scores, placebo = significance.measured(
+        weights.from_state_dict(state), CompositionConfig(), 0, "shortformer"
+    )
+    for m in MEASURES:
+        k = scores[(scores["kind"] == "K") & (scores["variant"] == m)].set_index(
+            ["src_layer", "src_head", "dst_layer", "dst_head"]
+        )
+        assert k.loc[(0, 0, 1, 0), "discovery"], m
+    found = scores[scores["discovery"]]
+    others = found[~((found["kind"] == "K") & (found["src_head"] == 0) & (found["dst_head"] == 0))]
+    assert not (others["variant"] == "true").any()
+    errata = others[others["variant"].isin(VARIANTS)]
+    assert set(zip(errata["kind"], errata["src_head"], errata["dst_head"], strict=True)) <= {
+        ("K", 1, 0),
+        ("K", 2, 0),
+    }
+    assert placebo["discovery"].mean() <= FDR
+
+
+# --- channel discoveries (pipeline/circuits/channels.py): the same null, the same checks ---------
+
+
+@pytest.mark.parametrize("shape", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))
+def test_untrained_weights_have_at_most_one_kind_with_a_channel_discovery(shape):
+    """Fresh weights, every later pair tested: of the 9 (seed, kind) families at most one has any
+    channel discovery (BH's bound under a complete null)."""
+    raw = yaml.safe_load((ROOT / "conf" / "model" / f"{shape}.yaml").read_text())
+    raw["d_vocab"], raw["n_ctx"] = 512, 64
+    model_cfg = ModelConfig(**raw)
+    found = []
+    for seed in range(3):
+        fresh = random_model(model_cfg, seed=seed, dtype=torch.float32, perturb_biases=False)
+        hw, _ = weights.prepare(fresh.state_dict(), model_cfg)
+        found.append(channels.every_pair_tested(hw, FDR, seed, 64).groupby("kind")["discovery"].any())
+    assert pd.concat(found).sum() <= 1, found
+
+
+@pytest.mark.slow
+def test_surrogates_of_the_trained_model_have_channel_discoveries_at_most_at_the_nominal_rate(
+    trained_weights,
+):
+    """20 surrogates, every later pair tested: at most the FDR's share of the (surrogate, kind)
+    families has any channel discovery."""
+    hw, _ = trained_weights
+    found = [
+        channels.every_pair_tested(scoring.surrogate(hw, torch.Generator().manual_seed(i)), FDR, 0, 64)
+        .groupby("kind")["discovery"]
+        .any()
+        for i in range(SURROGATES)
+    ]
+    share = pd.concat(found, axis=1).to_numpy().mean()
+    assert share <= FDR, share
+
+
+CHANNEL_BOUND = 3.5  # the channel z above which a planted channel of a discovered pair must be found
+
+
+@pytest.mark.slow
+def test_a_planted_channel_is_found_once_the_pair_is_a_discovery(trained_weights):
+    """Power: the least-read layer-1 head's keys turned, by a rotation that keeps every spectrum,
+    to read a layer-0 head's strongest output channel (planted.plant_key_channel) at growing
+    strength: the top channel is the planted (0, 0) from strength 0.3, its share and channel z
+    grow with the strength, and the pair is a channel discovery whenever it is a whole-pair
+    discovery and its channel z passes CHANNEL_BOUND; the strongest plants are (so this cannot
+    pass by never reaching it)."""
+    hw, c = trained_weights
+    raw = significance.raw_tables(hw, c, 0, "shortformer")[0]
+    src, quiet = calibration.readers(raw)["least_read"]
+    shares, zs, tested = [], [], 0
+    for strength in (0.1, 0.3, 0.5, 0.7, 1.0):
+        fake = planted.plant_key_channel(hw, src, quiet, strength)
+        scores, _ = significance.measured(fake, c, 0, "shortformer")
+        later, _, _ = channels.measured_channels(fake, scores, c, 0)
+        pair = later[(later["kind"] == "K") & (later["src_layer"] == 0) & (later["src_head"] == src)
+                     & (later["dst_head"] == quiet)].iloc[0]  # fmt: skip
+        shares.append(pair["top_share"])
+        zs.append(pair["z"])
+        if strength >= 0.3:
+            assert (pair["writer_channel"], pair["reader_channel"]) == (0, 0), (strength, pair)
+        if pair["pair_discovery"] and pair["z"] > CHANNEL_BOUND:
+            tested += 1
+            assert pair["discovery"], (strength, pair)
+    assert shares == sorted(shares) and zs == sorted(zs), (shares, zs)
+    assert tested >= 1, zs
+    assert pair["top_share"] > 0.8, pair

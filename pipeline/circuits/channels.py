@@ -483,7 +483,7 @@ def calibrate_channels(
 def every_pair_tested(hw: HeadWeights, fdr: float, seed: int, draws: int) -> pd.DataFrame:
     """channels.csv's later rows with every pair's channel statistic tested, not only the whole-pair
     discoveries' (pair_discovery left False): the channel null's calibration on its own, for the
-    untrained and surrogate checks (tests/test_significance.py, tools/calibrate_composition.py)."""
+    untrained and surrogate checks (tests/test_significance.py, the calibrate stage)."""
     hw = hw.to(torch.float64)
     gen = torch.Generator().manual_seed(streams.seed_of(seed, "channels.null"))
     blocks = channel_blocks(draws, hw.d_model, hw.d_head, gen)

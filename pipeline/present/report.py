@@ -100,6 +100,7 @@ pre { background: #f7f7f7; padding: .8em; overflow-x: auto; font-size: .85em; }
 
 # --- figures and their captions ------------------------------------------------------
 
+
 def captions() -> dict[str, Caption]:
     """Image stem -> its caption, from the module that draws it (read when the page is built); a
     stem not here is captioned by `_uncaptioned`, which says so."""
@@ -110,6 +111,8 @@ def captions() -> dict[str, Caption]:
         **dynamics_figures.CAPTIONS,
         **heads_figures.CAPTIONS,
     }
+
+
 # the order figures are shown in: the answer first (the claims; each seed's errata diagram and its
 # channels), the dense scatter grids last; a stem not here follows, by name
 ORDER = (
