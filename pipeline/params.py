@@ -15,14 +15,14 @@ import argparse
 import dataclasses
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from .config import Config, notes, require_corpus_package
+from .config import Config, Section, notes, require_corpus_package
 from .errors import UserError, within
 
 CONF_DIR = "conf"
@@ -40,19 +40,32 @@ def from_dict(raw: Any, source: str = "params.yaml") -> Config:
         raise UserError(source, f"empty: {_FULL}")
     with within(source):
         _require_every_key(raw, Config)
-        schema = OmegaConf.structured(Config)
-        try:
-            merged = OmegaConf.merge(schema, raw)
-            cfg = OmegaConf.to_object(merged)
-        except ConfigKeyError as e:
-            raise UserError(e.full_key, "unknown key") from None
-        except ValidationError as e:
-            raise UserError(e.full_key, f"wrong type, expected {_schema_type(e.full_key)}", e.value) from None
-        except OmegaConfBaseException as e:
-            raise UserError(getattr(e, "full_key", "") or "?", str(e).splitlines()[0]) from None
-        assert isinstance(cfg, Config)
-        cfg.validate()
+        cfg = merged(Config, raw)
+    assert isinstance(cfg, Config)
     return cfg
+
+
+S = TypeVar("S", bound=Section)
+
+
+def merged(section: type[S] | S, raw: Mapping[str, Any], prefix: str = "") -> S:
+    """`section` (a schema of pipeline/config.py, or a section of one) with `raw` merged in through
+    OmegaConf, as params.yaml is: an unknown key or a value of the wrong type is refused naming its
+    key (under `prefix`: `analysis.composition`), then every value is checked (`validate`). The one
+    way a config is read: params.yaml, overrides, and the API's keyword settings."""
+    where = lambda key: f"{prefix}.{key}" if prefix and key else prefix or key  # noqa: E731
+    try:
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(section), raw))
+    except ConfigKeyError as e:
+        raise UserError(where(e.full_key), "unknown key") from None
+    except ValidationError as e:  # UnsupportedValueType too: a value YAML cannot hold
+        key = where(e.full_key)
+        raise UserError(key, f"wrong type, expected {_schema_type(key)}", e.value) from None
+    except OmegaConfBaseException as e:
+        raise UserError(where(getattr(e, "full_key", "")) or "?", str(e).splitlines()[0]) from None
+    assert isinstance(cfg, Section)
+    cfg.validate(prefix)
+    return cfg  # type: ignore[return-value]
 
 
 _FULL = "python -m pipeline.params writes a full one from conf/"
