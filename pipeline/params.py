@@ -166,11 +166,16 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> d
     conf_dir = Path(conf_dir).resolve()
     if not (conf_dir / f"{CONFIG_NAME}.yaml").is_file():
         raise UserError(str(conf_dir / f"{CONFIG_NAME}.yaml"), "Hydra config not found")
+    check_group_overrides(overrides, conf_dir)
     composing = True
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
             cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as e:
+    except UserError:  # ours (hydra_plugins/), already one line
+        raise
+    except (HydraException, OmegaConfBaseException, ValueError, TypeError, KeyError) as e:
+        # Hydra reports some composition failures as plain Python errors (a group set to a list
+        # of numbers: TypeError) that would otherwise end in a traceback
         raise hydra_error(e) from None
     finally:
         composing = False
@@ -179,9 +184,42 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> d
     return out
 
 
+def check_group_overrides(overrides: Sequence[str], conf_dir: str | Path) -> None:
+    """Refuse, naming the group and its options, an override that sets a config group of
+    `conf_dir` (`model`, `setup`, ...) to anything but an option's name (`model=4`, `setup=null`,
+    `model={a: 1}`): Hydra's own refusal names no key ("Config group override must be a string or
+    a list. Got int") or blames another ("Could not override 'model'"). Overrides Hydra cannot
+    parse, sweeps and deletions are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    conf_dir = Path(conf_dir)
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return  # `compose` reports Hydra's own message in one line (`hydra_error`)
+    for override in parsed:
+        group = override.key_or_group
+        if override.package or override.is_delete() or override.is_sweep_override():
+            continue
+        if not (conf_dir / group).is_dir():
+            continue
+        value = override.value()
+        if not all(isinstance(v, str) for v in (value if isinstance(value, list) else [value])):
+            options = ", ".join(sorted(p.stem for p in (conf_dir / group).glob("*.yaml")))
+            problem = f"a config group takes the name of one of its options: {options}"
+            raise UserError(f"override: {group}", problem, value)
+
+
 def hydra_error(e: Exception) -> UserError:
-    """Hydra's multi-line composition error as a one-line `UserError` naming the key."""
+    """Hydra's multi-line composition error (or a plain Python error it raised while composing)
+    as a one-line `UserError` naming the key."""
     text = str(e)
+    in_file = re.search(r"In '([^']+)': Could not override '([^']+)'", text)
+    if in_file:  # a config file's defaults list names a group that does not exist: the file is at fault
+        where, group = in_file.groups()
+        problem = f"no config group {group!r} to override (check its spelling in conf/)"
+        return UserError(f"conf/{where}.yaml: defaults: override /{group}", problem)
     unknown = re.search(r"Could not override '([^']+)'", text)
     if unknown:
         return UserError(f"override: {unknown.group(1)}", "unknown key (check its spelling in conf/)")
@@ -189,7 +227,8 @@ def hydra_error(e: Exception) -> UserError:
         where, _, problem = text.removeprefix("override: ").partition(": ")
         return UserError(f"override: {where}", problem)
     text = text.split("Config search path")[0]  # Hydra appends its whole search path
-    return UserError("override", " ".join(line.strip() for line in text.splitlines() if line.strip()))
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return UserError("override", text or type(e).__name__)
 
 
 def dump(params: dict) -> str:
