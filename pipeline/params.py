@@ -98,6 +98,8 @@ def require_inputs(cfg: Config, root: str | Path = ".") -> None:
     if t.source == "load" and t.checkpoint is not None and not t.checkpoint.startswith("hf:"):
         for seed in cfg.seeds:  # "{seed}" in it: each seed's own file
             shown = Path(t.checkpoint_dir) / t.checkpoint.replace("{seed}", str(seed))
+            if (root / shown).is_dir():  # a saved model's directory (pipeline/model/origin.py)
+                shown = shown / "model.safetensors"
             if not (root / shown).is_file():
                 problem = f"{shown} not found (relative to train.checkpoint_dir = {t.checkpoint_dir!r})"
                 raise UserError("train.checkpoint", problem, t.checkpoint)
