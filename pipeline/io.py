@@ -195,6 +195,14 @@ def file_record(path: Path) -> dict[str, str]:
     return {"path": Path(path).as_posix(), "sha256": sha256_file(path)}
 
 
+def require_number(value: Any, where: str) -> float:
+    """A number read from a JSON file a stage wrote (NaN allowed: undefined), or a one-line
+    refusal naming `where` (the file and key): a string or a list would reach the arithmetic."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UserError(where, "expected a number", value)
+    return float(value)
+
+
 def read_json(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():

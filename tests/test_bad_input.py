@@ -922,6 +922,13 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         lambda t, g: figures_args(t, g, heads=_with_cell(t, g.heads / "heads.csv", "copying", "0.9x")),
         ("heads.csv: copying", "line 2: '0.9x', expected a number"),
     ),
+    "json-value-of-another-type": (  # a number written as text would reach compare's arithmetic
+        "compare",
+        lambda t, g: _compare_args(
+            t, g, lambda dirs: _set_json(dirs["train"] / "seed0" / "metrics.json", "eval_loss", "2.7")
+        ),
+        ("metrics.json: eval_loss = '2.7'", "expected a number"),
+    ),
     "group-override-not-a-name": (  # Hydra's own error: a traceback naming no key
         "params",
         lambda t, g: ["model=4", "--conf", str(ROOT / "conf"), "--out", str(t / "out" / "params.yaml")],
@@ -932,6 +939,12 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
 
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
+    return path
+
+
+def _set_json(path: Path, key: str, value: object) -> Path:
+    """`path`'s JSON object with `key` set to `value` (by hand)."""
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
     return path
 
 

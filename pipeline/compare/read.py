@@ -67,6 +67,7 @@ def read_seed(seed: int, train: Path, composition: Path, heads: Path, dynamics: 
     for key in TRAIN_METRICS:
         if not isinstance(metrics, dict) or key not in metrics:
             raise UserError(f"{metrics_path}: {key}", "missing")
+        io.require_number(metrics[key], f"{metrics_path}: {key}")
     return SeedInputs(
         seed=seed,
         scores=join_measures(
