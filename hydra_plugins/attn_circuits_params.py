@@ -56,6 +56,8 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
     from pipeline.errors import UserError
 
     try:
+        overrides = kwargs.get("overrides", args[1] if len(args) > 1 else ())
+        params.check_group_overrides(overrides or (), CONF_DIR)  # `model=4`: Hydra would name no key
         cfg = _load_configuration(self, *args, **kwargs)
         composed = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
         checked = params.from_dict(OmegaConf.to_container(composed, resolve=True), source="override")
@@ -65,7 +67,8 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
                 print(line, file=sys.stderr)
     except UserError as e:
         raise ConfigCompositionException(str(e)) from None
-    except ConfigCompositionException as e:
+    except (ConfigCompositionException, ValueError, TypeError, KeyError) as e:  # Hydra's failures of any
+        # kind: some are plain Python errors (a group set to a list of numbers: TypeError)
         raise ConfigCompositionException(str(params.hydra_error(e))) from None
     return cfg
 

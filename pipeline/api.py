@@ -31,11 +31,12 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from . import checkpoint, streams
+from . import checkpoint, params, streams
 from .behaviour import heads as heads_analysis
 from .circuits import analysis, weights
 from .circuits.analysis import Composition
 from .circuits.weights import HeadWeights
+from .cli import resolve_device
 from .config import AnalysisConfig, CompositionConfig, Config, HeadsConfig, ModelConfig, Section
 from .data import datasets
 from .errors import UserError
@@ -130,7 +131,9 @@ def weights_of(model: Any, model_config: Any = None, device: str | torch.device 
         loaded = _from_state(model, model_config, "state dict", _device_of(model.values()))
     else:
         raise UserError("model", f"expected {MODEL_KINDS}", type(model).__name__)
-    return replace(loaded, device=torch.device(device)) if device is not None else loaded
+    if device is None:
+        return loaded
+    return replace(loaded, device=resolve_device(device, "device"))  # the stages' check of a device
 
 
 def _no_config(model_config: Any, what: str) -> None:
@@ -232,9 +235,18 @@ def _settings(kind: type[S], key: str, config: Any, overrides: Mapping[str, Any]
         raise UserError(
             f"analysis.{key}.{unknown[0]}", f"unknown setting (one of {', '.join(sorted(names))})"
         )
-    config = replace(config, **overrides)
-    config.validate(f"analysis.{key}")
-    return config
+    # merged as params.yaml is (its types, then its values); a numpy scalar as the number it holds
+    plain = {k: v.item() if isinstance(v, np.generic) else v for k, v in overrides.items()}
+    return params.merged(config, plain, f"analysis.{key}")
+
+
+def _seed(seed: Any) -> int:
+    """`seed` checked as params.yaml's `seeds` are (an integer, >= 0), naming the argument."""
+    try:
+        params.merged(Config, {"seeds": [seed.item() if isinstance(seed, np.generic) else seed]})
+    except UserError as e:
+        raise UserError("seed", e.problem, seed) from None
+    return int(seed)
 
 
 # --- composition ---------------------------------------------------------------------------
@@ -252,8 +264,9 @@ def composition(
     discovery; the placebo pairs (pairs that cannot compose), the channel tables and the summary:
     the composition stage's files for `seed` (`circuits.analysis.composition`). `settings`:
     `baseline_samples`, `null_samples`, `fdr` (`CompositionConfig`)."""
-    w = weights_of(model, device=device)
+    seed = _seed(seed)
     cfg = _settings(CompositionConfig, "composition", config, settings)
+    w = weights_of(model, device=device)
     return analysis.composition(w.heads, cfg, seed, w.positions, str(w.device))
 
 
@@ -336,6 +349,7 @@ def _heads_inputs(
 ) -> tuple[HeadsConfig, Weights, AttnOnlyTransformer, list[Tensor], list[Tensor]]:
     """What `heads`, `roles` and `path_ablation` each start from: the heads settings, the weights,
     our model built from them, and the (probe, held-out) batches."""
+    _seed(seed)
     h = _settings(HeadsConfig, "heads", config, settings)
     w, built = _runnable(model, device, what)
     probes, heldout = _batches(w, tokens, probe, h, seed)

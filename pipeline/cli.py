@@ -185,17 +185,33 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
 
 
-def resolve_device(name: str, key: str):
-    """The torch device `name` ("auto": CUDA when present; "cpu"; "cuda") of config key `key`
-    (`train.device`, `analysis.device`); a UserError naming the key when CUDA is asked for and
-    absent. Imported lazily, as in `use_threads`."""
+def resolve_device(name, key: str):
+    """The torch device `name` ("auto": CUDA when present; "cpu", "cuda", "cuda:1", or a
+    torch.device) of config key or argument `key` (`train.device`, `analysis.device`, the API's
+    `device`); a UserError naming the key when the name is no device or this machine lacks it.
+    Imported lazily, as in `use_threads`."""
     import torch
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError(key, "CUDA is not available on this machine", name)
-    return torch.device(name)
+    shown = str(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise UserError(key, "not a torch device (cpu, cuda, cuda:N, ...)", shown) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(key, "CUDA is not available on this machine", shown)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UserError(key, f"this machine has {torch.cuda.device_count()} CUDA device(s)", shown)
+    if device.type == "meta":
+        raise UserError(key, "the meta device holds no values: name one that computes (cpu, cuda)", shown)
+    if device.type not in ("cpu", "cuda"):  # mps, xpu, ...: whether this torch and machine have it
+        try:
+            torch.empty(0, device=device)
+        except Exception as e:  # each backend fails its own way (RuntimeError, AssertionError, ...)
+            reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            raise UserError(key, f"not available on this machine ({reason})", shown) from None
+    return device
 
 
 def run_cli(

@@ -327,7 +327,8 @@ class DataConfig(Section):
 @dataclass
 class TrainConfig(Section):
     source: str = "train"  # "train" a new model, or "load" a checkpoint
-    # load: path under checkpoint_dir (.safetensors, .pt, .pth) with config.json beside it;
+    # load: path under checkpoint_dir (.safetensors, .pt, .pth) with config.json beside it, or a
+    # directory holding model.safetensors and config.json (TransformerLens 4.x's form);
     # "{seed}" in it maps each seed to its own file; or hf:ORG/NAME[@REVISION], a snapshot in the
     # local Hugging Face cache (pipeline/hub.py), the same model for every seed
     checkpoint: str | None = None
@@ -391,11 +392,13 @@ class TrainConfig(Section):
         if self.checkpoint is not None and self.checkpoint.startswith("hf:"):
             require_hub_name(self.checkpoint, "checkpoint")
         elif self.checkpoint is not None:
-            suffix = self.checkpoint.rsplit(".", 1)[-1] if "." in self.checkpoint else ""
-            require(
-                suffix in ("safetensors", "pt", "pth"),
+            name = PurePosixPath(self.checkpoint).name
+            suffix = name.rsplit(".", 1)[-1] if "." in name else ""
+            require(  # a name without a suffix is a directory: TransformerLens 4.x's form (origin.py)
+                suffix in ("safetensors", "pt", "pth", ""),
                 "checkpoint",
-                "must end in .safetensors, .pt or .pth",
+                "must end in .safetensors, .pt or .pth, or name a directory holding model.safetensors "
+                "and config.json",
                 self.checkpoint,
             )
 

@@ -108,6 +108,7 @@ def snapshot(value: str, key: str) -> Snapshot:
 
 
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a commit as the cache names its snapshots
+SHORT_COMMIT = re.compile(r"[0-9a-f]{4,39}")  # git's abbreviations (7 by default)
 
 
 def _commit(folder: Path, spec: Spec, key: str, value: str) -> str:
@@ -127,6 +128,14 @@ def _commit(folder: Path, spec: Spec, key: str, value: str) -> str:
             inside = sorted(p.relative_to(refs).as_posix() for p in ref.rglob("*") if p.is_file())
             problem = f"revision {revision} names a folder (refs/{revision}), not a branch, tag or commit"
             problem += f": name one of {', '.join(inside[:4])}" if inside else ""
+            raise UserError(key, problem, value)
+        if not ref.exists() and SHORT_COMMIT.fullmatch(revision):  # the cache names snapshots by
+            # full commit only (as `hf download --revision` needs one): a short hash is no ref
+            held = sorted(
+                p.name for p in (folder / "snapshots").glob(f"{revision}*") if COMMIT.fullmatch(p.name)
+            )
+            found = f" (the cache holds {', '.join(held[:2])})" if held else ""
+            problem = f"revision {revision} is a short commit hash: give the full 40-character commit{found}"
             raise UserError(key, problem, value)
         if not ref.exists():
             problem = f"revision {revision} of {spec.repo} is not in the cache {folder.parent}: {advice}"

@@ -51,6 +51,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     ensure_dir(path.parent)
+    if path.is_dir() and not path.is_symlink():  # os.replace would fail with IsADirectoryError, or
+        # (an empty one) put a file in the folder's place
+        raise UserError(str(path), "is a directory: name the file to write, not a folder")
     tmp_path: Path | None = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_MARK}", dir=path.parent)
@@ -92,6 +95,39 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         if isinstance(e, OSError) and e.errno in STORAGE_ERRORS:
             raise UserError(str(path), f"cannot write ({e.strerror})") from None
         raise
+
+
+@contextlib.contextmanager
+def atomic_files(directory: str | Path) -> Iterator[Path]:
+    """Yield a temporary directory; on success move every file written there into `directory`,
+    replacing only the files of the same names: whatever else `directory` holds is the user's and
+    stays. A new `directory` appears whole (`atomic_dir`); in an existing one, nothing is moved
+    until every file is written, and each move is a rename. A `directory` that is a file, or a
+    name to write that is a folder there, is refused in one line, and nothing in it changes."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise UserError(
+            str(path), "is a file, not a directory: name a folder to write into (new or existing)"
+        )
+    if not path.exists():
+        with atomic_dir(path) as tmp:
+            yield tmp
+        return
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}{TMP_MARK}", dir=path))  # `clean_stale`'s pattern
+    try:
+        yield tmp
+        written = sorted(tmp.iterdir())
+        for f in written:
+            if (path / f.name).is_dir() and not (path / f.name).is_symlink():
+                raise UserError(str(path / f.name), "is a directory: cannot write the file of that name")
+        for f in written:
+            os.replace(f, path / f.name)  # each written whole (atomic_path) and fsynced
+    except BaseException as e:
+        if isinstance(e, OSError) and e.errno in STORAGE_ERRORS:
+            raise UserError(str(path), f"cannot write ({e.strerror})") from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_with(path: str | Path, writer: Callable[[Path], Any]) -> Path:
@@ -157,6 +193,14 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 def file_record(path: Path) -> dict[str, str]:
     """{"path", "sha256"}: how origin.json names a file a later stage must find unchanged."""
     return {"path": Path(path).as_posix(), "sha256": sha256_file(path)}
+
+
+def require_number(value: Any, where: str) -> float:
+    """A number read from a JSON file a stage wrote (NaN allowed: undefined), or a one-line
+    refusal naming `where` (the file and key): a string or a list would reach the arithmetic."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UserError(where, "expected a number", value)
+    return float(value)
 
 
 def read_json(path: str | Path) -> Any:

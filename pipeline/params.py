@@ -15,14 +15,14 @@ import argparse
 import dataclasses
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from .config import Config, notes, require_corpus_package
+from .config import Config, Section, notes, require_corpus_package
 from .errors import UserError, within
 
 CONF_DIR = "conf"
@@ -40,19 +40,32 @@ def from_dict(raw: Any, source: str = "params.yaml") -> Config:
         raise UserError(source, f"empty: {_FULL}")
     with within(source):
         _require_every_key(raw, Config)
-        schema = OmegaConf.structured(Config)
-        try:
-            merged = OmegaConf.merge(schema, raw)
-            cfg = OmegaConf.to_object(merged)
-        except ConfigKeyError as e:
-            raise UserError(e.full_key, "unknown key") from None
-        except ValidationError as e:
-            raise UserError(e.full_key, f"wrong type, expected {_schema_type(e.full_key)}", e.value) from None
-        except OmegaConfBaseException as e:
-            raise UserError(getattr(e, "full_key", "") or "?", str(e).splitlines()[0]) from None
-        assert isinstance(cfg, Config)
-        cfg.validate()
+        cfg = merged(Config, raw)
+    assert isinstance(cfg, Config)
     return cfg
+
+
+S = TypeVar("S", bound=Section)
+
+
+def merged(section: type[S] | S, raw: Mapping[str, Any], prefix: str = "") -> S:
+    """`section` (a schema of pipeline/config.py, or a section of one) with `raw` merged in through
+    OmegaConf, as params.yaml is: an unknown key or a value of the wrong type is refused naming its
+    key (under `prefix`: `analysis.composition`), then every value is checked (`validate`). The one
+    way a config is read: params.yaml, overrides, and the API's keyword settings."""
+    where = lambda key: f"{prefix}.{key}" if prefix and key else prefix or key  # noqa: E731
+    try:
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(section), raw))
+    except ConfigKeyError as e:
+        raise UserError(where(e.full_key), "unknown key") from None
+    except ValidationError as e:  # UnsupportedValueType too: a value YAML cannot hold
+        key = where(e.full_key)
+        raise UserError(key, f"wrong type, expected {_schema_type(key)}", e.value) from None
+    except OmegaConfBaseException as e:
+        raise UserError(where(getattr(e, "full_key", "")) or "?", str(e).splitlines()[0]) from None
+    assert isinstance(cfg, Section)
+    cfg.validate(prefix)
+    return cfg  # type: ignore[return-value]
 
 
 _FULL = "python -m pipeline.params writes a full one from conf/"
@@ -85,6 +98,8 @@ def require_inputs(cfg: Config, root: str | Path = ".") -> None:
     if t.source == "load" and t.checkpoint is not None and not t.checkpoint.startswith("hf:"):
         for seed in cfg.seeds:  # "{seed}" in it: each seed's own file
             shown = Path(t.checkpoint_dir) / t.checkpoint.replace("{seed}", str(seed))
+            if (root / shown).is_dir():  # a saved model's directory (pipeline/model/origin.py)
+                shown = shown / "model.safetensors"
             if not (root / shown).is_file():
                 problem = f"{shown} not found (relative to train.checkpoint_dir = {t.checkpoint_dir!r})"
                 raise UserError("train.checkpoint", problem, t.checkpoint)
@@ -153,11 +168,16 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> d
     conf_dir = Path(conf_dir).resolve()
     if not (conf_dir / f"{CONFIG_NAME}.yaml").is_file():
         raise UserError(str(conf_dir / f"{CONFIG_NAME}.yaml"), "Hydra config not found")
+    check_group_overrides(overrides, conf_dir)
     composing = True
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
             cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as e:
+    except UserError:  # ours (hydra_plugins/), already one line
+        raise
+    except (HydraException, OmegaConfBaseException, ValueError, TypeError, KeyError) as e:
+        # Hydra reports some composition failures as plain Python errors (a group set to a list
+        # of numbers: TypeError) that would otherwise end in a traceback
         raise hydra_error(e) from None
     finally:
         composing = False
@@ -166,9 +186,42 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> d
     return out
 
 
+def check_group_overrides(overrides: Sequence[str], conf_dir: str | Path) -> None:
+    """Refuse, naming the group and its options, an override that sets a config group of
+    `conf_dir` (`model`, `setup`, ...) to anything but an option's name (`model=4`, `setup=null`,
+    `model={a: 1}`): Hydra's own refusal names no key ("Config group override must be a string or
+    a list. Got int") or blames another ("Could not override 'model'"). Overrides Hydra cannot
+    parse, sweeps and deletions are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    conf_dir = Path(conf_dir)
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return  # `compose` reports Hydra's own message in one line (`hydra_error`)
+    for override in parsed:
+        group = override.key_or_group
+        if override.package or override.is_delete() or override.is_sweep_override():
+            continue
+        if not (conf_dir / group).is_dir():
+            continue
+        value = override.value()
+        if not all(isinstance(v, str) for v in (value if isinstance(value, list) else [value])):
+            options = ", ".join(sorted(p.stem for p in (conf_dir / group).glob("*.yaml")))
+            problem = f"a config group takes the name of one of its options: {options}"
+            raise UserError(f"override: {group}", problem, value)
+
+
 def hydra_error(e: Exception) -> UserError:
-    """Hydra's multi-line composition error as a one-line `UserError` naming the key."""
+    """Hydra's multi-line composition error (or a plain Python error it raised while composing)
+    as a one-line `UserError` naming the key."""
     text = str(e)
+    in_file = re.search(r"In '([^']+)': Could not override '([^']+)'", text)
+    if in_file:  # a config file's defaults list names a group that does not exist: the file is at fault
+        where, group = in_file.groups()
+        problem = f"no config group {group!r} to override (check its spelling in conf/)"
+        return UserError(f"conf/{where}.yaml: defaults: override /{group}", problem)
     unknown = re.search(r"Could not override '([^']+)'", text)
     if unknown:
         return UserError(f"override: {unknown.group(1)}", "unknown key (check its spelling in conf/)")
@@ -176,7 +229,8 @@ def hydra_error(e: Exception) -> UserError:
         where, _, problem = text.removeprefix("override: ").partition(": ")
         return UserError(f"override: {where}", problem)
     text = text.split("Config search path")[0]  # Hydra appends its whole search path
-    return UserError("override", " ".join(line.strip() for line in text.splitlines() if line.strip()))
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return UserError("override", text or type(e).__name__)
 
 
 def dump(params: dict) -> str:

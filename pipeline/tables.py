@@ -183,21 +183,53 @@ def split_measures(measured: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.D
     }
 
 
+# What a column of the tables above holds, checked wherever a table is read (`read_csv`): an index
+# (a layer, head, step, token count, batch or seed: an integer, never empty), a number (empty where
+# undefined: NaN) or a flag (True or False; empty where not tested). A cut or hand-edited cell
+# turns its column into text, which pandas would otherwise carry into the analysis as it is.
+INDEX_COLUMNS = (
+    "seed",
+    "step",
+    "tokens",
+    "batch",
+    "layer",
+    "head",
+    "src_layer",
+    "src_head",
+    "dst_layer",
+    "dst_head",
+)
+NUMBER_COLUMNS = (
+    *RAW_SCORES_COLUMNS[6:], *SIGNIFICANCE_COLUMNS[:3], "excess",
+    *CHANNELS_COLUMNS[5:15], *CHANNEL_STATISTICS, *PATTERN_SCORES, "copying", "qk_positivity",
+    *STEPS_COLUMNS[2:], *ABLATION_COLUMNS[5:], *CURVE_COLUMNS[2:], *GROUP_COLUMNS[4:],
+    "n", "mean", "sd", "lo", "hi", "value",
+)  # fmt: skip
+FLAG_COLUMNS = ("discovery", "pair_discovery", *(f"is_{role}" for role in ROLES))
+
+
 def read_csv(
     path: str | Path, required: Sequence[str] = (), sep: str = ",", empty_ok: bool = True
 ) -> pd.DataFrame:
-    """A CSV (or, with sep="\\t", TSV) table that must exist, parse, and have the `required`
-    columns; and, unless `empty_ok`, a row (a stage's table always has one: a header alone is a
-    partial or hand-edited file, whose analysis would be silently empty)."""
+    """A CSV (or, with sep="\\t", TSV) table that must exist, parse, end with a complete row, and
+    have the `required` columns, each holding what its name says (INDEX_COLUMNS, NUMBER_COLUMNS,
+    FLAG_COLUMNS); and, unless `empty_ok`, a row (a stage's table always has one: a header alone is
+    a partial or hand-edited file, whose analysis would be silently empty)."""
+    import io
+
     import pandas as pd
 
     path = Path(path)
     if not path.is_file():
         raise UserError(str(path), "file not found")
+    raw = path.read_bytes()
     try:
-        frame = pd.read_csv(path, sep=sep)
+        frame = pd.read_csv(io.BytesIO(raw), sep=sep)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise UserError(str(path), f"not a readable table ({str(e).splitlines()[0]})") from None
+    cut = _cut_short(raw, sep)
+    if cut:
+        raise UserError(str(path), f"{cut}: a partial file (rerun the stage that writes it)")
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise UserError(
@@ -205,4 +237,61 @@ def read_csv(
         )
     if not empty_ok and frame.empty:
         raise UserError(str(path), "no rows, only a header: not a complete table of its stage")
+    for column in required:
+        problem = _column_problem(frame[column])
+        if problem:
+            raise UserError(f"{path}: {column}", problem)
     return frame
+
+
+def _cut_short(raw: bytes, sep: str) -> str | None:
+    """Why the table's last row is not whole, or None: the stages end every row with a line end
+    (pipeline/io.py `write_csv`), and pandas reads a row cut short as one with empty cells."""
+    import csv
+
+    if not raw.endswith(b"\n"):
+        return "its last row is cut short (no line end)"
+    lines = raw.rstrip(b"\r\n").split(b"\n")
+    if len(lines) < 2:
+        return None
+    header, last = (
+        next(csv.reader([line.decode("utf-8", "replace")], delimiter=sep)) for line in (lines[0], lines[-1])
+    )
+    if len(last) < len(header):
+        return f"its last row (line {len(lines)}) has {len(last)} of the header's {len(header)} fields"
+    return None
+
+
+def _column_problem(column: pd.Series) -> str | None:
+    """What is wrong with a column of a stage's table (INDEX_COLUMNS, NUMBER_COLUMNS,
+    FLAG_COLUMNS), naming its first bad cell by line, or None."""
+    import pandas as pd
+    from pandas.api import types
+
+    name = column.name
+    if column.empty:  # a header alone: its columns read as text
+        return None
+    if name in FLAG_COLUMNS:
+        bad = column.notna() & ~column.map(lambda v: isinstance(v, bool) or v in ("True", "False"))
+        expected = "True or False"
+    elif name in INDEX_COLUMNS or name in NUMBER_COLUMNS:
+        if types.is_bool_dtype(column):
+            bad = column.notna()
+        else:
+            numbers = pd.to_numeric(column, errors="coerce")
+            bad = numbers.isna() & column.notna()
+            if name in INDEX_COLUMNS:  # never empty, and whole
+                bad |= column.isna() | (numbers.notna() & (numbers % 1 != 0))
+        expected = "an integer" if name in INDEX_COLUMNS else "a number (empty where undefined)"
+    else:
+        return None
+    if not bad.any():
+        return None
+    row = int(bad.to_numpy().argmax())
+    value = column.iloc[row]
+    shown = (
+        "empty"
+        if pd.isna(value)
+        else repr(value if isinstance(value, str) else value.item() if hasattr(value, "item") else value)
+    )
+    return f"line {row + 2}: {shown}, expected {expected}"

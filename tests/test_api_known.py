@@ -323,6 +323,49 @@ def test_an_unknown_setting_is_refused_listing_every_known_one():
     )
 
 
+def test_settings_are_typed_and_checked_as_params_yaml_is_naming_the_key():
+    """Keyword settings are merged into the section's schema as params.yaml is (OmegaConf's types,
+    then the section's checks); a numpy scalar counts as the number it holds."""
+    for settings, message in (
+        ({"fdr": "high"}, "analysis.composition.fdr = 'high': wrong type, expected float"),
+        ({"null_samples": 4.5}, "analysis.composition.null_samples = 4.5: wrong type, expected int"),
+        ({"null_samples": 0}, "analysis.composition.null_samples = 0: must be > 0"),
+    ):
+        with pytest.raises(UserError) as caught:
+            api._settings(CompositionConfig, "composition", None, settings)
+        assert str(caught.value) == message
+    got = api._settings(
+        CompositionConfig, "composition", None, {"fdr": np.float64(0.1), "null_samples": np.int64(8)}
+    )
+    assert got == CompositionConfig(fdr=0.1, null_samples=8)
+    nested = api._settings(HeadsConfig, "heads", None, {"thresholds": {"induction": 0.4}})
+    assert nested.thresholds.induction == 0.4
+    with pytest.raises(
+        UserError, match=r"^analysis\.heads\.thresholds\.induction = 1\.5: must be in \[0, 1\]$"
+    ):
+        api._settings(HeadsConfig, "heads", None, {"thresholds": {"induction": 1.5}})
+
+
+def test_a_seed_and_a_device_are_checked_as_the_stages_check_them(model):
+    for seed, message in (
+        (-1, "seed = -1: must be >= 0"),
+        ("0", None),
+        (0.5, "seed = 0.5: wrong type, expected int"),
+    ):
+        if message is None:
+            assert api._seed(seed) == 0
+            continue
+        with pytest.raises(UserError) as caught:
+            api.composition(model, seed=seed)
+        assert str(caught.value) == message
+    lacking = "cuda:99" if torch.cuda.is_available() else "cuda"
+    with pytest.raises(UserError, match=rf"^device = '{lacking}': "):
+        api.weights_of(model, device=lacking)
+    for name, problem in (("gpu", "not a torch device"), ("meta", "the meta device holds no values")):
+        with pytest.raises(UserError, match=rf"^device = '{name}': {problem}"):
+            api.weights_of(model, device=name)
+
+
 def test_a_mapping_that_is_not_names_to_tensors_is_refused_in_one_line():
     for bad in ({"embed.W_E": 1.0}, {0: torch.zeros(1)}):
         with pytest.raises(UserError) as caught:

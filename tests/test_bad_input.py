@@ -5,7 +5,9 @@ nothing written (no output, no temporary file, no directory).
 Every case runs a stage's (or `pipeline.params`') real `main(argv)` in-process; a handful also
 run as `python -m ...` subprocesses, to prove the same end to end (and that `--debug` shows
 the traceback). Inputs are tiny (tests/dvc_repo.py TINY) and made from one real run of the
-train, weights, composition and heads stages.
+train, weights, composition and heads stages. The Python API's cases (`API_CASES`) call
+`attn_circuits` in a process of their own, as a notebook does: a `UserError` of one line naming
+the argument or file, and no file changed.
 
 Function-level checks of the same mechanisms live beside their modules (test_params,
 test_checkpoint, test_data, test_train, test_weights); this file checks what the user sees.
@@ -882,11 +884,95 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         lambda t, g: _report_args(t, g),
         ("a-file/report", "cannot create output directory"),
     ),
+    "report-out-is-a-folder": (  # a file is never written over a folder of the user's
+        "report",
+        lambda t, g: _report_args(t, g, out=_folder(t / "index.html")),
+        ("index.html", "is a directory"),
+    ),
+    # --- the files stages hand each other: checked against what they need and their siblings --
+    "weights-file-with-mlp-weights": (  # read as it is, the analysis would leave the MLP out
+        "composition",
+        lambda t, g: composition_args(
+            t, g, spoiled_state(t, g, "heads.safetensors", set_("blocks.0.mlp.W_in", torch.zeros(16, 64)))
+        ),
+        ("heads.safetensors: blocks.0.mlp.W_in", "not an attention-only model"),
+    ),
+    "channel-tables-of-another-model": (  # would be drawn under channels.csv's titles
+        "figures",
+        lambda t, g: [
+            *figures_args(t, g),
+            "--channels",
+            str(g.scores.parent / "channels.csv"),
+            "--channel-shares",
+            str(_narrower_channel_tables(t, g)),
+        ],  # fmt: skip
+        (
+            "channels.safetensors",
+            "channels.csv's top channel",
+            "not the channel tables of channels.csv's model",
+        ),
+    ),
+    "table-cut-inside-its-last-row": (  # pandas would fill the cut cells with NaN
+        "heads",
+        lambda t, g: heads_args(t, g, scores=_write(t / "scores.csv", g.scores.read_bytes()[:-7])),
+        ("scores.csv", "its last row is cut short"),
+    ),
+    "table-cell-of-another-type": (
+        "figures",
+        lambda t, g: figures_args(t, g, heads=_with_cell(t, g.heads / "heads.csv", "copying", "0.9x")),
+        ("heads.csv: copying", "line 2: '0.9x', expected a number"),
+    ),
+    "json-value-of-another-type": (  # a number written as text would reach compare's arithmetic
+        "compare",
+        lambda t, g: _compare_args(
+            t, g, lambda dirs: _set_json(dirs["train"] / "seed0" / "metrics.json", "eval_loss", "2.7")
+        ),
+        ("metrics.json: eval_loss = '2.7'", "expected a number"),
+    ),
+    "group-override-not-a-name": (  # Hydra's own error: a traceback naming no key
+        "params",
+        lambda t, g: ["model=4", "--conf", str(ROOT / "conf"), "--out", str(t / "out" / "params.yaml")],
+        ("override: model = 4", "a config group takes the name of one of its options"),
+    ),
 }
 
 
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
+    return path
+
+
+def _set_json(path: Path, key: str, value: object) -> Path:
+    """`path`'s JSON object with `key` set to `value` (by hand)."""
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    return path
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    (path / "mine.txt").write_text("the user's\n")
+    return path
+
+
+def _narrower_channel_tables(tmp: Path, good: Good) -> Path:
+    """channels.safetensors of a model with as many pairs and a narrower d_head (2): each table's
+    leading 2 x 2 channels, normalised."""
+    from safetensors.numpy import load_file, save_file
+
+    shares = load_file(str(good.scores.parent / "channels.safetensors"))
+    narrow = {k: v[:, :2, :2] / v[:, :2, :2].sum(axis=(1, 2), keepdims=True) for k, v in shares.items()}
+    save_file({k: np.ascontiguousarray(v) for k, v in narrow.items()}, str(tmp / "channels.safetensors"))
+    return tmp / "channels.safetensors"
+
+
+def _with_cell(tmp: Path, table: Path, column: str, value: str) -> Path:
+    """`table` under `tmp` with the first row's `column` set to `value` (by hand, as text)."""
+    lines = table.read_text().splitlines(keepends=True)
+    at = lines[0].rstrip("\n").split(",").index(column)
+    first = lines[1].rstrip("\n").split(",")
+    first[at] = value
+    path = tmp / table.name
+    path.write_text(lines[0] + ",".join(first) + "\n" + "".join(lines[2:]))
     return path
 
 
@@ -965,9 +1051,9 @@ def _without_column(tmp: Path, good: Good, column: str) -> Path:
     return tmp / "heads.csv"
 
 
-def _report_args(tmp: Path, good: Good) -> list[str]:
+def _report_args(tmp: Path, good: Good, out: Path | None = None) -> list[str]:
     """The compare stage's outputs for hand-made seeds (synthetic_seeds),
-    then the report into a path under a file."""
+    then the report into `out` (default: a path under a file)."""
     import synthetic_seeds as syn
 
     shared = good.heads.parent / "report-inputs"  # built once, for both runs of this case (read only)
@@ -983,7 +1069,7 @@ def _report_args(tmp: Path, good: Good) -> list[str]:
         assert compare == 0
     return ["--params", str(p), "--compare", str(shared / "compare"),
             "--figures", str(shared / "inputs" / "figures"),
-            "--out", str(file_in_the_way(tmp) / "report" / "index.html")]  # fmt: skip
+            "--out", str(out or file_in_the_way(tmp) / "report" / "index.html")]  # fmt: skip
 
 
 # --- the checks --------------------------------------------------------------------------
@@ -1044,7 +1130,14 @@ def hub_tokenizer(tmp: Path, good: Good) -> list[str]:
     return text_corpus(tmp, good, lines, **{"data.tokenizer.pretrained": "hf:org/words"})
 
 
+HUB_MAIN = hashlib.sha1(b"".join(sorted([b"{}", b"main"]))).hexdigest()  # hub_origin's main (hub_cache)
+
 HUB_CASES = {
+    "hub-short-commit-hash": (  # the snapshot is in the cache, under its full commit
+        "origin",
+        lambda t, g: hub_origin(t, g, f"hf:{HUB_REPO}@{HUB_MAIN[:7]}"),
+        (f"revision {HUB_MAIN[:7]} is a short commit hash", "give the full 40-character commit", HUB_MAIN),
+    ),
     "hub-revision-dot-dot": (  # was an IsADirectoryError
         "origin",
         lambda t, g: hub_origin(t, g, f"hf:{HUB_REPO}@.."),
@@ -1154,3 +1247,95 @@ def test_debug_shows_the_traceback(good, tmp_path):
     assert done.returncode != 0
     assert "Traceback" in done.stderr and "UserError" in done.stderr and "model.safetensors" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+# --- the Python API, in a process of its own as a notebook runs it ------------------------------
+#
+# Each case is a call of `attn_circuits` (the installed package, as docs/api.md imports it) on copies
+# of the real run's files; all of them run in one `python` process, each caught alone. The call
+# must raise the project's UserError, its message one line naming the argument or file, and leave
+# every file under the case's folder as it was.
+
+API_PREAMBLE = """
+from dataclasses import replace
+from attn_circuits import api, checkpoint
+from attn_circuits.model import tl_checkpoint
+standard = replace(tl_checkpoint.read_tl_config({config!r}), positional_embedding_type="standard")
+state = checkpoint.load_state({model!r})[0]
+"""
+LACKING_DEVICE = "cuda:99"  # no machine of ours has it, with CUDA or without
+
+API_CASES: dict[str, tuple[Callable[[Path, Good], str], tuple[str, ...]]] = {
+    "api-setting-of-the-wrong-type": (  # OmegaConf's types, as params.yaml has them
+        lambda t, g: f"api.composition({str(g.model)!r}, fdr='high')",
+        ("analysis.composition.fdr = 'high'", "wrong type, expected float"),
+    ),
+    "api-device-the-machine-lacks": (  # the stages' device check, not torch's error
+        lambda t, g: f"api.composition({str(g.weights)!r}, device={LACKING_DEVICE!r})",
+        (f"device = {LACKING_DEVICE!r}", "CUDA"),
+    ),
+    "api-weights-file-with-mlp-weights": (  # read as it is, the analysis would leave the MLP out
+        lambda t, g: "api.composition({!r})".format(
+            str(spoiled_state(t, g, "heads.safetensors", set_("blocks.0.mlp.W_in", torch.zeros(16, 64))))
+        ),
+        ("heads.safetensors: blocks.0.mlp.W_in", "not an attention-only model"),
+    ),
+    "api-bridge-checkpoint-onto-a-file": (
+        lambda t, g: f"tl_checkpoint.write_bridge_checkpoint({str(file_in_the_way(t))!r}, standard, state)",
+        ("a-file", "is a file, not a directory"),
+    ),
+}
+API_RUNNER = """
+import json, sys
+from attn_circuits.errors import UserError
+preamble, cases, results = sys.argv[1], json.loads(sys.argv[2]), {}
+for name, call in cases.items():
+    try:
+        exec(preamble + call, {})
+    except UserError as e:
+        results[name] = [f"{type(e).__module__}.{type(e).__qualname__}", str(e)]
+    else:
+        results[name] = [None, ""]
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def api_runs(good, tmp_path_factory) -> dict[str, tuple[list, dict, dict, Path]]:
+    """Every API case (and writing a bridge checkpoint into a folder in use) in one real process:
+    {case: ([exception type, message], files before, files after, the case's folder)}."""
+    folders, calls = {}, {}
+    for name, (build, _) in API_CASES.items():
+        folders[name] = tmp_path_factory.mktemp(name)
+        calls[name] = build(folders[name], good)
+    in_use = folders["in-use"] = tmp_path_factory.mktemp("in-use")
+    (in_use / "notes.md").write_text("the user's\n")
+    (in_use / "config.json").write_text("{}\n")  # replaced: the checkpoint's own name
+    calls["in-use"] = f"tl_checkpoint.write_bridge_checkpoint({str(in_use)!r}, standard, state)"
+    before = {name: snapshot(folder) for name, folder in folders.items()}
+    preamble = API_PREAMBLE.format(config=str(good.config), model=str(good.model))
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", API_RUNNER, preamble, json.dumps(calls)], cwd=in_use,
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.splitlines()[-1])
+    return {name: (results[name], before[name], snapshot(folder), folder) for name, folder in folders.items()}
+
+
+@pytest.mark.parametrize("case", list(API_CASES))
+def test_bad_api_input_raises_one_user_error_line_naming_it_and_changes_no_file(case, api_runs):
+    (kind, message), before, after, _ = api_runs[case]
+    assert kind == "attn_circuits.errors.UserError", (case, kind, message)
+    assert "\n" not in message
+    for name in API_CASES[case][1]:
+        assert name in message, f"{name!r} not in {message!r}"
+    assert after == before
+
+
+def test_a_bridge_checkpoint_written_into_a_folder_in_use_keeps_the_users_files(api_runs):
+    """The folder's other files stay byte for byte; the checkpoint's own two names are written."""
+    (kind, message), before, after, folder = api_runs["in-use"]
+    assert kind is None, message
+    assert after["notes.md"] == before["notes.md"]
+    assert set(after) == {"notes.md", "config.json", "model.safetensors"}
+    assert json.loads((folder / "config.json").read_text())["architecture"] == "TransformerLensNative"

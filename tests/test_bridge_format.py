@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from pipeline.config import ModelConfig, TrainConfig
 from pipeline.errors import UserError
 from pipeline.model import origin, tl_checkpoint
 
+ROOT = Path(__file__).resolve().parents[1]
 STANDARD = ModelConfig(
     n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=20,
     positional_embedding_type="standard", normalization_type=None,
@@ -178,3 +180,32 @@ def test_a_weight_with_no_bridge_counterpart_is_refused_naming_it():
     assert one_line(caught) == (
         "blocks.0.mlp.W_in: has no TransformerBridge (native, attention-only) counterpart"
     )
+
+
+def test_a_bridge_directory_named_as_train_checkpoint_is_composed_recorded_and_loaded(tmp_path):
+    """docs/public-models.md: `train.checkpoint` may name the directory holding a bridge's
+    model.safetensors and config.json. `python -m pipeline.params` accepts it (its value and its
+    files), the origin stage records the files in it, and the train stage loads the same model."""
+    from dvc_repo import TINY
+
+    from pipeline import params
+    from stages import origin as origin_stage
+    from stages import train as train_stage
+
+    model = random_model(STANDARD, dtype=torch.float32)
+    tl_checkpoint.write_bridge_checkpoint(tmp_path / "checkpoints" / "bridge", model.cfg, model.state_dict())
+    load = ["train=load", "train.checkpoint=bridge", f"train.checkpoint_dir={tmp_path / 'checkpoints'}"]
+    p = tmp_path / "params.yaml"
+    assert params.main([*TINY, *load, "--conf", str(ROOT / "conf"), "--out", str(p)]) == 0
+    assert origin_stage.main(["--params", str(p), "--seed", "0", "--out", str(tmp_path / "origin")]) == 0
+    chosen = json.loads((tmp_path / "origin" / "origin.json").read_text())
+    assert chosen["checkpoint"]["path"] == str(tmp_path / "checkpoints" / "bridge" / "model.safetensors")
+    origin_json = str(tmp_path / "origin" / "origin.json")
+    assert train_stage.main(["--params", str(p), "--seed", "0", "--origin", origin_json,
+                             "--out", str(tmp_path / "train"), "--no-progress"]) == 0  # fmt: skip
+    loaded = tl_checkpoint.load_model(
+        tmp_path / "train" / "model.safetensors", tmp_path / "train" / "config.json"
+    )
+    tokens = torch.randint(0, 20, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens), model(tokens))

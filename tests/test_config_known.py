@@ -80,7 +80,11 @@ REFUSED = [
     (TrainConfig(betas=[0.9, 1.0]), "betas = [0.9, 1.0]: must be two numbers in [0, 1)"),
     (TrainConfig(source="fit"), "source = 'fit': must be one of train, load"),
     (TrainConfig(warmup_steps=11, steps=10), "warmup_steps = 11: must be in [0, steps = 10]"),
-    (TrainConfig(checkpoint="model.bin"), "checkpoint = 'model.bin': must end in .safetensors, .pt or .pth"),
+    (
+        TrainConfig(checkpoint="model.bin"),
+        "checkpoint = 'model.bin': must end in .safetensors, .pt or .pth, or name a directory holding "
+        "model.safetensors and config.json",
+    ),
     (
         TrainConfig(steps=10, warmup_steps=0, save_steps=[10, 11]),
         "save_steps[1] = 11: must be in [0, steps = 10] (a shorter run: set train.save_steps=[] too)",

@@ -134,6 +134,7 @@ def test_readme_exp_show_prints_a_handful_of_metric_columns(base, shared_dir, tm
             ["train.source=load", "train.checkpoint=seed0/model.safetensors"],
             "train.checkpoint = 'seed0/model.safetensors': checkpoints/seed0/model.safetensors not found",
         ),
+        (["model=4"], "override: model = 4: a config group takes the name of one of its options"),
     ],
 )
 def test_a_bad_experiment_stops_before_any_stage_and_leaves_git_clean(base, tmp_path, overrides, refused):

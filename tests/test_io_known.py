@@ -88,3 +88,51 @@ def test_a_json_file_that_is_not_json_is_refused_with_the_parsers_message(tmp_pa
         f"{path}: not valid JSON "
         "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"
     )
+
+
+def tree(root) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in sorted(root.rglob("*"))}
+
+
+def test_files_written_into_a_folder_in_use_replace_only_their_own_names(tmp_path):
+    """`atomic_files` into an existing folder adds or replaces the files it writes; the user's
+    other files and folders stay, byte for byte, and no temporary is left."""
+    folder = tmp_path / "mine"
+    (folder / "notes").mkdir(parents=True)
+    (folder / "notes" / "a.txt").write_bytes(b"keep")
+    (folder / "config.json").write_bytes(b"old")
+    (folder / "analysis.ipynb").write_bytes(b"{}")
+    with io.atomic_files(folder) as tmp:
+        io.write_text(tmp / "config.json", "new\n")
+        io.write_text(tmp / "model.safetensors", "weights\n")
+    assert tree(folder) == {
+        "analysis.ipynb": b"{}", "config.json": b"new\n", "model.safetensors": b"weights\n",
+        "notes": None, "notes/a.txt": b"keep",
+    }  # fmt: skip
+
+
+def test_files_are_moved_only_when_every_one_is_written(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(b"old")
+    with pytest.raises(RuntimeError), io.atomic_files(folder) as tmp:
+        io.write_text(tmp / "config.json", "new\n")
+        raise RuntimeError("the second file fails")
+    assert tree(folder) == {"config.json": b"old"}
+
+
+def test_writing_into_a_file_or_onto_a_folder_is_one_line_and_changes_nothing(tmp_path):
+    (tmp_path / "a-file").write_bytes(b"mine")
+    with pytest.raises(UserError) as caught, io.atomic_files(tmp_path / "a-file"):
+        pass
+    assert str(caught.value).startswith(f"{tmp_path / 'a-file'}: is a file, not a directory")
+    (tmp_path / "mine" / "config.json").mkdir(parents=True)
+    (tmp_path / "mine" / "config.json" / "x").write_bytes(b"x")
+    before = tree(tmp_path)
+    with pytest.raises(UserError) as caught, io.atomic_files(tmp_path / "mine") as tmp:
+        io.write_text(tmp / "config.json", "new\n")
+    assert str(caught.value).startswith(f"{tmp_path / 'mine' / 'config.json'}: is a directory")
+    with pytest.raises(UserError) as caught:
+        io.write_text(tmp_path / "mine" / "config.json", "new\n")  # a file where a folder stands
+    assert str(caught.value).startswith(f"{tmp_path / 'mine' / 'config.json'}: is a directory")
+    assert tree(tmp_path) == before

@@ -99,6 +99,31 @@ def test_bad_overrides_name_the_key(override, key):
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("override", ["model=4", "setup=null", "model=[1,2]", "model={a:1}"])
+def test_a_group_set_to_anything_but_an_options_name_is_one_line_naming_the_group(override):
+    """Hydra's own refusal names no key (`model=4`: a ValueError) or ends in a TypeError."""
+    group = override.split("=")[0]
+    with pytest.raises(UserError) as caught:
+        params.compose([override], conf_dir=ROOT / "conf")
+    assert str(caught.value).startswith(f"override: {group} = ")
+    assert "a config group takes the name of one of its options: " in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_setup_whose_defaults_name_no_group_is_blamed_not_an_override(tmp_path):
+    """A group misspelt in a setup file's defaults list names the file and its entry, not an
+    override the user never gave."""
+    import shutil
+
+    conf = shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    (conf / "setup" / "mine.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /modle: small\nsetup: mine\n"
+    )
+    with pytest.raises(UserError) as caught:
+        params.compose(["setup=mine"], conf_dir=conf)
+    assert str(caught.value).startswith("conf/setup/mine.yaml: defaults: override /modle: no config group")
+
+
 def test_a_loaded_model_is_not_held_to_the_unused_model_section():
     """train.source=load takes its shape from the checkpoint: model.n_ctx does not limit the
     evaluation lengths (the train and heads stages check them against the loaded model)."""

@@ -75,3 +75,44 @@ def test_read_csv_names_the_first_missing_column_of_a_tsv(tmp_path):
     with pytest.raises(UserError) as caught:
         tables.read_csv(path, ["step", "eval_loss", "induction"], sep="\t")
     assert str(caught.value) == f"{path}: missing column 'eval_loss' (has step, tokens)"
+
+
+def test_read_csv_refuses_a_last_row_cut_short_naming_the_file(tmp_path):
+    """pandas reads a row cut short as one with empty cells: a table must end with a line end,
+    its last row with every field of the header."""
+    path = tmp_path / "scores.csv"
+    whole = "kind,src_layer,score\nQ,0,0.5\nK,1,0.25\n"
+    for cut, problem in (
+        (whole[:-3], "its last row is cut short (no line end)"),
+        (whole[:-7] + "\n", "its last row (line 3) has 2 of the header's 3 fields"),
+    ):
+        path.write_text(cut)
+        with pytest.raises(UserError) as caught:
+            tables.read_csv(path, ["kind", "score"])
+        assert str(caught.value).startswith(f"{path}: {problem}: a partial file")
+    path.write_text(whole)
+    assert tables.read_csv(path, ["kind", "src_layer", "score"])["score"].tolist() == [0.5, 0.25]
+
+
+@pytest.mark.parametrize(
+    "column,cells,problem",
+    [
+        ("src_layer", ["0", "x"], "line 3: 'x', expected an integer"),
+        ("src_layer", ["0", ""], "line 3: empty, expected an integer"),
+        ("src_layer", ["0", "1.5"], "line 3: 1.5, expected an integer"),
+        ("score", ["0.5", "0.2.5"], "line 3: '0.2.5', expected a number"),
+        ("discovery", ["True", "Tru"], "line 3: 'Tru', expected True or False"),
+    ],
+)
+def test_read_csv_checks_each_column_it_is_asked_for_by_its_kind(tmp_path, column, cells, problem):
+    """An index (integers, never empty), a number (empty where undefined), a flag: the first bad
+    cell is named by its line; a column not asked for is not checked."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"{column},other\n" + "".join(f"{cell},?\n" for cell in cells))
+    with pytest.raises(UserError) as caught:
+        tables.read_csv(path, [column])
+    assert str(caught.value).startswith(f"{path}: {column}: {problem}")
+    assert len(tables.read_csv(path, ["other"])) == 2
+    good = {"src_layer": "3", "score": "", "discovery": "True"}[column]  # an empty number: undefined
+    path.write_text(f"{column},other\n{good},?\n")
+    assert len(tables.read_csv(path, [column])) == 1

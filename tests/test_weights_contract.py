@@ -228,11 +228,34 @@ def test_load_names_the_file_in_a_refusal_and_refuses_every_layernorm_key(tmp_pa
         )
         with pytest.raises(UserError, match=rf"^{re.escape(str(path))}: {first}: {fold}"):
             weights.load(path)
-    near = tmp_path / "near.safetensors"  # names that only look like LayerNorm parameters are read
+    for key in ("blocks.0.ln1.w_extra", "ln_final.wb"):  # names that only look like LayerNorm's
+        near = tmp_path / "near.safetensors"
+        checkpoint.save_state(near, {**state, key: torch.ones(2)})
+        with pytest.raises(UserError, match=rf"^{re.escape(str(near))}: {re.escape(key)}: unexpected key"):
+            weights.load(near)
+
+
+def test_load_refuses_keys_it_does_not_read_and_positional_terms_of_another_shape(tmp_path) -> None:
+    """What `from_state_dict` does not read would be analysed as if absent: an MLP's weights are
+    named as such, any other unknown key as unexpected; the positional terms must fit W_Q and W_pos."""
+    state = weights.from_state_dict(tiny_state()).state_dict()
+    path = tmp_path / "heads.safetensors"
+    for extra, message in (
+        ({"blocks.1.mlp.W_in": torch.ones(16, 64)}, "blocks.1.mlp.W_in: not an attention-only model"),
+        ({"blocks.0.attn.W_X": torch.ones(3, 16, 4)}, "blocks.0.attn.W_X: unexpected key"),
+        (
+            {"blocks.0.attn.pos_K": torch.ones(3, 8, 4)},
+            "blocks.0.attn.pos_K: shape [3, 8, 4] disagrees with [3, 16, 4]",
+        ),
+    ):
+        checkpoint.save_state(path, {**state, **extra})
+        with pytest.raises(UserError) as caught:
+            weights.load(path)
+        assert str(caught.value).startswith(f"{path}: {message}")
     checkpoint.save_state(
-        near, {**state, "blocks.0.ln1.w_extra": torch.ones(2), "ln_final.wb": torch.ones(2)}
+        path, {**state, "blocks.1.attn.pos_Q": torch.ones(3, 16, 4), "blocks.0.attn.mask": torch.ones(1)}
     )
-    assert weights.load(near)[0].n_layers == 2
+    assert weights.load(path)[0].n_heads == 3
 
 
 def test_positions_recorded_in_the_metadata() -> None:

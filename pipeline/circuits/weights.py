@@ -185,7 +185,42 @@ def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeig
     unfolded = sorted(k for k in state if LAYERNORM.match(k))
     if unfolded:  # `from_state_dict` reads the head matrices of any state dict as they are
         raise UserError(f"{path}: {unfolded[0]}", FOLD_FIRST)
+    # what `from_state_dict` does not read would be analysed as if absent: an MLP's weights (the
+    # model is not attention-only), or a key of another naming; the weights stage's positional terms
+    # and TransformerLens's buffers are known
+    unknown = sorted(k for k in state if not KNOWN_KEY.match(k) and not k.endswith(TL_BUFFERS))
+    if unknown:
+        mlp = ".mlp." in unknown[0] or ".ln2." in unknown[0]
+        problem = "not an attention-only model (it has MLP weights)" if mlp else UNKNOWN_KEY
+        raise UserError(f"{path}: {unknown[0]}", problem)
+    with within(str(path)):
+        _check_positional_terms(state)
     return from_state_dict(state, source=str(path), dtype=dtype), metadata
+
+
+# Every key an attention-only weights file in TransformerLens's names may hold: the stacked
+# weights (`HeadWeights.state_dict`) and the shortformer + LayerNorm positional terms (`positional_terms`)
+KNOWN_KEY = re.compile(
+    r"(embed\.W_E|pos_embed\.W_pos|unembed\.(W_U|b_U)|blocks\.\d+\.attn\.(W_[QKVO]|b_[QKVO]|pos_[QK]))$"
+)
+UNKNOWN_KEY = (
+    "unexpected key: not a weight of an attention-only model in TransformerLens's names "
+    "(embed.W_E, blocks.{l}.attn.W_Q, ...)"
+)
+
+
+def _check_positional_terms(state: Mapping[str, Tensor]) -> None:
+    """`blocks.{l}.attn.pos_Q` and `pos_K` [n_heads, n_ctx, d_head], beside W_Q and W_pos: the
+    shapes of the model they were computed from."""
+    for key, t in state.items():
+        if found := re.fullmatch(r"blocks\.(\d+)\.attn\.pos_[QK]", key):
+            W_Q, W_pos = state.get(f"blocks.{found[1]}.attn.W_Q"), state.get("pos_embed.W_pos")
+            if W_Q is None or W_pos is None or W_Q.ndim != 3 or W_pos.ndim != 2:
+                continue  # `from_state_dict` names what is missing or malformed
+            expected = [W_Q.shape[0], W_pos.shape[0], W_Q.shape[2]]
+            if list(t.shape) != expected:
+                implied = "[n_heads, n_ctx, d_head] of W_Q and W_pos"
+                raise UserError(key, f"shape {list(t.shape)} disagrees with {expected} ({implied})")
 
 
 def positions_of(metadata: Mapping[str, str], source: str = "weights") -> str:

@@ -82,6 +82,7 @@ def read_seed(
     for key in TRAIN_METRICS:
         if not isinstance(metrics, dict) or key not in metrics:
             raise UserError(f"{metrics_path}: {key}", "missing")
+        io.require_number(metrics[key], f"{metrics_path}: {key}")
     return SeedInputs(
         seed=seed,
         scores=join_measures(

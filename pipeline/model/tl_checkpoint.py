@@ -452,10 +452,12 @@ def write_bridge_checkpoint(
     directory: str | Path, model: ModelConfig, state: Mapping[str, torch.Tensor]
 ) -> Path:
     """config.json and model.safetensors in TransformerLens 4.x's form (`bridge_checkpoint`), written
-    whole into `directory` or not at all. In 4.x: `bridge = TransformerBridge.boot_native(config)`,
-    then `bridge.load_state_dict(safetensors.torch.load_file(".../model.safetensors"))`."""
+    whole into `directory` or not at all: a new folder, or one already in use, where only those two
+    files are added or replaced (`io.atomic_files`). In 4.x: `bridge =
+    TransformerBridge.boot_native(config)`, then
+    `bridge.load_state_dict(safetensors.torch.load_file(".../model.safetensors"))`."""
     config, bridge_state = bridge_checkpoint(model, state)
-    with io.atomic_dir(directory) as tmp:
+    with io.atomic_files(directory) as tmp:
         save_state(tmp / "model.safetensors", bridge_state, {"format": "TransformerBridge"})
         io.write_json(tmp / "config.json", config)
     return Path(directory)

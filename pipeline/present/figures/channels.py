@@ -47,6 +47,8 @@ def read_shares(path: str | Path) -> dict[str, np.ndarray]:
             str(path), f"not a channels file of the composition stage ({str(e).splitlines()[0][:200]})"
         ) from None
     for kind, table in shares.items():
+        if kind not in ORDER:  # a table of no kind would be left out without a word
+            raise UserError(f"{path}: {kind}", f"unexpected key: one table per kind ({', '.join(ORDER)})")
         if table.ndim != 3 or table.shape[-1] != table.shape[-2]:
             raise UserError(f"{path}: {kind}", f"shape {list(table.shape)}, expected [pairs, d_head, d_head]")
     return shares
@@ -108,6 +110,7 @@ def discovered(
         d_heads.add(shares[kind].shape[-1])
     if len(d_heads) > 1:
         raise UserError(source, f"the kinds' tables differ in d_head ({sorted(d_heads)})")
+    _require_top_channels(frame, shares, source)
     chosen = frame[frame["pair_discovery"] & frame["kind"].isin(ORDER)]
     if scores is not None:  # channels.csv's own z_cal is the top channel's, not the pair's
         true = scores.loc[scores["variant"] == "true", [*PAIR_KEYS, "z_cal"]]
@@ -126,6 +129,33 @@ def discovered(
         tops = pd.concat([shown["writer_channel"], shown["reader_channel"]]).dropna()
         n = min(d_head, max(leading, int(tops.max()) + 1 if len(tops) else 0))
     return Discovered(shown, counts, d_head, n)
+
+
+def _require_top_channels(frame: pd.DataFrame, shares: dict[str, np.ndarray], source: str) -> None:
+    """Each row's top channel (writer_channel, reader_channel) is a cell of its table and holds
+    its top_share: tables of another model, or another run, of as many pairs would otherwise be
+    drawn under channels.csv's titles. A row without a top channel (a zero circuit) is skipped."""
+    for kind, rows in frame.groupby("kind", sort=False):
+        table = shares[kind]
+        d = table.shape[-1]
+        rows = rows[rows["writer_channel"].notna() & rows["reader_channel"].notna()]
+        writer, reader = rows["writer_channel"].to_numpy(int), rows["reader_channel"].to_numpy(int)
+        inside = (writer >= 0) & (writer < d) & (reader >= 0) & (reader < d)
+        held = np.full(len(rows), np.nan)
+        held[inside] = table[rows["row"].to_numpy()[inside], writer[inside], reader[inside]]
+        agree = np.isclose(held, rows["top_share"].to_numpy(float), rtol=1e-5, atol=1e-7, equal_nan=True)
+        if (inside & agree).all():
+            continue
+        i = int(np.argmin(inside & agree))
+        row = rows.iloc[i]
+        pair = (
+            f"{kind} L{int(row.src_layer)}H{int(row.src_head)} -> L{int(row.dst_layer)}H{int(row.dst_head)}"
+        )
+        top = f"channels.csv's top channel ({writer[i]}, {reader[i]})"
+        found = f"lies outside its tables' d_head = {d}" if not inside[i] else (
+            f"holds {held[i]:.4g} there, not channels.csv's top_share {row.top_share:.4g}"
+        )  # fmt: skip
+        raise UserError(source, f"{pair}: {top} {found}: not the channel tables of channels.csv's model")
 
 
 def _pair_title(row, d_head: int, n: int, in_view: float) -> str:
