@@ -70,8 +70,8 @@ def surrogate_rates(hw, c, seed: int, positions: str, n: int) -> pd.Series:
 
 def channel_rates(models, c, seed: int) -> pd.Series:
     """Per kind: the share of the models' families with any channel discovery, every pair tested."""
-    found = [channels.every_pair_tested(hw, c.fdr, seed, c.null_samples).groupby("kind")["discovery"].any()
-             for hw in models]  # fmt: skip
+    found = [channels.every_pair_tested(hw, c.fdr, seed, c.null_samples, c.channel_tolerance)
+             .groupby("kind")["discovery"].any() for hw in models]  # fmt: skip
     return pd.concat(found, axis=1).mean(axis=1)
 
 

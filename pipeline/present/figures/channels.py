@@ -6,8 +6,12 @@ and `channels.safetensors` (per kind, [pairs, d_head, d_head]: each pair's norma
 channels.csv's row order of that kind; pipeline/circuits/channels.py) and, to rank the pairs,
 its `scores.csv`. Share (i, j) is the part of the pair's squared corrected numerator
 ||OV^a N^b||^2 that writer channel i (the i-th singular direction of OV^a, strongest first)
-carries into reader channel j (the j-th of the reader's circuit for the kind); a pair's shares
-are non-negative and sum to 1, so every panel shares one colour scale, [0, 1].
+carries into reader channel j (the j-th of the reader's circuit for the kind); where singular
+values are near-equal their directions form a block, and the file holds the block pair's share
+spread evenly over its cells (the split within a block is not defined). A pair's shares are
+non-negative and sum to 1, so every panel shares one colour scale, [0, 1]. Each panel outlines
+its top channel, the block pair channels.csv names (writer_channel, writer_block directions by
+reader_channel, reader_block), whose cells sum to its top share.
 
 Pure apart from `read_shares`: tables and arrays in, a figure (and its facts, for the report's
 caption) out. numpy only: the figures stage imports no torch.
@@ -23,6 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from ...errors import UserError
 
@@ -32,6 +37,7 @@ LEADING = 16  # above this d_head, panels show the leading channels (and every t
 COLUMNS = 6  # panels per row
 PAIR_KEYS = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
 MARK = "#d62728"  # the frame of a channel discovery
+OUTLINE = "white"  # the outline of each panel's top channel (block pair)
 
 
 def read_shares(path: str | Path) -> dict[str, np.ndarray]:
@@ -107,6 +113,11 @@ def discovered(
         d_heads.add(shares[kind].shape[-1])
     if len(d_heads) > 1:
         raise UserError(source, f"the kinds' tables differ in d_head ({sorted(d_heads)})")
+    reach = _reach(frame)  # the table's top channels must lie within the file's directions
+    for d in d_heads:
+        if len(reach) and reach.max() > d:
+            problem = f"d_head = {d}, but channels.csv's top channels reach direction {int(reach.max()) - 1}"
+            raise UserError(source, problem)
     chosen = frame[frame["pair_discovery"] & frame["kind"].isin(ORDER)]
     if scores is not None:  # channels.csv's own z_cal is the top channel's, not the pair's
         true = scores.loc[scores["variant"] == "true", [*PAIR_KEYS, "z_cal"]]
@@ -122,9 +133,23 @@ def discovered(
     d_head = d_heads.pop() if d_heads and len(shown) else 0
     n = d_head
     if d_head > leading:  # the leading channels, widened to every shown pair's top channel
-        tops = pd.concat([shown["writer_channel"], shown["reader_channel"]]).dropna()
-        n = min(d_head, max(leading, int(tops.max()) + 1 if len(tops) else 0))
+        tops = _reach(shown)
+        n = min(d_head, max(leading, int(tops.max()) if len(tops) else 0))
     return Discovered(shown, counts, d_head, n)
+
+
+def _reach(rows: pd.DataFrame) -> pd.Series:
+    """Per row with a top channel: the directions it spans on its longer side, first + block size
+    (the end of the block, exclusive)."""
+    defined = rows.dropna(subset=["writer_channel", "reader_channel", "writer_block", "reader_block"])
+    ends = (defined["writer_channel"] + defined["writer_block"], defined["reader_channel"] + defined["reader_block"])
+    return pd.concat(ends, axis=1).max(axis=1).astype(int)
+
+
+def _span(first, size) -> str:
+    """A block's directions as a panel title names them: "3" for one, "3-4" for two."""
+    first, size = int(first), int(size)
+    return f"{first}" if size == 1 else f"{first}-{first + size - 1}"
 
 
 def _pair_title(row, d_head: int, n: int, in_view: float) -> str:
@@ -132,7 +157,8 @@ def _pair_title(row, d_head: int, n: int, in_view: float) -> str:
     a, b = f"L{int(row.src_layer)}H{int(row.src_head)}", f"L{int(row.dst_layer)}H{int(row.dst_head)}"
     pair = f"{star}{row.kind} {a} -> {b}"
     top = (
-        f"top {row.top_share:.2f} at ({int(row.writer_channel)}, {int(row.reader_channel)})"
+        f"top {row.top_share:.2f} at ({_span(row.writer_channel, row.writer_block)}, "
+        f"{_span(row.reader_channel, row.reader_block)})"
         if pd.notna(row.top_share) and pd.notna(row.writer_channel)
         else "top –"
     )
@@ -145,8 +171,9 @@ def _pair_title(row, d_head: int, n: int, in_view: float) -> str:
 def channel_maps(picked: Discovered, shares: dict[str, np.ndarray]) -> Figure:
     """A grid of heat maps, one per pair of `picked` (`discovered`): writer channel (rows) x
     reader channel (columns), the normalised shares on one colour scale [0, 1] with one colour
-    bar; each panel titled with the pair, its top share and effective channels, a star and a
-    red frame when its top channel is a discovery. No pair: a figure that says so."""
+    bar; each panel titled with the pair, its top channel, top share and effective channels, the
+    top channel's block pair outlined, a star and a red frame when its top channel is a
+    discovery. No pair: a figure that says so."""
     shown, d, n = picked.shown, picked.d_head, picked.leading
     if not len(shown):
         fig, ax = plt.subplots(figsize=(6, 1.6))
@@ -179,6 +206,11 @@ def channel_maps(picked: Discovered, shares: dict[str, np.ndarray]) -> Figure:
         ax.tick_params(labelsize=6, length=2)
         in_view = float(np.nansum(table[:n, :n]))
         ax.set_title(_pair_title(row, d, n, in_view), fontsize=7)
+        if pd.notna(row.writer_channel):  # the top channel: its block pair's cells, [writer, reader]
+            corner = (int(row.reader_channel) - 0.5, int(row.writer_channel) - 0.5)
+            ax.add_patch(
+                Rectangle(corner, int(row.reader_block), int(row.writer_block), fill=False, ec=OUTLINE, lw=1.0)
+            )
         if row.discovery:
             for spine in ax.spines.values():
                 spine.set_color(MARK)
@@ -198,8 +230,9 @@ def channel_maps(picked: Discovered, shares: dict[str, np.ndarray]) -> Figure:
     fig.suptitle(
         f"Composition channels of the discovered pairs: {len(shown)} of {picked.total} shown "
         f"({counts}){note}\nshare (i, j): writer channel i into reader channel j, channels by "
-        "descending singular value\n★ red frame: a channel discovery (the pair composes mainly "
-        "through its top channel)",
+        "descending singular value\nnear-equal singular values form a block, its share spread evenly "
+        "over its cells; white outline: the top channel\n★ red frame: a channel discovery (the pair "
+        "composes mainly through its top channel)",
         fontsize=9,
     )
     return fig
