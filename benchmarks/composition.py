@@ -197,9 +197,10 @@ def child(
 
         def run() -> None:  # the composition stage's channel tables: later and placebo pairs, 3 kinds
             gen = torch.Generator().manual_seed(0)
-            blocks = channels.channel_blocks(CompositionConfig().null_samples, hw.d_model, hw.d_head, gen)
-            channels.channel_rows(hw, blocks)
-            channels.channel_rows(hw, blocks, placebo=True)
+            cfg = CompositionConfig()
+            rotations = channels.channel_blocks(cfg.null_samples, hw.d_model, hw.d_head, gen)
+            channels.channel_rows(hw, rotations, cfg.channel_tolerance)
+            channels.channel_rows(hw, rotations, cfg.channel_tolerance, placebo=True)
 
         result["wall_s"] = _best_of(run, repeats)
 

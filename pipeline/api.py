@@ -263,7 +263,7 @@ def composition(
     variants, scores; the basis-invariant measure, invariant), each with its raw z and calibrated
     discovery; the placebo pairs (pairs that cannot compose), the channel tables and the summary:
     the composition stage's files for `seed` (`circuits.analysis.composition`). `settings`:
-    `baseline_samples`, `null_samples`, `fdr` (`CompositionConfig`)."""
+    `baseline_samples`, `null_samples`, `fdr`, `channel_tolerance` (`CompositionConfig`)."""
     seed = _seed(seed)
     cfg = _settings(CompositionConfig, "composition", config, settings)
     w = weights_of(model, device=device)

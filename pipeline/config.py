@@ -413,10 +413,20 @@ class CompositionConfig(Section):
     # a pair composes (a discovery) at this false-discovery rate, Benjamini-Hochberg per kind and
     # measure, against the model's own empirical null (pipeline/circuits/significance.py)
     fdr: float = 0.05
+    # a channel is a block of consecutive singular directions of a circuit whose values step down
+    # by at most this fraction each (pipeline/circuits/channels.py, "Blocks"): within it the SVD's
+    # directions are arbitrary, so shares, the top channel and its ablation are per block
+    channel_tolerance: float = 0.01
 
     def check(self) -> None:
         _positive(self, "baseline_samples", "null_samples")
         require(0.0 < self.fdr < 1.0, "fdr", "must be in (0, 1)", self.fdr)
+        require(
+            0.0 <= self.channel_tolerance < 1.0,
+            "channel_tolerance",
+            "must be in [0, 1)",
+            self.channel_tolerance,
+        )
 
 
 @dataclass

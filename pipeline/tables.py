@@ -93,16 +93,19 @@ MEASURE_WORDS = {
     ),
 }
 # channels.csv (pipeline/circuits/channels.py): per kind and later pair, its corrected score's top
-# channel (writer channel i x reader channel j, by descending singular value) and that channel's
-# share; effective_channels = 1 / sum of squared shares; z the top share's raw z against the
+# channel, a writer block x a reader block (a block: consecutive singular directions whose values
+# lie within analysis.composition.channel_tolerance; by descending singular value), named by each
+# block's first direction (writer_channel, reader_channel) and its size in directions
+# (writer_block, reader_block; 1: a single direction), and that channel's share;
+# effective_channels = 1 / sum of squared block shares; z the top share's raw z against the
 # rotated reader (Haar) and its significance, tested only where the whole pair is a discovery
 # (pair_discovery, the true score's); K rows also: the errata's rotated strand against the true one,
 # rotated^2 / true^2 = alignment x anisotropy, and the writer's output share in the query span
 CHANNEL_STATISTICS = ("alignment", "anisotropy", "output_query_share", "query_chance")
 CHANNELS_COLUMNS = (
     "kind", "src_layer", "src_head", "dst_layer", "dst_head", "writer_channel", "reader_channel",
-    "top_share", "effective_channels", "null_mean", "null_std", "z", *SIGNIFICANCE_COLUMNS,
-    "pair_discovery", *CHANNEL_STATISTICS,
+    "writer_block", "reader_block", "top_share", "effective_channels", "null_mean", "null_std", "z",
+    *SIGNIFICANCE_COLUMNS, "pair_discovery", *CHANNEL_STATISTICS,
 )  # fmt: skip
 # the dynamics stage: composition at every checkpoint (every kind and measure), the head
 # scores and the loss at every checkpoint, and one row per checkpoint for the figure and

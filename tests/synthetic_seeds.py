@@ -339,7 +339,8 @@ def channels(scored: pd.DataFrame) -> pd.DataFrame:
         align, eff, top, found = PREV_INDUCTION.get((r.src_head, r.dst_head), (0.125, 10.0, 0.2, False))
         rows.append({
             "kind": r.kind, "src_layer": r.src_layer, "src_head": r.src_head, "dst_layer": r.dst_layer,
-            "dst_head": r.dst_head, "writer_channel": 0, "reader_channel": 0, "top_share": top,
+            "dst_head": r.dst_head, "writer_channel": 0, "reader_channel": 0, "writer_block": 1,
+            "reader_block": 1, "top_share": top,
             "effective_channels": eff, "null_mean": -2.0, "null_std": 0.5, "z": 1.0,
             "z_cal": 1.0 if r.discovery else float("nan"), "p": 0.01 if r.discovery else float("nan"),
             "q": 0.01 if r.discovery else float("nan"), "discovery": bool(found and k and r.discovery),

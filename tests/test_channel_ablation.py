@@ -17,6 +17,7 @@ from test_heads import stage_inputs
 
 from pipeline.behaviour import ablation, channel_check
 from pipeline.circuits import channels, weights
+from pipeline.config import CompositionConfig
 from pipeline.model.transformer import AttnOnlyTransformer
 from pipeline.tables import CHANNELS_COLUMNS
 
@@ -154,7 +155,8 @@ def channel_table(hw: weights.HeadWeights, discovered: set[tuple[int, int, int, 
     pair_discovery (the Q and V rows never are)."""
     frames = []
     for kind in ("Q", "K", "V"):
-        table = channels.channel_summary(channels.channels(hw, kind).normalised())
+        c = channels.channels(hw, kind)
+        table = channels.channel_summary(c.normalised(), c.s, c.t, CompositionConfig().channel_tolerance)
         pair = list(
             zip(table["src_layer"], table["src_head"], table["dst_layer"], table["dst_head"], strict=True)
         )
@@ -273,7 +275,8 @@ def test_summary_known_answers():
     frame = pd.DataFrame({
         "batch": [0, 1, 2] * 3, "kind": "K",
         "src_layer": 0, "src_head": [0] * 3 + [1] * 3 + [2] * 3, "dst_layer": 1, "dst_head": 0,
-        "writer_channel": 0, "reader_channel": 1, "top_share": [0.9] * 3 + [0.5] * 3 + [0.2] * 3,
+        "writer_channel": 0, "reader_channel": 1, "writer_block": 1, "reader_block": [1] * 6 + [2] * 3,
+        "top_share": [0.9] * 3 + [0.5] * 3 + [0.2] * 3,
         "channel_pattern_effect": [0.8, 0.9, 1.0, 0.1, 0.1, 0.1, 0.3, 0.3, 0.0],
         "path_pattern_effect": [1.0, 1.0, 1.0, 0.2, 0.2, 0.2, 1.0, 1.0, 0.0],
         "causal_share": [0.8, 0.9, 1.0, 0.5, 0.5, 0.5, 0.3, 0.3, np.nan],
@@ -288,6 +291,7 @@ def test_summary_known_answers():
         1,
     )
     assert first["top_share"] == 0.9
+    assert (first["writer_block"], first["reader_block"], third["reader_block"]) == (1, 1, 2)
     assert first["causal_share"] == pytest.approx(0.9)
     half = 4.302652729911275 * 0.1 / 3**0.5
     assert (first["causal_share_lo"], first["causal_share_hi"]) == pytest.approx((0.9 - half, 0.9 + half))

@@ -32,7 +32,8 @@ def test_summary_of_a_pair_seen_on_one_batch():
     no interval; two batches of another pair: its interval with one degree of freedom."""
     frame = pd.DataFrame({
         "batch": [0, 0, 1], "kind": "K", "src_layer": 0, "src_head": [1, 2, 2], "dst_layer": 1,
-        "dst_head": 0, "writer_channel": [3, 1, 1], "reader_channel": [2, 0, 0],
+        "dst_head": 0, "writer_channel": [3, 1, 1], "reader_channel": [2, 0, 0], "writer_block": 1,
+        "reader_block": 1,
         "top_share": [0.7, 0.4, 0.4], "channel_pattern_effect": [0.3, 0.1, 0.3],
         "path_pattern_effect": [0.6, 0.1, 0.1], "causal_share": [0.5, 1.0, 3.0],
     })  # fmt: skip
@@ -240,7 +241,8 @@ def test_summary_keys_in_order_and_its_interval_named_in_words():
     batches), n_pairs, median_causal_share, pairs, in that order; each pair's keys in theirs."""
     frame = pd.DataFrame({
         "batch": [0, 1], "kind": "K", "src_layer": 0, "src_head": 1, "dst_layer": 1, "dst_head": 0,
-        "writer_channel": 3, "reader_channel": 2, "top_share": 0.7, "channel_pattern_effect": [0.3, 0.1],
+        "writer_channel": 3, "reader_channel": 2, "writer_block": 2, "reader_block": 1, "top_share": 0.7,
+        "channel_pattern_effect": [0.3, 0.1],
         "path_pattern_effect": [0.6, 0.2], "causal_share": [1.0, 3.0],
     })  # fmt: skip
     out = channel_check.summarize(frame)
@@ -249,10 +251,11 @@ def test_summary_keys_in_order_and_its_interval_named_in_words():
     assert out["interval"] == "two-sided 95% t interval of the mean causal share over batches"
     (pair,) = out["pairs"]
     assert list(pair) == [
-        "src", "dst", "writer_channel", "reader_channel", "top_share", "path_pattern_effect",
-        "channel_pattern_effect", "causal_share", "causal_share_lo", "causal_share_hi",
-        "causal_share_batches",
+        "src", "dst", "writer_channel", "reader_channel", "writer_block", "reader_block", "top_share",
+        "path_pattern_effect", "channel_pattern_effect", "causal_share", "causal_share_lo",
+        "causal_share_hi", "causal_share_batches",
     ]  # fmt: skip
+    assert (pair["writer_channel"], pair["writer_block"], pair["reader_block"]) == (3, 2, 1)
     assert pair["path_pattern_effect"] == pytest.approx(0.4)  # (0.6 + 0.2) / 2
     assert pair["channel_pattern_effect"] == pytest.approx(0.2)  # (0.3 + 0.1) / 2
     assert pair["causal_share_batches"] == [1.0, 3.0]
@@ -263,7 +266,8 @@ def test_summary_lists_the_pairs_in_the_tables_order_not_sorted():
     (sorted, 0.1 -> 1.0 would come first), each pair with its own single batch's share."""
     frame = pd.DataFrame({
         "batch": 0, "kind": "K", "src_layer": 0, "src_head": [2, 1, 1], "dst_layer": 1,
-        "dst_head": [0, 1, 0], "writer_channel": [0, 1, 2], "reader_channel": [3, 4, 5],
+        "dst_head": [0, 1, 0], "writer_channel": [0, 1, 2], "reader_channel": [3, 4, 5], "writer_block": 1,
+        "reader_block": 1,
         "top_share": [0.2, 0.3, 0.4], "channel_pattern_effect": 0.1, "path_pattern_effect": 0.2,
         "causal_share": [0.5, 0.6, 0.7],
     })  # fmt: skip

@@ -17,6 +17,7 @@ from models import random_model
 from pipeline import params
 from pipeline.circuits import channels as ch
 from pipeline.circuits.weights import from_state_dict
+from pipeline.config import CompositionConfig
 from pipeline.present.figures import channels as cf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,13 +99,21 @@ def test_no_discovered_pair_draws_a_figure_that_says_so():
 def test_a_real_table_is_drawn_as_measured():
     """From a random model's weights: each panel is its pair's normalised shares (float32)."""
     hw = from_state_dict(random_model(seed=3).state_dict())
-    k = ch.channels(hw, "K").normalised()  # [L, H, L, H, d, d]
-    summary = ch.channel_summary(k)
+    c = ch.channels(hw, "K")
+    k = c.normalised()  # [L, H, L, H, d, d]
+    summary = ch.channel_summary(k, c.s, c.t, CompositionConfig().channel_tolerance)
     found = [("K", *p) for p in later_pairs(hw.n_layers, hw.n_heads)[::4]]
     frame, shares = tables({}, found)
     frame = frame.reset_index(drop=True)
     k_rows = frame.index[frame["kind"] == "K"]
-    for col in ("writer_channel", "reader_channel", "top_share", "effective_channels"):
+    for col in (
+        "writer_channel",
+        "reader_channel",
+        "writer_block",
+        "reader_block",
+        "top_share",
+        "effective_channels",
+    ):
         frame.loc[k_rows, col] = summary[col].to_numpy()
     shares["K"] = np.stack([k[p].numpy() for p in later_pairs(hw.n_layers, hw.n_heads)]).astype(np.float32)
     picked = cf.discovered(frame, shares)
@@ -113,6 +122,33 @@ def test_a_real_table_is_drawn_as_measured():
         np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), table, rtol=1e-6, atol=1e-7)
         top = np.unravel_index(table.argmax(), table.shape)
         assert f"at ({top[0]}, {top[1]})" in ax.get_title()
+
+
+def test_a_block_top_channel_is_outlined_over_its_cells_and_named_by_its_directions():
+    """A planted block pair, writer directions 1-2 x reader directions 0-2: its cells hold the
+    share spread evenly and sum to the top share; the panel outlines exactly those cells and its
+    title names both spans; a one-direction top channel is outlined on its one cell."""
+    block, single = ("K", 0, 0, 1, 0), ("K", 0, 1, 1, 1)
+    frame, shares = tables({block: (1, 0, 2, 3), single: (3, 2)}, [block, single])
+    picked = cf.discovered(frame, shares)
+    first, second = panels(cf.channel_maps(picked, shares))
+    image = np.asarray(first.images[0].get_array())
+    assert image[1:3, 0:3].sum() == pytest.approx(picked.shown.loc[0, "top_share"], rel=1e-6)
+    assert np.unique(image[1:3, 0:3]).tolist() == pytest.approx([1 / 6])
+    assert "top 1.00 at (1-2, 0-2)" in first.get_title() and "top 1.00 at (3, 2)" in second.get_title()
+    for ax, (rows, columns) in ((first, (1, 0)), (second, (3, 2))):
+        (outline,) = [p for p in ax.patches if not p.get_fill()]
+        x, y = outline.get_xy()
+        spans = outline.get_height(), outline.get_width()
+        assert (y + 0.5, x + 0.5) == (rows, columns)  # the top-left cell: (writer, reader)
+        want = (2, 3) if ax is first else (1, 1)
+        assert spans == want
+
+
+def test_large_d_head_widens_the_view_to_the_end_of_every_top_block():
+    pair = ("K", 0, 0, 1, 0)
+    frame, shares = tables({pair: (18, 3, 3, 1)}, [pair], d_head=64)  # writer directions 18-20
+    assert cf.discovered(frame, shares).leading == 21
 
 
 # --- the figures stage -----------------------------------------------------------------
@@ -158,6 +194,15 @@ def test_figures_stage_refuses_tables_that_do_not_match_the_csv(tmp_path, capsys
     err = capsys.readouterr().err
     assert "channels.safetensors" in err and "K: expected 9 pairs" in err
     assert not out.exists()  # every input is checked before anything is written
+    # a top channel (a block of directions 2-4) beyond the file's d_head = 4
+    wide = frame.assign(writer_channel=2, writer_block=frame["writer_block"].where(frame.index != 3, 3))
+    csv, st = write(tmp_path, wide, shares)
+    args_wide = [*args, "--channels", str(csv), "--channel-shares", str(st), "--out", str(out)]
+    assert figures_stage.main(args_wide) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "channels.safetensors" in err and "d_head = 4" in err
+    assert not out.exists()
+    csv, st = write(tmp_path, frame, shares)
     assert figures_stage.main([*args, "--channels", str(csv), "--out", str(out)]) != 0
     assert "give both or neither" in capsys.readouterr().err
     (tmp_path / "bad.safetensors").write_bytes(b"not a tensor file")

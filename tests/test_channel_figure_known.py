@@ -32,6 +32,8 @@ def row(**values):
         "top_share": 0.75,
         "writer_channel": 2,
         "reader_channel": 1,
+        "writer_block": 1,
+        "reader_block": 1,
         "effective_channels": 1.5,
     }
     return next(pd.DataFrame([base | values]).itertuples())
@@ -44,6 +46,8 @@ def test_a_panels_title_names_the_pair_its_top_channel_and_what_is_in_view():
     assert cf._pair_title(row(writer_channel=math.nan), 4, 4, 1.0).endswith("\ntop –, eff. 1.5")
     in_part = cf._pair_title(row(kind="V"), 64, 16, 0.5)
     assert in_part == "V L0H1 -> L1H2\ntop 0.75 at (2, 1), eff. 1.5\nin view: 50%"
+    block = cf._pair_title(row(writer_block=2, reader_block=3), 8, 8, 1.0)  # directions 2-3 x 1-3
+    assert block == "K L0H1 -> L1H2\ntop 0.75 at (2-3, 1-3), eff. 1.5"
 
 
 def test_a_discovery_cell_is_true_only_when_it_says_so():
@@ -107,8 +111,9 @@ def test_the_figure_is_wide_enough_for_its_title_and_counts_what_it_shows(drawn)
     assert bar.get_ylabel() == "share (square-root scale)" and bar.yaxis.get_label().get_fontsize() == 8
     assert fig.get_suptitle() == (
         "Composition channels of the discovered pairs: 2 of 2 shown (K 2, Q 0, V 0)\nshare (i, j): "
-        "writer channel i into reader channel j, channels by descending singular value\n★ red frame: a "
-        "channel discovery (the pair composes mainly through its top channel)"
+        "writer channel i into reader channel j, channels by descending singular value\nnear-equal "
+        "singular values form a block, its share spread evenly over its cells; white outline: the top "
+        "channel\n★ red frame: a channel discovery (the pair composes mainly through its top channel)"
     )
     assert fig._suptitle.get_fontsize() == 9
 

@@ -15,8 +15,10 @@ from models import head_weights, random_model
 from pipeline.circuits import channels as ch
 from pipeline.circuits.composition import true_scores
 from pipeline.circuits.weights import HeadWeights, from_state_dict
+from pipeline.config import CompositionConfig
 
 F64 = torch.float64
+TOL = CompositionConfig().channel_tolerance
 fro2 = lambda M: torch.linalg.matrix_norm(M).square()  # noqa: E731
 
 
@@ -98,7 +100,8 @@ def test_composition_through_one_direction_is_one_channel() -> None:
     p = c.normalised()
     assert p[0, 0, 1, 0, 0, 0].item() == pytest.approx(1, abs=1e-12)
     assert p[0, 0, 1, 1].isnan().all()  # zero up to rounding: no channels
-    summary = ch.channel_summary(p).set_index(["src_layer", "src_head", "dst_layer", "dst_head"])
+    summary = ch.channel_summary(p, c.s, c.t, TOL)
+    summary = summary.set_index(["src_layer", "src_head", "dst_layer", "dst_head"])
     top = summary.loc[(0, 0, 1, 0)]
     assert (top.writer_channel, top.reader_channel) == (0, 0)
     assert top.top_share == pytest.approx(1, abs=1e-12)
@@ -121,7 +124,7 @@ def test_two_orthogonal_channels_of_equal_weight() -> None:
     want = z(4, 4)
     want[0, 1] = want[1, 0] = 4
     torch.testing.assert_close(c.shares[0, 0, 1, 0], want, rtol=0, atol=1e-12)
-    (row,) = ch.channel_summary(c.shares).itertuples()
+    (row,) = ch.channel_summary(c.shares, c.s, c.t, TOL).itertuples()
     assert (row.writer_channel, row.reader_channel) in {(0, 1), (1, 0)}
     assert row.top_share == pytest.approx(0.5, abs=1e-12)
     assert row.effective_channels == pytest.approx(2, abs=1e-12)
@@ -278,7 +281,7 @@ def test_the_channel_null_is_rotating_the_reader_in_the_residual_stream() -> Non
     s, t = writer.s[0, 0], reader.s[1, 1]  # [d_head]
     n = 4000
     blocks = ch.channel_blocks(n, hw.d_model, hw.d_head, torch.Generator().manual_seed(0))
-    mean, sd = ch.top_share_null(s[None], t[None], blocks)
+    mean, sd = ch.top_share_null(s[None], t[None], blocks, TOL)
     G = torch.randn(n, hw.d_model, hw.d_model, generator=torch.Generator().manual_seed(1), dtype=F64)
     Q, R = torch.linalg.qr(G)
     Q = Q * torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0)[:, None, :]  # Haar [n, D, D]
@@ -294,7 +297,8 @@ def test_a_pair_that_is_not_a_discovery_has_no_channel_discovery() -> None:
     NaN p and q and no channel discovery, whatever their channel z. The placebo rows are all tested."""
     hw = model_heads("tiny", seed=1)
     blocks = ch.channel_blocks(32, hw.d_model, hw.d_head, torch.Generator().manual_seed(0))
-    (later, _), (placebo, _) = ch.channel_rows(hw, blocks), ch.channel_rows(hw, blocks, placebo=True)
+    later, _ = ch.channel_rows(hw, blocks, TOL)
+    placebo, _ = ch.channel_rows(hw, blocks, TOL, placebo=True)
     assert list(later["kind"].unique()) == ["Q", "K", "V"]
     tested = np.zeros(len(later), dtype=bool)
     tested[[0, 3]] = True
@@ -341,8 +345,8 @@ def test_a_head_scaled_down_a_hundred_thousandfold_keeps_its_channel_table() -> 
     for W in small:
         W[1, 0] *= 1e-5
     blocks = ch.channel_blocks(16, D, d, torch.Generator().manual_seed(0))
-    want, _ = ch.channel_rows(hw, blocks)
-    got, _ = ch.channel_rows(head_weights(*small), blocks)
+    want, _ = ch.channel_rows(hw, blocks, TOL)
+    got, _ = ch.channel_rows(head_weights(*small), blocks, TOL)
     assert len(got) == 3 * 4 and got["dst_layer"].eq(1).all()  # Q, K, V x (2 writers x 2 readers)
     assert got["top_share"].notna().all() and got["writer_channel"].notna().all()
     for column in ("writer_channel", "reader_channel"):

@@ -27,9 +27,11 @@ from pipeline.config import CompositionConfig
 from pipeline.tables import CHANNEL_STATISTICS, CHANNELS_COLUMNS, KINDS
 
 F64 = torch.float64
+TOL = CompositionConfig().channel_tolerance
 ROW_COLUMNS = [
-    "src_layer", "src_head", "dst_layer", "dst_head", "writer_channel", "reader_channel", "top_share",
-    "effective_channels", "kind", "null_mean", "null_std", "z", *CHANNEL_STATISTICS,
+    "src_layer", "src_head", "dst_layer", "dst_head", "writer_channel", "reader_channel", "writer_block",
+    "reader_block", "top_share", "effective_channels", "kind", "null_mean", "null_std", "z",
+    *CHANNEL_STATISTICS,
 ]  # fmt: skip
 
 
@@ -57,7 +59,7 @@ def test_a_score_exactly_at_the_zero_tolerance_has_no_channels_and_one_above_it_
         hw = two_channel_writer(eps)
         c = ch.channels(hw, "K")
         assert c.scores()[0, 0, 1, 0].item() == pytest.approx(eps, rel=1e-15)
-        rows, tables = ch.channel_rows(hw, blocks)
+        rows, tables = ch.channel_rows(hw, blocks, TOL)
         k = rows[rows["kind"] == "K"].iloc[0]
         if defined:
             assert c.normalised()[0, 0, 1, 0].tolist() == [[0, 0], [1, 0]]  # writer channel 1, reader 0
@@ -107,13 +109,16 @@ def test_scores_and_normalised_shares_by_hand() -> None:
 
 
 def test_channel_summary_by_hand_on_layers_heads_and_channels_of_different_sizes() -> None:
+    """Singular values 3, 2, 1 (steps far beyond the tolerance): every block one direction, the
+    summary per direction."""
     g = torch.Generator().manual_seed(2)
     L, H, d = 3, 2, 3
     shares = torch.rand(L, H, L, H, d, d, generator=g, dtype=F64)
     shares[0, 0, 1, 1] = 0  # no channels
     shares[0, 1, 2, 0] = torch.tensor([[1, 0, 3], [0, 0, 3], [1, 1, 0]], dtype=F64)  # a tie: the first wins
-    summary = ch.channel_summary(shares)
-    assert list(summary.columns) == ROW_COLUMNS[:8]
+    s = torch.tensor([3.0, 2.0, 1.0], dtype=F64).expand(L, H, d)
+    summary = ch.channel_summary(shares, s, s, TOL)
+    assert list(summary.columns) == ROW_COLUMNS[:10]
     pairs = later_pairs(L, H)
     assert len(summary) == len(pairs[0]) == 12
     for column, want in zip(PAIR, pairs, strict=True):
@@ -131,7 +136,12 @@ def test_channel_summary_by_hand_on_layers_heads_and_channels_of_different_sizes
         assert row.effective_channels == pytest.approx(1 / np.square(p).sum(), rel=1e-12)
     tie = summary.set_index(PAIR).loc[(0, 1, 2, 0)]
     assert (tie.writer_channel, tie.reader_channel, tie.top_share) == (0, 2, pytest.approx(1 / 3))
-    assert summary["writer_channel"].dtype == "Int64" and summary["reader_channel"].dtype == "Int64"
+    defined = summary["top_share"].notna()
+    assert (
+        summary.loc[defined, "writer_block"].eq(1).all() and summary.loc[defined, "reader_block"].eq(1).all()
+    )
+    for column in ("writer_channel", "reader_channel", "writer_block", "reader_block"):
+        assert summary[column].dtype == "Int64"
 
 
 PAIR = ["src_layer", "src_head", "dst_layer", "dst_head"]
@@ -169,19 +179,31 @@ def test_pair_shares_of_any_pairs_in_any_chunking(chunk, monkeypatch) -> None:
 
 @pytest.mark.parametrize("chunk", [None, 2])
 def test_top_share_null_by_hand(chunk, monkeypatch) -> None:
+    """Descending spectra, the odd pairs' writers with their first two values within the tolerance
+    (one block of two) and the even pairs' distinct: each draw's top share over the block sums,
+    written out cell by cell."""
     g = torch.Generator().manual_seed(4)
     n, draws, d = 5, 6, 3
-    s, t = torch.rand(n, d, generator=g, dtype=F64), torch.rand(n, d, generator=g, dtype=F64)
+    s, t = (torch.rand(n, d, generator=g, dtype=F64).sort(-1, descending=True).values for _ in range(2))
+    s[1::2, 1] = s[1::2, 0] * (1 - TOL / 2)  # a block of the first two directions
+    s[::2, 1] = s[::2, 0] * (1 - 2 * TOL)  # two blocks
     blocks = torch.randn(draws, d, d, generator=g, dtype=F64)
     if chunk is not None:  # two pairs at a time
         monkeypatch.setattr(ch, "_NULL_CHUNK", chunk * draws * d * d)
-    mean, sd = ch.top_share_null(s, t, blocks)
+    mean, sd = ch.top_share_null(s, t, blocks, TOL)
     assert mean.shape == sd.shape == (n,)
+    distinct = (t[:, :-1] - t[:, 1:] > TOL * t[:, :-1]).all() and (
+        s[:, 1:2] - s[:, 2:] > TOL * s[:, 1:2]
+    ).all()
+    assert distinct  # else the cells below would need more sums
     for a in range(n):
         logs = []
         for b in range(draws):
-            shares = (s[a][:, None] * blocks[b] * t[a][None, :]).square()
-            logs.append(math.log(shares.max().item() / shares.sum().item()))
+            shares = (s[a][:, None] * blocks[b] * t[a][None, :]).square().tolist()  # [d, d]
+            if a % 2:  # writer directions 0 and 1 are one block: their rows add
+                shares = [[x + y for x, y in zip(shares[0], shares[1], strict=True)], shares[2]]
+            cells = [x for row in shares for x in row]
+            logs.append(math.log(max(cells) / sum(cells)))
         assert mean[a].item() == pytest.approx(np.mean(logs), rel=1e-12)
         assert sd[a].item() == pytest.approx(np.std(logs, ddof=1), rel=1e-10)
 
@@ -249,7 +271,7 @@ def test_a_query_direction_exactly_at_the_span_tolerance_is_outside_the_span() -
 def test_channel_rows_are_each_pairs_table_summary_and_null(placebo: bool) -> None:
     hw = tiny(seed=1)
     blocks = ch.channel_blocks(16, hw.d_model, hw.d_head, torch.Generator().manual_seed(0))
-    rows, tables = ch.channel_rows(hw, blocks, placebo=placebo)
+    rows, tables = ch.channel_rows(hw, blocks, TOL, placebo=placebo)
     pairs = (placebo_pairs if placebo else later_pairs)(2, 3)
     n = len(pairs[0])
     assert list(rows.columns) == ROW_COLUMNS and rows.index.equals(pd.RangeIndex(3 * n))
@@ -261,10 +283,15 @@ def test_channel_rows_are_each_pairs_table_summary_and_null(placebo: bool) -> No
         for column, want in zip(PAIR, pairs, strict=True):
             assert mine[column].tolist() == want.tolist()
         reader = ch.reader_circuit(hw, kind)
+        # distinct singular values (steps > TOL): blocks of one direction, the per-direction results
+        assert (mine["writer_block"] == 1).all() and (mine["reader_block"] == 1).all()
         p = ch.normalised(ch.pair_shares(writer, reader, pairs))
         torch.testing.assert_close(tables[kind], p, rtol=0, atol=0)
-        pd.testing.assert_frame_equal(mine[ROW_COLUMNS[:8]], ch._summary_rows(p, pairs))
-        mean, sd = ch.top_share_null(writer.s[i, h], reader.s[j, g], blocks)
+        directions = torch.arange(hw.d_head).expand(n, hw.d_head)  # each direction its own block
+        pd.testing.assert_frame_equal(
+            mine[ROW_COLUMNS[:10]], ch._summary_rows(p, directions, directions, pairs)
+        )
+        mean, sd = ch.top_share_null(writer.s[i, h], reader.s[j, g], blocks, 0.0)  # per direction
         np.testing.assert_array_equal(mine["null_mean"], mean.numpy())
         np.testing.assert_array_equal(mine["null_std"], sd.numpy())
         z = (np.log(mine["top_share"]) - mine["null_mean"]) / mine["null_std"]
@@ -289,7 +316,7 @@ def test_channel_rows_z_is_nan_without_a_warning_where_the_null_does_not_spread(
     for hw, b in ((rank_one, blocks), (tiny(seed=2), same)):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            rows, _ = ch.channel_rows(hw, b)
+            rows, _ = ch.channel_rows(hw, b, TOL)
         assert (rows["null_std"] == 0).all() and rows["z"].isna().all()
         assert rows["top_share"].notna().all()
 
@@ -347,7 +374,7 @@ def test_measured_channels_tests_the_whole_pair_discoveries_against_the_seeds_nu
     # the null: the seed's channels.null stream, cfg.null_samples draws
     gen = torch.Generator().manual_seed(streams.seed_of(5, "channels.null"))
     blocks = ch.channel_blocks(32, hw.d_model, hw.d_head, gen)
-    expected, expected_tables = ch.channel_rows(hw, blocks)
+    expected, expected_tables = ch.channel_rows(hw, blocks, TOL)
     pd.testing.assert_frame_equal(later[ROW_COLUMNS].reset_index(drop=True), expected[ROW_COLUMNS])
     assert set(tables) == set(KINDS)
     for kind in KINDS:
@@ -367,16 +394,16 @@ def test_measured_channels_tests_the_whole_pair_discoveries_against_the_seeds_nu
 
 def test_every_pair_tested_tests_every_later_pair_against_the_seeds_null() -> None:
     hw = tiny(seed=4)
-    later = ch.every_pair_tested(hw, fdr=0.05, seed=2, draws=24)
+    later = ch.every_pair_tested(hw, fdr=0.05, seed=2, draws=24, tol=TOL)
     n = len(later_pairs(2, 3)[0])
     assert len(later) == 3 * n and later["p"].notna().all() and later["q"].notna().all()
     assert not later["pair_discovery"].any() and later["pair_discovery"].dtype == bool
     gen = torch.Generator().manual_seed(streams.seed_of(2, "channels.null"))
-    expected, _ = ch.channel_rows(hw, ch.channel_blocks(24, hw.d_model, hw.d_head, gen))
+    expected, _ = ch.channel_rows(hw, ch.channel_blocks(24, hw.d_model, hw.d_head, gen), TOL)
     np.testing.assert_array_equal(later["null_mean"], expected["null_mean"])
     np.testing.assert_array_equal(later["z"], expected["z"])
-    single = ch.every_pair_tested(hw.to(torch.float32), fdr=0.05, seed=2, draws=24)
-    doubled = ch.every_pair_tested(hw.to(torch.float32).to(F64), fdr=0.05, seed=2, draws=24)
+    single = ch.every_pair_tested(hw.to(torch.float32), fdr=0.05, seed=2, draws=24, tol=TOL)
+    doubled = ch.every_pair_tested(hw.to(torch.float32).to(F64), fdr=0.05, seed=2, draws=24, tol=TOL)
     pd.testing.assert_frame_equal(single, doubled)
 
 
@@ -421,7 +448,7 @@ def test_the_channel_nulls_progress_bar_names_the_placebo_and_counts_kinds(capsy
     blocks = ch.channel_blocks(4, hw.d_model, hw.d_head, torch.Generator().manual_seed(0))
     capsys.readouterr()
     with cli.showing_progress("bar"):
-        ch.channel_rows(hw, blocks, placebo=True)
+        ch.channel_rows(hw, blocks, TOL, placebo=True)
     err = capsys.readouterr().err
     found = re.findall(r"channels placebo null: +\d+%\|[^|]*\| (\d+)/(\d+) \[[^\]]*(?:kind/s|s/kind)\]", err)
     assert found and found[-1] == ("3", "3"), err
@@ -461,11 +488,11 @@ def test_measured_channels_works_on_the_device_given_and_returns_its_tables_on_t
 def test_every_pair_tested_is_calibrated_against_the_placebo_pairs_rows() -> None:
     """Its null is the placebo pairs' channel rows (they cannot compose), not the later pairs'."""
     hw = tiny(seed=4)
-    later = ch.every_pair_tested(hw, fdr=0.05, seed=2, draws=24)
+    later = ch.every_pair_tested(hw, fdr=0.05, seed=2, draws=24, tol=TOL)
     gen = torch.Generator().manual_seed(streams.seed_of(2, "channels.null"))
     blocks = ch.channel_blocks(24, hw.d_model, hw.d_head, gen)
-    rows, _ = ch.channel_rows(hw, blocks)
-    placebo, _ = ch.channel_rows(hw, blocks, placebo=True)
+    rows, _ = ch.channel_rows(hw, blocks, TOL)
+    placebo, _ = ch.channel_rows(hw, blocks, TOL, placebo=True)
     assert len(placebo) == 3 * len(placebo_pairs(2, 3)[0])
     expected, _ = ch.calibrate_channels(
         rows.assign(pair_discovery=False), placebo, 0.05, np.ones(len(rows), bool)
@@ -479,8 +506,8 @@ def test_calibrate_channels_leaves_untested_rows_undiscovered_in_a_bool_column()
     hw = tiny(seed=4)
     gen = torch.Generator().manual_seed(7)
     blocks = ch.channel_blocks(24, hw.d_model, hw.d_head, gen)
-    rows, _ = ch.channel_rows(hw, blocks)
-    placebo, _ = ch.channel_rows(hw, blocks, placebo=True)
+    rows, _ = ch.channel_rows(hw, blocks, TOL)
+    placebo, _ = ch.channel_rows(hw, blocks, TOL, placebo=True)
     tested = np.arange(len(rows)) % 2 == 0
     later, calibrated = ch.calibrate_channels(rows.assign(pair_discovery=tested), placebo, 0.5, tested)
     assert later["discovery"].dtype == bool and not later.loc[~tested, "discovery"].any()

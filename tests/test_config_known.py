@@ -129,6 +129,8 @@ REFUSED = [
     ),
     (CompositionConfig(baseline_samples=0), "baseline_samples = 0: must be > 0"),
     (CompositionConfig(fdr=1.0), "fdr = 1.0: must be in (0, 1)"),
+    (CompositionConfig(channel_tolerance=1.0), "channel_tolerance = 1.0: must be in [0, 1)"),
+    (CompositionConfig(channel_tolerance=-0.01), "channel_tolerance = -0.01: must be in [0, 1)"),
     (HeadsConfig(placebo_sets=0), "placebo_sets = 0: must be > 0"),
     (HeadsConfig(min_effect=-0.5), "min_effect = -0.5: must be >= 0"),
     (HeadsConfig(thresholds=RoleThresholds(induction=1.5)), "thresholds.induction = 1.5: must be in [0, 1]"),

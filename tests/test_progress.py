@@ -58,11 +58,11 @@ def test_invariant_and_channel_nulls_show_their_bars(capsys):
     inv = invariant.invariant_scores(hw, CFG, seed=0)
     gen = torch.Generator().manual_seed(0)
     blocks = channels.channel_blocks(8, hw.d_model, hw.d_head, gen)
-    rows, _ = channels.channel_rows(hw, blocks)
+    rows, _ = channels.channel_rows(hw, blocks, CompositionConfig().channel_tolerance)
     capsys.readouterr()
     with cli.showing_progress("bar"):
         inv_shown = invariant.invariant_scores(hw, CFG, seed=0)
-        rows_shown, _ = channels.channel_rows(hw, blocks)
+        rows_shown, _ = channels.channel_rows(hw, blocks, CompositionConfig().channel_tolerance)
     out, err = capsys.readouterr()
     assert out == ""
     assert bar_total(err, "invariant null") == 3 * 3  # kinds x (writer, later reader) layer pairs of 3 layers

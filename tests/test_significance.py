@@ -520,7 +520,11 @@ def test_untrained_weights_have_at_most_one_kind_with_a_channel_discovery(shape)
     for seed in range(3):
         fresh = random_model(model_cfg, seed=seed, dtype=torch.float32, perturb_biases=False)
         hw, _ = weights.prepare(fresh.state_dict(), model_cfg)
-        found.append(channels.every_pair_tested(hw, FDR, seed, 64).groupby("kind")["discovery"].any())
+        found.append(
+            channels.every_pair_tested(hw, FDR, seed, 64, CompositionConfig().channel_tolerance)
+            .groupby("kind")["discovery"]
+            .any()
+        )
     assert pd.concat(found).sum() <= 1, found
 
 
@@ -532,7 +536,13 @@ def test_surrogates_of_the_trained_model_have_channel_discoveries_at_most_at_the
     families has any channel discovery."""
     hw, _ = trained_weights
     found = [
-        channels.every_pair_tested(scoring.surrogate(hw, torch.Generator().manual_seed(i)), FDR, 0, 64)
+        channels.every_pair_tested(
+            scoring.surrogate(hw, torch.Generator().manual_seed(i)),
+            FDR,
+            0,
+            64,
+            CompositionConfig().channel_tolerance,
+        )
         .groupby("kind")["discovery"]
         .any()
         for i in range(SURROGATES)

@@ -35,16 +35,23 @@ all b are batched. `ablate_path` is the single-edge reference, through per-head 
 
 One channel of a K edge (`channel_ablation`; the causal check of the channel shares of
 pipeline/circuits/channels.py). Writer a's OV circuit writes along orthonormal directions w_i,
-reader b's keys read the residual along orthonormal directions k_j (its K circuit's SVD). Cutting
-channel (i, j) removes, from b's key input only, writer channel i's mean-ablated contribution to
-reader channel j's read, and nothing else:
+reader b's keys read the residual along orthonormal directions k_j (its K circuit's SVD). A
+channel is a writer block A x a reader block B (consecutive directions of near-equal singular
+values; one direction each when the values are distinct): W_A [d_model, n_A] the block's output
+directions, K_B [d_model, n_B] the reader block's key-input directions. Cutting it removes, from
+b's key input only, writer block A's mean-ablated contribution to reader block B's read, and
+nothing else (row vectors):
 
-    key input of b = resid - ((write_a - mean_batch(write_a)) . w_i) (w_i . k_j) k_j
+    delta          = write_a - mean_batch(write_a)
+    key input of b = resid - (delta W_A W_A^T) K_B K_B^T
 
-Its read along k_j loses exactly what a's channel i put there beyond its mean (a's write lies in
+Its read along K_B loses exactly what a's block A put there beyond its mean (a's write lies in
 the span of the w's); its reads along the other k's are unchanged (the k's are orthonormal), and
-so is what a's other channels give channel j. Cutting every (i, j) at once is the whole-path K
-cut, as far as b's keys can tell. Effects as above; w orthogonal to k changes nothing.
+so is what a's other blocks give block B. The cut depends on the blocks' subspaces alone
+(W_A W_A^T and K_B K_B^T are their projectors), so on no choice of basis within a block; with
+one direction each it is ((delta . w_i)(w_i . k_j)) k_j. Cutting every block pair at once is the
+whole-path K cut, as far as b's keys can tell. Effects as above; W_A orthogonal to K_B changes
+nothing.
 """
 
 from __future__ import annotations
@@ -245,25 +252,28 @@ def _one_head_reads(
 
 
 class ChannelCut(NamedTuple):
-    """Channel (i, j) of the K edge a -> b: writer a's output direction w (w_i of OV^a) and reader
-    b's key-input direction k (k_j of QK^bT), unit vectors [d_model] in the residual stream's basis
-    (`pipeline.circuits.channels`: `writer_circuit(hw).writes[.., :, i]`, `reader_circuit(hw,
-    "K").reads[.., :, j]`; their signs do not matter)."""
+    """Channel (A, B) of the K edge a -> b: writer a's output directions w (writer block A of OV^a)
+    and reader b's key-input directions k (reader block B of QK^bT), orthonormal columns [d_model,
+    n] in the residual stream's basis, or one unit vector [d_model] (a block of one direction)
+    (`pipeline.circuits.channels`: `writer_circuit(hw).writes[.., :, A]`, `reader_circuit(hw,
+    "K").reads[.., :, B]`; any orthonormal basis of each block gives the same cut)."""
 
     src: tuple[int, int]  # a: (layer, head)
     dst: tuple[int, int]  # b: (layer, head), a later layer
-    w: Tensor  # [d_model]
-    k: Tensor  # [d_model]
+    w: Tensor  # [d_model, n_A] or [d_model]
+    k: Tensor  # [d_model, n_B] or [d_model]
 
 
 def _channel_cut(cache: Cache, cut: ChannelCut) -> Tensor:
-    """Layer j's residual input less writer channel w's mean-ablated contribution to reader channel
-    k: resid - ((write_a - mean_batch(write_a)) . w) (w . k) k  [batch, pos, d_model]."""
+    """Layer j's residual input less writer block w's mean-ablated contribution to reader block
+    k's read: resid - (delta w w^T) k k^T, delta = write_a - mean_batch(write_a)
+    [batch, pos, d_model]."""
     (i, a), (j, _) = cut.src, cut.dst
     write = cache.result[i][:, :, a]  # [batch, pos, d_model]
-    w, k = (v.to(write) for v in (cut.w, cut.k))
-    read = (write - write.mean(0, keepdim=True)) @ w * (w @ k)  # [batch, pos]: what channel j loses
-    return cache.resid_pre[j] - read[..., None] * k
+    w, k = (v.to(write).reshape(v.shape[0], -1) for v in (cut.w, cut.k))  # [d_model, n]: a vector, one column
+    on_writer = (write - write.mean(0, keepdim=True)) @ w  # [batch, pos, n_A]: delta along the block
+    read = on_writer @ (w.mT @ k)  # [batch, pos, n_B]: what reader block B loses
+    return cache.resid_pre[j] - read @ k.mT
 
 
 @torch.no_grad()
@@ -271,15 +281,16 @@ def channel_ablation(
     model: AttnOnlyTransformer, tokens: Tensor, cuts: Sequence[ChannelCut], length: int | None
 ) -> pd.DataFrame:
     """One row per cut of `cuts`, in their order: src_layer, src_head, dst_layer, dst_head and the
-    effects of cutting that one channel of the K edge a -> b (module doc): attn_effect, loss_effect,
-    pattern_effect, as `path_ablation`'s. `tokens` [batch, pos]: repeated `[first, span, span]` with
-    `length`-token spans, or held-out text (`length` None: attn_effect NaN).
+    effects of cutting that one channel (a block pair) of the K edge a -> b (module doc):
+    attn_effect, loss_effect, pattern_effect, as `path_ablation`'s. `tokens` [batch, pos]:
+    repeated `[first, span, span]` with `length`-token spans, or held-out text (`length` None:
+    attn_effect NaN).
 
     Exact without LayerNorm (`normalization_type` null, the default models), where the analysis
     weights that give w and k are the model's. With LayerNorm they are folded and centred (w and k
     orthogonal to the all-ones direction, which ln1 removes): the cut is made, as the whole-path
-    cut is, on the residual stream before ln1, so reader channel j's read loses exactly a's
-    channel i up to ln1's scale, which the cut changes (every channel's read at a position is
+    cut is, on the residual stream before ln1, so reader block B's read loses exactly a's
+    block A up to ln1's scale, which the cut changes (every channel's read at a position is
     divided by the new scale). An approximation, the whole-path cut's own.
 
     Fast path, as `path_ablation`'s: every head of layer j reads the cut stream at K (head b's

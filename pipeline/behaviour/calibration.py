@@ -298,7 +298,9 @@ def channel_families(models: Sequence[HeadWeights], cfg: CompositionConfig, seed
     pair of each model (`channels.every_pair_tested`), the share of (model, kind) families with any
     channel discovery."""
     found = [
-        channels.every_pair_tested(hw, cfg.fdr, seed, cfg.null_samples).groupby("kind")["discovery"].any()
+        channels.every_pair_tested(hw, cfg.fdr, seed, cfg.null_samples, cfg.channel_tolerance)
+        .groupby("kind")["discovery"]
+        .any()
         for hw in models
     ]
     table = pd.concat(found, axis=1)

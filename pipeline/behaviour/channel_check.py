@@ -2,13 +2,16 @@
 through the one channel the weights say carries it?
 
 The composition stage splits each pair's corrected score into channel shares
-(pipeline/circuits/channels.py; channels.csv names each pair's top channel, writer channel i x
-reader channel j, and its share `top_share` of the squared score). Here, for every K row of
-channels.csv whose whole pair is a discovery (`pair_discovery`), that channel alone is cut from
-b's keys (`ablation.channel_ablation`: writer a's mean-ablated channel i taken out of b's key
-read along reader channel j, the rest of the path kept), on each of the heads stage's evaluation
-batches (`heads.evaluation_batches`: probe b with held-out batch b), beside the whole-path K cut
-of the same pair on the same batch (the heads stage's ablation_batches.csv rows):
+(pipeline/circuits/channels.py; channels.csv names each pair's top channel, a writer block x a
+reader block of near-equal singular values, by each block's first direction writer_channel,
+reader_channel and its size writer_block, reader_block, and its share `top_share` of the squared
+score). Here, for every K row of channels.csv whose whole pair is a discovery (`pair_discovery`),
+that channel alone is cut from b's keys (`ablation.channel_ablation`: writer a's mean-ablated
+block taken out of b's key read along the reader block, the rest of the path kept; the whole
+block pair, so the cut depends on no choice of directions within a block), on each of the heads
+stage's evaluation batches (`heads.evaluation_batches`: probe b with held-out batch b), beside
+the whole-path K cut of the same pair on the same batch (the heads stage's ablation_batches.csv
+rows):
 
     causal_share = channel pattern_effect / path pattern_effect      per held-out batch
 
@@ -20,7 +23,7 @@ is not bounded by 1 or by 0 in general: a softmax does not add effects over chan
 channels can cancel. A path effect of exactly 0 gives NaN.
 
 channel_ablation.csv (`COLUMNS`): one row per discovered pair and batch. summary.json
-"channel_ablation" (`summarize`): per pair the top share, the mean path and channel pattern
+"channel_ablation" (`summarize`): per pair the top channel and its share, the mean path and channel pattern
 effects and the causal share's mean over batches with a two-sided 95% t interval over them
 (the batch-to-batch noise), and over the pairs the median causal share.
 """
@@ -45,8 +48,9 @@ from . import ablation, heads
 
 PAIR = ("src_layer", "src_head", "dst_layer", "dst_head")
 EFFECTS = ABLATION_COLUMNS[5:]  # attn_effect, loss_effect, heldout_loss_effect, pattern_effect
+CHANNEL = ("writer_channel", "reader_channel", "writer_block", "reader_block")  # channels.csv's top channel
 COLUMNS = (
-    "batch", "kind", *PAIR, "writer_channel", "reader_channel", "top_share",
+    "batch", "kind", *PAIR, *CHANNEL, "top_share",
     *(f"channel_{e}" for e in EFFECTS), *(f"path_{e}" for e in EFFECTS), "causal_share",
 )  # fmt: skip
 CONFIDENCE = 0.95  # the causal share's t interval over batches
@@ -56,14 +60,15 @@ def discovered(table: pd.DataFrame) -> pd.DataFrame:
     """channels.csv's K rows whose whole pair is a discovery (`pair_discovery`) and whose top
     channel is defined (a score of 0 up to rounding has none), in its order; channels as ints."""
     rows = table[(table["kind"] == "K") & table["pair_discovery"].eq(True)]
-    rows = rows.dropna(subset=["writer_channel", "reader_channel"])
-    return rows.astype({"writer_channel": "int64", "reader_channel": "int64"}).reset_index(drop=True)
+    rows = rows.dropna(subset=list(CHANNEL))
+    return rows.astype(dict.fromkeys(CHANNEL, "int64")).reset_index(drop=True)
 
 
 def cuts(hw: HeadWeights, pairs: pd.DataFrame, source: str = "channels") -> list[ablation.ChannelCut]:
-    """Each row's top channel as a cut: w = writer a's output direction `writer_channel`, k =
-    reader b's key-input direction `reader_channel`, from the analysis weights `hw` (module doc);
-    `source` names the table in errors."""
+    """Each row's top channel as a cut: w = writer a's output directions writer_channel ..
+    writer_channel + writer_block - 1, k = reader b's key-input directions reader_channel ..
+    reader_channel + reader_block - 1, from the analysis weights `hw` (module doc); `source` names
+    the table in errors."""
     L, H, d = hw.n_layers, hw.n_heads, hw.d_head
     for r in pairs.itertuples():
         if not (0 <= r.src_layer < r.dst_layer < L and 0 <= r.src_head < H and 0 <= r.dst_head < H):
@@ -71,15 +76,21 @@ def cuts(hw: HeadWeights, pairs: pd.DataFrame, source: str = "channels") -> list
                             f"is not a later pair of {L} layers x {H} heads")  # fmt: skip
         if not (0 <= r.writer_channel < d and 0 <= r.reader_channel < d):
             raise UserError(source, f"channel ({r.writer_channel}, {r.reader_channel}) out of d_head = {d}")
+        if not (1 <= r.writer_block <= d - r.writer_channel and 1 <= r.reader_block <= d - r.reader_channel):
+            raise UserError(
+                source,
+                f"block sizes ({r.writer_block}, {r.reader_block}) from channel ({r.writer_channel}, "
+                f"{r.reader_channel}) do not fit d_head = {d}",
+            )
     writes = channels.writer_circuit(hw).writes  # [L, H, d_model, d_head]
     reads = channels.reader_circuit(hw, "K").reads  # [L, H, d_model, d_head]
     return [
         ablation.ChannelCut(
             (r.src_layer, r.src_head),
             (r.dst_layer, r.dst_head),
-            writes[r.src_layer, r.src_head, :, r.writer_channel],
-            reads[r.dst_layer, r.dst_head, :, r.reader_channel],
-        )
+            writes[r.src_layer, r.src_head, :, r.writer_channel : r.writer_channel + r.writer_block],
+            reads[r.dst_layer, r.dst_head, :, r.reader_channel : r.reader_channel + r.reader_block],
+        )  # [d_model, n_A], [d_model, n_B]: the blocks' directions
         for r in pairs.itertuples()
     ]
 
@@ -129,7 +140,7 @@ def check_batches(
         on_probe = ablation.channel_ablation(model, probe.to(device), chosen, length)
         on_text = ablation.channel_ablation(model, text.to(device), chosen, None)  # same rows, same order
         per_batch.append(
-            pairs[["kind", *PAIR, "writer_channel", "reader_channel", "top_share"]].assign(
+            pairs[["kind", *PAIR, *CHANNEL, "top_share"]].assign(
                 batch=b,
                 channel_attn_effect=on_probe["attn_effect"].to_numpy(),
                 channel_loss_effect=on_probe["loss_effect"].to_numpy(),
@@ -166,10 +177,10 @@ def _t_interval(x: np.ndarray) -> tuple[float, float]:
 
 def summarize(frame: pd.DataFrame) -> dict:
     """summary.json's "channel_ablation" from channel_ablation.csv (`frame`): per pair, in the
-    table's order, the top share, the mean channel and path pattern effects over the batches, and
-    the causal share: its per-batch values, their mean and the mean's t interval (`CONFIDENCE`,
-    n - 1 degrees of freedom over the batches with a finite share; null below two); over the pairs,
-    the median of the pairs' mean causal shares (null without one)."""
+    table's order, its top channel (first directions and block sizes), the top share, the mean
+    channel and path pattern effects over the batches, and the causal share: its per-batch
+    values, their mean and the mean's t interval (`CONFIDENCE`, n - 1 degrees of freedom over the
+    batches with a finite share; null below two); over the pairs, the median of the pairs' mean causal shares (null without one)."""
     out = []
     for (i, a, j, b), rows in frame.groupby(list(PAIR), sort=False):
         shares = rows["causal_share"].to_numpy(dtype=float)
@@ -178,7 +189,7 @@ def summarize(frame: pd.DataFrame) -> dict:
         first = rows.iloc[0]
         out.append({
             "src": f"{i}.{a}", "dst": f"{j}.{b}",
-            "writer_channel": int(first["writer_channel"]), "reader_channel": int(first["reader_channel"]),
+            **{c: int(first[c]) for c in CHANNEL},
             "top_share": _finite(first["top_share"]),
             "path_pattern_effect": _finite(rows["path_pattern_effect"].mean()),
             "channel_pattern_effect": _finite(rows["channel_pattern_effect"].mean()),

@@ -1,6 +1,7 @@
 """Composition resolved into channels: each pair's true score split exactly into non-negative
-shares, one per (writer channel, reader channel), and what the errata's rotated strand does
-instead. Maths only, no I/O; float64 in, float64 out.
+shares, one per (writer channel, reader channel), a channel being a block of singular directions
+with (near-)equal singular values, and what the errata's rotated strand does instead. Maths only,
+no I/O; float64 in, float64 out.
 
 Row vectors, as stored (docs/design.md, "Maths conventions"). A head circuit M [d_model, d_model]
 is a product X Y^T of two [d_model, d_head] factors; a row vector x of the residual stream
@@ -30,7 +31,7 @@ Q the queries' input (left singular vectors of QK^b), for K the keys' input (the
 vectors of QK^b, i.e. the left ones of QK^bT), for V the values' input (left singular vectors
 of OV^b). Share (i, j) of pair (a, b) is s_i^2 t_j^2 (w_i . k_j)^2; they sum to the squared
 true numerator, and sqrt(sum) / (||s|| ||t||) is the true score (||OV^a|| = ||s||, ||N^b|| =
-||t||). Channels are indexed by descending singular value (i = 0: the writer's strongest).
+||t||). Directions are indexed by descending singular value (i = 0: the writer's strongest).
 
 Small space. Each circuit's SVD comes from its factors: X = Q_X R_X, Y = Q_Y R_Y (QR, Q's
 columns orthonormal, R [r, d_head], r = min(d_model, d_head)), then the core R_X R_Y^T = U S V^T
@@ -43,11 +44,51 @@ are unchanged by a rotation of the residual stream (every W_Q, W_K, W_V -> R W, 
 R orthogonal: singular vectors -> R times them, crosses unchanged) and by any invertible change
 of a head's d_head basis that keeps its circuits (W_Q -> W_Q G, W_K -> W_K G^-T; W_V -> W_V G,
 W_O -> G^-1 W_O). Singular vectors are unique up to sign when the singular values are distinct,
-and the shares square the signs away: the table is then unchanged entry by entry. Within a
-block of equal singular values the channel basis is arbitrary and only the block's sums are
-defined (two channels of s = 1, 1 meeting two of t = 1, 1 come out as two shares of 0.5 or
-as any cos^2/2, sin^2/2 mix over the four entries); a trained head's singular values are
-distinct. Zero singular values give zero shares.
+and the shares square the signs away: the per-direction table is then unchanged entry by entry.
+Within a set of equal singular values the directions are arbitrary (any orthonormal basis of
+their subspace is an SVD), and so is each direction's share: two directions of s = 1, 1 meeting
+two of t = 1, 1 come out as two shares of 0.5 or as any cos^2/2, sin^2/2 mix over the four
+entries. Nearly equal values are nearly as arbitrary: a change of the weights of the size of
+their gap turns the directions within their subspace. Hence the blocks.
+
+Blocks (`spectral_blocks`). A circuit's directions split into blocks of consecutive indices by
+the rule: with s_0 >= s_1 >= .. (its singular values) and tol = analysis.composition.
+channel_tolerance, directions i and i + 1 are in one block when
+
+    s_i - s_{i+1} <= tol * s_i          (both nonzero)
+
+and blocks chain: a run of such steps is one block, whatever its total span (a block of n
+directions has s_min >= (1 - tol)^(n-1) s_max). Values zero up to rounding (s_i <= ZERO_RTOL s_0,
+or every value when s_0 = 0) form one block of their own and never join a nonzero one; their
+directions carry shares of 0 up to rounding. tol = 0 joins exactly equal values only. A block is
+named by its first (strongest) direction and has a size, its number of directions.
+
+A channel is a writer block A x a reader block B; its share is the sum of the per-direction
+shares over the pair of blocks (`block_sums`),
+
+    share(A, B) = sum_{i in A, j in B} s_i^2 t_j^2 (w_i . k_j)^2 = ||P_A OV^a N^b Q_B||^2
+
+(P_A = sum_{i in A} r_i r_i^T, Q_B = sum_{j in B} m_j m_j^T: projectors onto the blocks' own
+subspaces), and the block shares of a pair still sum to its squared numerator. When the values
+within each block are equal (s_A on A, t_B on B) the share is s_A^2 t_B^2 ||W_A^T K_B||^2 (W_A
+the block's output directions [d_model, n_A], K_B the reader block's input directions): exactly
+invariant under any orthonormal basis of either block's subspace, W_A -> W_A G, K_B -> K_B H.
+When they are only near-equal it is near-invariant: for any orthonormal bases of the same
+subspaces the share lies between s_min^2 t_min^2 ||W_A^T K_B||^2 and s_max^2 t_max^2
+||W_A^T K_B||^2 (min and max over the two blocks), so another basis moves it by at most a factor
+(s_max t_max / (s_min t_min))^2 <= (1 - tol)^(-2 (n_A + n_B - 2)); the subspaces themselves are
+defined, being separated from the rest of the spectrum by gaps > tol * s. Blocks of one direction
+each (distinct values) give the per-direction shares unchanged.
+
+Per pair: the top channel is the block pair of the largest share (the first in order of the
+blocks' first directions among equal ones), the top share its fraction of the total, the
+effective number of channels 1 / sum p^2 over the block shares p. channels.csv names the top
+channel by the blocks' first directions (writer_channel, reader_channel) and sizes (writer_block,
+reader_block). channels.safetensors holds, per pair, the block shares spread evenly over their
+cells (`spread`: cell (i, j) = share(A, B) / (n_A n_B), A and B the blocks of i and j): a
+[d_head, d_head] table over directions that sums to 1, whose cells in a block pair sum to its
+share, as invariant as the block shares are; the channel figure draws it. The channel ablation
+(pipeline/behaviour/ablation.py) cuts the whole block pair.
 
 The errata's rotation (K only; `rotated_channels`). In paper letters A = W_Q^b, B = W_K^bT,
 C = W_O^aT, D = W_V^aT, Y = B C, X = D A, and
@@ -223,16 +264,79 @@ def normalised(shares: Tensor) -> Tensor:
     return shares / torch.where(total > 0, total, torch.nan)
 
 
-def channel_summary(shares: Tensor) -> pd.DataFrame:
-    """One row per later pair (scoring.later_pairs' order): its top channel (writer_channel i,
-    reader_channel j), that channel's share of the total (top_share) and the effective number
-    of channels 1 / sum(p^2), p the normalised shares (1 for one channel, n for n equal ones).
-    `shares`: raw or normalised, [L, H, L, H, d_head, d_head]; a pair whose shares are NaN
-    (or all zero) gets NaN and <NA> channels (pass `Channels.normalised()` to treat a score
-    that is zero up to rounding so)."""
+# --- blocks of near-equal singular values (module doc, "Blocks") -------------------------------
+
+
+def spectral_blocks(s: Tensor, tol: float) -> Tensor:
+    """[.., d] int64: each direction's block, named by the index of its first (strongest)
+    direction, for singular values s [.., d] in descending order (module doc, "Blocks"): i + 1
+    joins i's block when s_i - s_{i+1} <= tol s_i, both nonzero; the values zero up to rounding
+    (<= ZERO_RTOL s_0) form one block of their own."""
+    first = torch.arange(s.shape[-1], device=s.device)
+    # zero by the circuit's own scale: the small-space SVD gives a rank-deficient circuit values of
+    # rounding size, whose relative steps would split them into blocks at random
+    zero = s <= ZERO_RTOL * s[..., :1]  # [.., d]: a suffix (s descending)
+    near = s[..., :-1] - s[..., 1:] <= tol * s[..., :-1]  # [.., d - 1]: step i -> i + 1
+    joined = torch.where(zero[..., 1:], zero[..., :-1], near)  # a zero value joins zeros only
+    starts = torch.cat([torch.ones_like(zero[..., :1]), ~joined], -1)  # [.., d]
+    return torch.where(starts, first, 0).cummax(-1).values  # the last start at or before each i
+
+
+def block_sizes(blocks: Tensor) -> Tensor:
+    """[.., d]: the size of each direction's block (`spectral_blocks`' labels [.., d])."""
+    return (blocks[..., :, None] == blocks[..., None, :]).sum(-1)
+
+
+def _indicator(blocks: Tensor, dtype: torch.dtype) -> Tensor:
+    """[.., d (direction), d (block)]: 1 where the direction lies in the block named by that index."""
+    return (blocks[..., :, None] == torch.arange(blocks.shape[-1], device=blocks.device)).to(dtype)
+
+
+def block_sums(table: Tensor, writer_blocks: Tensor, reader_blocks: Tensor) -> Tensor:
+    """table [n, .., d, d] summed over block pairs: entry (a, b) holds the sum over writer block a
+    x reader block b (blocks named by their first direction; `writer_blocks`, `reader_blocks`
+    [n, d] label each of the n tables' directions), every other entry 0. A pair whose blocks all
+    have one direction keeps its table bit for bit (and the table itself is returned when none
+    has a larger block)."""
+    d = table.shape[-1]
+    first = torch.arange(d, device=table.device)
+    merged = (writer_blocks != first).any(-1) | (reader_blocks != first).any(-1)  # [n]
+    if not bool(merged.any()):
+        return table
+    k, middle = int(merged.sum()), (1,) * (table.ndim - 3)  # the draws of the null, if any, broadcast
+    E_w = _indicator(writer_blocks[merged], table.dtype).view(k, *middle, d, d)  # [k, .., d, d]
+    E_r = _indicator(reader_blocks[merged], table.dtype).view(k, *middle, d, d)
+    out = table.clone()
+    out[merged] = E_w.mT @ table[merged] @ E_r  # exact 0 / 1 weights: sums, and zeros off the starts
+    return out
+
+
+def spread(table: Tensor, writer_blocks: Tensor, reader_blocks: Tensor) -> Tensor:
+    """[n, d, d]: block sums (`block_sums`' layout) spread evenly over each block pair's cells:
+    cell (i, j) = table[A, B] / (n_A n_B), A and B the blocks of writer direction i and reader
+    direction j. Blocks of one direction each: the table unchanged."""
+    n, d = table.shape[0], table.shape[-1]
+    rows = table.gather(-2, writer_blocks[:, :, None].expand(n, d, d))  # [n, i, d]: row A(i)
+    cells = rows.gather(-1, reader_blocks[:, None, :].expand(n, d, d))  # [n, i, j]: entry (A(i), B(j))
+    sizes = block_sizes(writer_blocks)[:, :, None] * block_sizes(reader_blocks)[:, None, :]
+    return cells / sizes.to(table.dtype)
+
+
+def channel_summary(shares: Tensor, s: Tensor, t: Tensor, tol: float) -> pd.DataFrame:
+    """One row per later pair (scoring.later_pairs' order): its top channel, the writer block x
+    reader block of the largest share (writer_channel, reader_channel: the blocks' first
+    directions; writer_block, reader_block: their sizes), that channel's share of the total
+    (top_share) and the effective number of channels 1 / sum(p^2), p the normalised block shares
+    (1 for one channel, n for n equal ones). `shares`: raw or normalised per-direction shares
+    [L, H, L, H, d_head, d_head]; `s`, `t` [L, H, d_head]: the writers' and readers' singular
+    values (`Channels.s`, `.t`), blocked at `tol` (`spectral_blocks`). A pair whose shares are NaN
+    (or all zero) gets NaN and <NA> channels (pass `Channels.normalised()` to treat a score that
+    is zero up to rounding so)."""
     pairs = later_pairs(shares.shape[0], shares.shape[1])
     i, h, j, g = pairs
-    return _summary_rows(normalised(shares.cpu())[i, h, j, g], pairs)  # [pairs, d_head, d_head]
+    writer_blocks, reader_blocks = spectral_blocks(s.cpu()[i, h], tol), spectral_blocks(t.cpu()[j, g], tol)
+    p = normalised(shares.cpu())[i, h, j, g]  # [pairs, d_head, d_head]
+    return _summary_rows(block_sums(p, writer_blocks, reader_blocks), writer_blocks, reader_blocks, pairs)
 
 
 # --- the errata's rotation, one K pair ------------------------------------------------------
@@ -296,12 +400,14 @@ def rotated_channels(W_Q: Tensor, W_K: Tensor, W_V: Tensor, W_O: Tensor) -> Rota
 #
 # "This pair composes mainly through one channel", decided like a whole-pair discovery
 # (pipeline/circuits/significance.py). The statistic is the top channel's share of the pair's
-# corrected score. How large it is by chance depends on the two heads' spectra (a writer with one
-# dominant singular value gives a large top share whatever it meets), so its raw z is taken
-# against the pair's own null: the reader rotated by a Haar-random R of the residual stream, which
+# corrected score (the top block pair's, module doc "Blocks"). How large it is by chance depends
+# on the two heads' spectra (a writer with one dominant singular value gives a large top share
+# whatever it meets), so its raw z is taken against the pair's own null: the reader rotated by a
+# Haar-random R of the residual stream, which
 # keeps both circuits and moves only how their channels meet. The crosses w_i . k_j then become
 # W^T R K, distributed as the top-left d_head x d_head block of a Haar matrix (W, K with
-# orthonormal columns), so one set of blocks serves every pair and kind (`top_share_null`):
+# orthonormal columns), so one set of draws serves every pair and kind (`top_share_null`; each
+# draw's shares summed over the pair's blocks, which the rotation keeps):
 #
 #     z = (ln top_share - mean_R ln top_share) / sd_R ln top_share
 #
@@ -348,17 +454,20 @@ def top_share(shares: Tensor) -> Tensor:
     return shares.flatten(-2).amax(-1) / shares.sum((-2, -1))
 
 
-def top_share_null(s: Tensor, t: Tensor, blocks: Tensor) -> tuple[Tensor, Tensor]:
+def top_share_null(s: Tensor, t: Tensor, rotations: Tensor, tol: float) -> tuple[Tensor, Tensor]:
     """(mean, sd) [n] of the log top share of n pairs (writer singular values s [n, d_head], reader's
-    t [n, d_head]) over the rotation draws `blocks` [draws, d_head, d_head] (`channel_blocks`)."""
-    n, draws, d = s.shape[0], blocks.shape[0], s.shape[-1]
+    t [n, d_head]) over the rotation draws `rotations` [draws, d_head, d_head] (`channel_blocks`),
+    each draw's shares summed over the pair's blocks at `tol` as the pair's own are (a rotation
+    keeps both spectra, so the blocks too)."""
+    n, draws, d = s.shape[0], rotations.shape[0], s.shape[-1]
+    writer_blocks, reader_blocks = spectral_blocks(s, tol), spectral_blocks(t, tol)  # [n, d]
     mean = torch.empty(n, dtype=s.dtype, device=s.device)
     sd = torch.empty_like(mean)
     step = max(1, _NULL_CHUNK // (draws * d * d))
     for a in range(0, n, step):
         at = slice(a, a + step)
-        shares = (s[at, None, :, None] * blocks * t[at, None, None, :]).square()  # [m, draws, d, d]
-        tops = top_share(shares).log()  # [m, draws]
+        shares = (s[at, None, :, None] * rotations * t[at, None, None, :]).square()  # [m, draws, d, d]
+        tops = top_share(block_sums(shares, writer_blocks[at], reader_blocks[at])).log()  # [m, draws]
         mean[at], sd[at] = tops.mean(-1), tops.std(-1)
     return mean, sd
 
@@ -386,10 +495,12 @@ def rotation_statistics(hw: HeadWeights, pairs: tuple[Tensor, ...]) -> dict[str,
 
 
 def channel_rows(
-    hw: HeadWeights, blocks: Tensor, placebo: bool = False
+    hw: HeadWeights, rotations: Tensor, tol: float, placebo: bool = False
 ) -> tuple[pd.DataFrame, dict[str, Tensor]]:
     """Uncalibrated channels.csv rows of every kind (KINDS order; pairs in `scoring.later_pairs`
-    order, or `placebo_pairs`'), and each kind's normalised shares [n_pairs, d_head, d_head]."""
+    order, or `placebo_pairs'`), channels blocked at `tol`, the null over the Haar draws
+    `rotations` (`channel_blocks`); and each kind's normalised block shares spread over their cells
+    (`spread`) [n_pairs, d_head, d_head]."""
     from .scoring import placebo_pairs  # the pair lists live with the scores
 
     pairs = (placebo_pairs if placebo else later_pairs)(hw.n_layers, hw.n_heads)
@@ -401,14 +512,15 @@ def channel_rows(
             reader = reader_circuit(hw, kind)
             shares = pair_shares(writer, reader, index)  # [n, d_head, d_head]
             i, h, j, g = index
-            null_mean, null_sd = top_share_null(writer.s[i, h], reader.s[j, g], blocks)
-            norms = torch.linalg.vector_norm(writer.s[i, h], dim=-1) * torch.linalg.vector_norm(
-                reader.s[j, g], dim=-1
-            )
+            s, t = writer.s[i, h], reader.s[j, g]  # [n, d_head]
+            null_mean, null_sd = top_share_null(s, t, rotations, tol)
+            norms = torch.linalg.vector_norm(s, dim=-1) * torch.linalg.vector_norm(t, dim=-1)
             scores = shares.sum((-2, -1)).sqrt() / norms  # the true scores [n]
             p = normalised(shares).masked_fill((scores <= ZERO_RTOL)[:, None, None], torch.nan)
-            tables[kind] = p
-            frame = _summary_rows(p.cpu(), pairs)
+            writer_blocks, reader_blocks = spectral_blocks(s, tol), spectral_blocks(t, tol)
+            p = block_sums(p, writer_blocks, reader_blocks)  # [n, d_head, d_head], at the blocks' starts
+            tables[kind] = spread(p, writer_blocks, reader_blocks)
+            frame = _summary_rows(p.cpu(), writer_blocks.cpu(), reader_blocks.cpu(), pairs)
             top, mean, sd = (x.cpu().numpy() for x in (top_share(p).log(), null_mean, null_sd))
             with np.errstate(invalid="ignore", divide="ignore"):
                 z = np.where(sd > 0, (top - mean) / sd, np.nan)
@@ -420,13 +532,19 @@ def channel_rows(
     return pd.concat(parts, ignore_index=True), tables
 
 
-def _summary_rows(p: Tensor, pairs: tuple[np.ndarray, ...]) -> pd.DataFrame:
-    """`channel_summary`'s columns from normalised shares p [n, d_head, d_head] of `pairs`."""
+def _summary_rows(
+    p: Tensor, writer_blocks: Tensor, reader_blocks: Tensor, pairs: tuple[np.ndarray, ...]
+) -> pd.DataFrame:
+    """`channel_summary`'s columns from normalised block shares p [n, d_head, d_head] of `pairs`
+    (`block_sums`' layout: 0 off the blocks' first directions), their blocks [n, d_head]."""
     i, h, j, g = pairs
     d = p.shape[-1]
     flat = p.reshape(len(i), d * d)  # [pairs, d_head^2]
     defined = ~flat.isnan().any(-1)
     top_share_, top = flat.nan_to_num(-1.0).max(-1)  # first of equal maxima
+    writer, reader = top // d, top % d  # the top block pair's first directions [pairs]
+    writer_size = block_sizes(writer_blocks).gather(-1, writer[:, None])[:, 0]  # [pairs]
+    reader_size = block_sizes(reader_blocks).gather(-1, reader[:, None])[:, 0]
 
     def channel(index: Tensor) -> pd.arrays.IntegerArray:
         out = pd.array(index.numpy(), dtype="Int64")
@@ -436,7 +554,8 @@ def _summary_rows(p: Tensor, pairs: tuple[np.ndarray, ...]) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "src_layer": i, "src_head": h, "dst_layer": j, "dst_head": g,
-            "writer_channel": channel(top // d), "reader_channel": channel(top % d),
+            "writer_channel": channel(writer), "reader_channel": channel(reader),
+            "writer_block": channel(writer_size), "reader_block": channel(reader_size),
             "top_share": top_share_.where(defined, torch.nan).numpy(),
             "effective_channels": (1 / flat.square().sum(-1)).numpy(),
         }
@@ -448,13 +567,14 @@ def measured_channels(
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Tensor]]:
     """(channels.csv, the placebo pairs' rows, each kind's normalised shares [n_pairs, d_head,
     d_head] on the CPU in float32): every later pair's channel table summarised and its channel
-    discovery at `cfg.fdr` (module comment above). `scores`: the composition stage's calibrated
-    scores (its variant "true" rows give pair_discovery); `cfg.null_samples` rotation draws."""
+    discovery at `cfg.fdr` (module comment above), channels blocked at `cfg.channel_tolerance`.
+    `scores`: the composition stage's calibrated scores (its variant "true" rows give
+    pair_discovery); `cfg.null_samples` rotation draws."""
     hw = hw.to(torch.float64).to(device)
     gen = torch.Generator().manual_seed(streams.seed_of(seed, "channels.null"))
-    blocks = channel_blocks(cfg.null_samples, hw.d_model, hw.d_head, gen).to(device)
-    later, tables = channel_rows(hw, blocks)
-    placebo, _ = channel_rows(hw, blocks, placebo=True)
+    rotations = channel_blocks(cfg.null_samples, hw.d_model, hw.d_head, gen).to(device)
+    later, tables = channel_rows(hw, rotations, cfg.channel_tolerance)
+    placebo, _ = channel_rows(hw, rotations, cfg.channel_tolerance, placebo=True)
     true = scores[scores["variant"] == "true"].set_index(["kind", *PAIR_COLUMNS])["discovery"]
     keys = pd.MultiIndex.from_frame(later[["kind", *PAIR_COLUMNS]])
     later["pair_discovery"] = true.reindex(keys).to_numpy(dtype=bool, na_value=False)
@@ -480,14 +600,16 @@ def calibrate_channels(
     return later, placebo.drop(columns="variant").assign(pair_discovery=False)
 
 
-def every_pair_tested(hw: HeadWeights, fdr: float, seed: int, draws: int) -> pd.DataFrame:
+def every_pair_tested(hw: HeadWeights, fdr: float, seed: int, draws: int, tol: float) -> pd.DataFrame:
     """channels.csv's later rows with every pair's channel statistic tested, not only the whole-pair
     discoveries' (pair_discovery left False): the channel null's calibration on its own, for the
-    untrained and surrogate checks (tests/test_significance.py, the calibrate stage)."""
+    untrained and surrogate checks (tests/test_significance.py, the calibrate stage); channels
+    blocked at `tol`."""
     hw = hw.to(torch.float64)
     gen = torch.Generator().manual_seed(streams.seed_of(seed, "channels.null"))
-    blocks = channel_blocks(draws, hw.d_model, hw.d_head, gen)
-    (later, _), (placebo, _) = channel_rows(hw, blocks), channel_rows(hw, blocks, placebo=True)
+    rotations = channel_blocks(draws, hw.d_model, hw.d_head, gen)
+    later, _ = channel_rows(hw, rotations, tol)
+    placebo, _ = channel_rows(hw, rotations, tol, placebo=True)
     later["pair_discovery"] = False
     return calibrate_channels(later, placebo, fdr, np.ones(len(later), dtype=bool))[0]
 

@@ -6,8 +6,12 @@ and `channels.safetensors` (per kind, [pairs, d_head, d_head]: each pair's norma
 channels.csv's row order of that kind; pipeline/circuits/channels.py) and, to rank the pairs,
 its `scores.csv`. Share (i, j) is the part of the pair's squared corrected numerator
 ||OV^a N^b||^2 that writer channel i (the i-th singular direction of OV^a, strongest first)
-carries into reader channel j (the j-th of the reader's circuit for the kind); a pair's shares
-are non-negative and sum to 1, so every panel shares one colour scale, [0, 1].
+carries into reader channel j (the j-th of the reader's circuit for the kind); where singular
+values are near-equal their directions form a block, and the file holds the block pair's share
+spread evenly over its cells (the split within a block is not defined). A pair's shares are
+non-negative and sum to 1, so every panel shares one colour scale, [0, 1]. Each panel outlines
+its top channel, the block pair channels.csv names (writer_channel, writer_block directions by
+reader_channel, reader_block), whose cells sum to its top share.
 
 Pure apart from `read_shares`: tables and arrays in, a figure (and its facts, for the report's
 caption) out. numpy only: the figures stage imports no torch.
@@ -23,6 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from ...errors import UserError
 from . import Caption
@@ -33,6 +38,7 @@ LEADING = 16  # above this d_head, panels show the leading channels (and every t
 COLUMNS = 6  # panels per row
 PAIR_KEYS = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
 MARK = "#d62728"  # the frame of a channel discovery
+OUTLINE = "white"  # the outline of each panel's top channel (block pair)
 
 
 def read_shares(path: str | Path) -> dict[str, np.ndarray]:
@@ -126,36 +132,52 @@ def discovered(
     d_head = d_heads.pop() if d_heads and len(shown) else 0
     n = d_head
     if d_head > leading:  # the leading channels, widened to every shown pair's top channel
-        tops = pd.concat([shown["writer_channel"], shown["reader_channel"]]).dropna()
-        n = min(d_head, max(leading, int(tops.max()) + 1 if len(tops) else 0))
+        tops = _reach(shown)
+        n = min(d_head, max(leading, int(tops.max()) if len(tops) else 0))
     return Discovered(shown, counts, d_head, n)
 
 
 def _require_top_channels(frame: pd.DataFrame, shares: dict[str, np.ndarray], source: str) -> None:
-    """Each row's top channel (writer_channel, reader_channel) is a cell of its table and holds
-    its top_share: tables of another model, or another run, of as many pairs would otherwise be
-    drawn under channels.csv's titles. A row without a top channel (a zero circuit) is skipped."""
+    """Each row's top channel (a writer block x a reader block, from writer_channel and
+    reader_channel, writer_block and reader_block directions long) lies within its table and
+    its cells sum to top_share: tables of another model, or another run, of as many pairs would
+    otherwise be drawn under channels.csv's titles. A row without a top channel (a zero
+    circuit) is skipped."""
     for kind, rows in frame.groupby("kind", sort=False):
         table = shares[kind]
         d = table.shape[-1]
-        rows = rows[rows["writer_channel"].notna() & rows["reader_channel"].notna()]
-        writer, reader = rows["writer_channel"].to_numpy(int), rows["reader_channel"].to_numpy(int)
-        inside = (writer >= 0) & (writer < d) & (reader >= 0) & (reader < d)
-        held = np.full(len(rows), np.nan)
-        held[inside] = table[rows["row"].to_numpy()[inside], writer[inside], reader[inside]]
-        agree = np.isclose(held, rows["top_share"].to_numpy(float), rtol=1e-5, atol=1e-7, equal_nan=True)
-        if (inside & agree).all():
-            continue
-        i = int(np.argmin(inside & agree))
-        row = rows.iloc[i]
-        pair = (
-            f"{kind} L{int(row.src_layer)}H{int(row.src_head)} -> L{int(row.dst_layer)}H{int(row.dst_head)}"
-        )
-        top = f"channels.csv's top channel ({writer[i]}, {reader[i]})"
-        found = f"lies outside its tables' d_head = {d}" if not inside[i] else (
-            f"holds {held[i]:.4g} there, not channels.csv's top_share {row.top_share:.4g}"
-        )  # fmt: skip
-        raise UserError(source, f"{pair}: {top} {found}: not the channel tables of channels.csv's model")
+        rows = rows.dropna(subset=["writer_channel", "reader_channel", "writer_block", "reader_block"])
+        for row in rows.itertuples(index=False):
+            w0, r0 = int(row.writer_channel), int(row.reader_channel)
+            w1, r1 = w0 + int(row.writer_block), r0 + int(row.reader_block)
+            inside = 0 <= w0 < w1 <= d and 0 <= r0 < r1 <= d
+            held = float(table[row.row, w0:w1, r0:r1].sum()) if inside else np.nan
+            if inside and np.isclose(held, row.top_share, rtol=1e-5, atol=1e-7):
+                continue
+            pair = f"{kind} L{int(row.src_layer)}H{int(row.src_head)}"
+            pair += f" -> L{int(row.dst_layer)}H{int(row.dst_head)}"
+            top = f"channels.csv's top channel ({_span(w0, w1 - w0)}, {_span(r0, r1 - r0)})"
+            found = f"lies outside its tables' d_head = {d}" if not inside else (
+                f"holds {held:.4g} there, not channels.csv's top_share {row.top_share:.4g}"
+            )  # fmt: skip
+            raise UserError(source, f"{pair}: {top} {found}: not the channel tables of channels.csv's model")
+
+
+def _reach(rows: pd.DataFrame) -> pd.Series:
+    """Per row with a top channel: the directions it spans on its longer side, first + block size
+    (the end of the block, exclusive)."""
+    defined = rows.dropna(subset=["writer_channel", "reader_channel", "writer_block", "reader_block"])
+    ends = (
+        defined["writer_channel"] + defined["writer_block"],
+        defined["reader_channel"] + defined["reader_block"],
+    )
+    return pd.concat(ends, axis=1).max(axis=1).astype(int)
+
+
+def _span(first, size) -> str:
+    """A block's directions as a panel title names them: "3" for one, "3-4" for two."""
+    first, size = int(first), int(size)
+    return f"{first}" if size == 1 else f"{first}-{first + size - 1}"
 
 
 def _pair_title(row, d_head: int, n: int, in_view: float) -> str:
@@ -163,7 +185,8 @@ def _pair_title(row, d_head: int, n: int, in_view: float) -> str:
     a, b = f"L{int(row.src_layer)}H{int(row.src_head)}", f"L{int(row.dst_layer)}H{int(row.dst_head)}"
     pair = f"{star}{row.kind} {a} -> {b}"
     top = (
-        f"top {row.top_share:.2f} at ({int(row.writer_channel)}, {int(row.reader_channel)})"
+        f"top {row.top_share:.2f} at ({_span(row.writer_channel, row.writer_block)}, "
+        f"{_span(row.reader_channel, row.reader_block)})"
         if pd.notna(row.top_share) and pd.notna(row.writer_channel)
         else "top –"
     )
@@ -176,8 +199,9 @@ def _pair_title(row, d_head: int, n: int, in_view: float) -> str:
 def channel_maps(picked: Discovered, shares: dict[str, np.ndarray]) -> Figure:
     """A grid of heat maps, one per pair of `picked` (`discovered`): writer channel (rows) x
     reader channel (columns), the normalised shares on one colour scale [0, 1] with one colour
-    bar; each panel titled with the pair, its top share and effective channels, a star and a
-    red frame when its top channel is a discovery. No pair: a figure that says so."""
+    bar; each panel titled with the pair, its top channel, top share and effective channels, the
+    top channel's block pair outlined, a star and a red frame when its top channel is a
+    discovery. No pair: a figure that says so."""
     shown, d, n = picked.shown, picked.d_head, picked.leading
     if not len(shown):
         fig, ax = plt.subplots(figsize=(6, 1.6))
@@ -210,6 +234,13 @@ def channel_maps(picked: Discovered, shares: dict[str, np.ndarray]) -> Figure:
         ax.tick_params(labelsize=6, length=2)
         in_view = float(np.nansum(table[:n, :n]))
         ax.set_title(_pair_title(row, d, n, in_view), fontsize=7)
+        if pd.notna(row.writer_channel):  # the top channel: its block pair's cells, [writer, reader]
+            corner = (int(row.reader_channel) - 0.5, int(row.writer_channel) - 0.5)
+            ax.add_patch(
+                Rectangle(
+                    corner, int(row.reader_block), int(row.writer_block), fill=False, ec=OUTLINE, lw=1.0
+                )
+            )
         if row.discovery:
             for spine in ax.spines.values():
                 spine.set_color(MARK)
@@ -229,8 +260,9 @@ def channel_maps(picked: Discovered, shares: dict[str, np.ndarray]) -> Figure:
     fig.suptitle(
         f"Composition channels of the discovered pairs: {len(shown)} of {picked.total} shown "
         f"({counts}){note}\nshare (i, j): writer channel i into reader channel j, channels by "
-        "descending singular value\n★ red frame: a channel discovery (the pair composes mainly "
-        "through its top channel)",
+        "descending singular value\nnear-equal singular values form a block, its share spread evenly "
+        "over its cells; white outline: the top channel\n★ red frame: a channel discovery (the pair "
+        "composes mainly through its top channel)",
         fontsize=9,
     )
     return fig
@@ -267,7 +299,11 @@ def caption(facts: dict) -> str:
         f"{view}. Share (i, j) is the fraction of the pair's squared corrected numerator "
         "||OV^a N^b||^2 carried by writer channel i into reader channel j, s_i^2 t_j^2 (w_i . k_j)^2 "
         "over its sum: the shares are non-negative and sum to 1, so every panel has one colour scale, "
-        "0 to 1. Each panel names its top channel (i, j) and share and its effective number of channels "
+        "0 to 1. Directions whose singular values are near-equal (each within "
+        "analysis.composition.channel_tolerance of the one before) form a block, where the split between "
+        "directions is not defined: a channel is then the block, its share spread evenly over its cells. "
+        "Each panel names its top channel (i, j; a range of directions for a block), outlines its cells, "
+        "and gives its share and its effective number of channels "
         "(1 / sum of squared shares: 1 when one channel carries it all). A star and a red frame: a "
         f"channel discovery ({facts['channel_discoveries']} shown), a pair that composes mainly through "
         "its top channel (its top share against a randomly rotated reader, FDR-controlled)."
