@@ -26,16 +26,31 @@ UNDER_DVC = (
 
 
 def stage_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
-    """A parser with the arguments every stage takes: --params and --debug."""
+    """A parser with the arguments every stage takes: --params and --debug. `description`, the
+    stage's docstring, is its help: the first paragraph above the options, the rest below them
+    (each printed once, line breaks kept)."""
+    first, rest = split_doc(description)
     parser = argparse.ArgumentParser(
         prog=prog,
-        description=(description or "").strip().splitlines()[0] if description else None,
-        epilog=description,
+        description=first,
+        epilog=rest,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--params", default="params.yaml", help="composed config (default: params.yaml)")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    parser.add_argument(
+        "--params", default="params.yaml", help="The composed config to read (default: params.yaml)."
+    )
+    parser.add_argument("--debug", action="store_true", help="Show the traceback of an error.")
     return parser
+
+
+def split_doc(doc: str | None) -> tuple[str | None, str | None]:
+    """A docstring's first paragraph and the rest (an example's indent kept); None for an empty
+    part."""
+    import inspect
+
+    text = inspect.cleandoc(doc or "")
+    first, _, rest = text.partition("\n\n")
+    return first.strip() or None, rest.strip("\n") or None
 
 
 def progress_mode(hidden: bool = False) -> str | None:

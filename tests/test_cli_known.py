@@ -81,10 +81,10 @@ def test_a_user_error_is_one_line_and_exit_2_and_debug_shows_its_traceback(capsy
     assert capsys.readouterr().err == ""
 
 
-def test_a_stage_parser_takes_its_first_docstring_line_as_its_description():
-    parser = cli.stage_parser("python -m stages.x", "  Do one thing.\n\nAt length.\n")
-    assert (parser.prog, parser.description) == ("python -m stages.x", "Do one thing.")
-    assert parser.epilog == "  Do one thing.\n\nAt length.\n"
+def test_a_stage_parser_takes_its_docstrings_first_paragraph_as_its_description_and_the_rest_below():
+    parser = cli.stage_parser("python -m stages.x", "Do one thing,\nwell.\n\nAt length.\n")
+    assert (parser.prog, parser.description) == ("python -m stages.x", "Do one thing,\nwell.")
+    assert parser.epilog == "At length."
     bare = cli.stage_parser("python -m stages.y", None)
     assert (bare.description, bare.epilog) == (None, None)
     assert vars(bare.parse_args([])) == {"params": "params.yaml", "debug": False}
@@ -132,8 +132,9 @@ def test_a_user_error_without_its_key_or_its_problem_is_our_bug_not_a_message(wh
 def test_the_params_option_says_its_default_in_the_help():
     parser = cli.stage_parser("python -m stages.x", None)
     shown = " ".join(parser.format_help().split())  # argparse wraps lines at the terminal's width
-    assert "--params PARAMS composed config (default: params.yaml)" in shown
-    assert "--debug show the traceback of an error" in shown
+    helps = {a.option_strings[-1]: a.help for a in parser._actions}
+    assert "params.yaml" in helps["--params"] and f"--params PARAMS {helps['--params']}" in shown
+    assert f"--debug {helps['--debug']}" in shown
 
 
 class Recording:

@@ -36,97 +36,72 @@ from pipeline.present.figures import dynamics as dynamics_figures
 from pipeline.present.figures import heads as heads_figures
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = "output directory"
-
-# stage: {option: (required, type, help)}; a flag's type is "flag" (store_true)
+# stage: {option: (required, type)}; a flag's type is "flag" (store_true); each option's help
+# is a whole sentence (tests/test_help.py)
 OPTIONS = {
-    "tokenizer": {"--out": (True, None, OUT)},
+    "tokenizer": {"--out": (True, None)},
     "origin": {
-        "--seed": (True, int, "the seed ('{seed}' in train.checkpoint)"),
-        "--out": (True, None, OUT),
+        "--seed": (True, int),
+        "--out": (True, None),
     },
     "train": {
-        "--seed": (True, int, "training seed"),
-        "--origin": (True, None, "origin.json of the origin stage (train or load)"),
-        "--tokenized": (False, None, "the tokenizer stage's directory (data.source = text)"),
-        "--out": (True, None, OUT),
-        "--no-progress": (
-            False,
-            "flag",
-            "no progress at all (else a bar on a terminal, a line per evaluation without one, as under DVC)",
-        ),
+        "--seed": (True, int),
+        "--origin": (True, None),
+        "--tokenized": (False, None),
+        "--out": (True, None),
+        "--no-progress": (False, "flag"),
     },
     "weights": {
-        "--model": (True, None, "checkpoint (.safetensors)"),
-        "--config": (True, None, "its config.json (HookedTransformerConfig fields)"),
-        "--out": (True, None, OUT),
+        "--model": (True, None),
+        "--config": (True, None),
+        "--out": (True, None),
     },
     "composition": {
-        "--weights": (True, None, "heads.safetensors (or any attention-only checkpoint)"),
-        "--seed": (False, int, "seed of the random baselines and nulls"),
-        "--out": (True, None, OUT),
+        "--weights": (True, None),
+        "--seed": (False, int),
+        "--out": (True, None),
     },
     "heads": {
-        "--model": (True, None, "checkpoint (.safetensors)"),
-        "--config": (True, None, "its config.json"),
-        "--weights": (True, None, "analysis-ready heads.safetensors of the weights stage"),
-        "--scores": (True, None, "scores.csv of the composition stage"),
-        "--invariant": (
-            False,
-            None,
-            "invariant.csv of the composition stage: its agreement with the ablation too",
-        ),
-        "--channels": (
-            False,
-            None,
-            "channels.csv of the composition stage: cut each discovered K pair's top channel",
-        ),
-        "--tokenized": (False, None, "the tokenizer stage's directory (data.source = text)"),
-        "--seed": (False, int, "seed of the evaluation batches (the training seed)"),
-        "--out": (True, None, OUT),
+        "--model": (True, None),
+        "--config": (True, None),
+        "--weights": (True, None),
+        "--scores": (True, None),
+        "--invariant": (False, None),
+        "--channels": (False, None),
+        "--tokenized": (False, None),
+        "--seed": (False, int),
+        "--out": (True, None),
     },
     "dynamics": {
-        "--checkpoints": (True, None, "train's checkpoints/ (index.json and files)"),
-        "--config": (True, None, "config.json of the model they checkpoint"),
-        "--tokenized": (False, None, "the tokenizer stage's directory (data.source = text)"),
-        "--seed": (False, int, "seed of the baselines, nulls and batches (the training seed)"),
-        "--out": (True, None, OUT),
-        "--no-progress": (
-            False,
-            "flag",
-            "no progress at all (else a bar on a terminal, a line per checkpoint without one, as under DVC)",
-        ),
+        "--checkpoints": (True, None),
+        "--config": (True, None),
+        "--tokenized": (False, None),
+        "--seed": (False, int),
+        "--out": (True, None),
+        "--no-progress": (False, "flag"),
     },
     "figures": {
-        "--scores": (True, None, "scores.csv of the composition stage"),
-        "--heads": (False, None, "heads.csv of the heads stage (labels heads by role)"),
-        "--ablation": (False, None, "ablation.csv of the heads stage"),
-        "--heads-summary": (False, None, "summary.json of the heads stage (Spearman correlations)"),
-        "--patterns": (False, None, "patterns.safetensors of the heads stage"),
-        "--dynamics": (
-            False,
-            None,
-            "the dynamics stage's directory of this seed (steps.tsv, summary.json)",
-        ),
-        "--channels": (False, None, "channels.csv of the composition stage (with --channel-shares)"),
-        "--channel-shares": (
-            False,
-            None,
-            "channels.safetensors of the composition stage (with --channels)",
-        ),
-        "--out": (True, None, OUT),
+        "--scores": (True, None),
+        "--heads": (False, None),
+        "--ablation": (False, None),
+        "--heads-summary": (False, None),
+        "--patterns": (False, None),
+        "--dynamics": (False, None),
+        "--channels": (False, None),
+        "--channel-shares": (False, None),
+        "--out": (True, None),
     },
     "compare": {
-        "--train": (True, None, "train stage directory (seed<N>/metrics.json, curve.tsv)"),
-        "--composition": (True, None, "composition stage directory (seed<N>/scores.csv)"),
-        "--heads": (True, None, "heads stage directory (seed<N>/heads.csv, summary.json)"),
-        "--dynamics": (True, None, "dynamics stage directory (seed<N>/steps.tsv)"),
-        "--out": (True, None, OUT),
+        "--train": (True, None),
+        "--composition": (True, None),
+        "--heads": (True, None),
+        "--dynamics": (True, None),
+        "--out": (True, None),
     },
     "report": {
-        "--compare": (True, None, "compare stage directory (tables, verdicts.json, figures/)"),
-        "--figures": (True, None, "figures stage directory (seed<N>/*.png|svg)"),
-        "--out": (True, None, "the HTML file to write"),
+        "--compare": (True, None),
+        "--figures": (True, None),
+        "--out": (True, None),
     },
 }
 
@@ -144,15 +119,15 @@ def test_each_stage_takes_its_documented_options_and_runs_them_through_the_error
     [(parser, body, got)] = handed
     assert got is argv and callable(body)
     assert parser.prog == f"python -m stages.{name}"
-    # --help: the module docstring's first line above the options, the whole docstring below
-    assert parser.description == module.__doc__.strip().splitlines()[0] and parser.epilog == module.__doc__
+    # --help: the module docstring's first paragraph above the options, the rest below, each once
+    assert (parser.description, parser.epilog) == cli.split_doc(module.__doc__)
     options = {}
     for action in parser._actions:
         if action.dest in ("help", "params", "debug"):
             continue
         [option] = action.option_strings
         kind = "flag" if (action.nargs, action.const, action.default) == (0, True, False) else action.type
-        options[option] = (action.required, kind, action.help)
+        options[option] = (action.required, kind)
         assert action.dest == option[2:].replace("-", "_")
     assert options == OPTIONS[name]
     assert (parser.get_default("params"), parser.get_default("seed")) == (
