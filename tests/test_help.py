@@ -1,6 +1,6 @@
-"""Every command's `--help` (each stage and `python -m pipeline.params`) is read by people:
-whole sentences, each printed once, every argument explained. The structure is checked, never
-a sentence."""
+"""Every command's `--help` (each stage, `python -m pipeline.params`, `pipeline.restore` and
+`pipeline.overrides`) is read by people: whole sentences, each printed once, every argument
+explained. The structure is checked, never a sentence."""
 
 from __future__ import annotations
 
