@@ -9,6 +9,8 @@ for this repository's conf/ only: the composed config is validated by
 by `pipeline.params.require_inputs` (a corpus's package, data.dir and the files under it, a
 local checkpoint), and any failure is raised as one line naming the key, before params.yaml
 is written: a stage would refuse them too, but only after DVC had changed params.yaml.
+Before DVC writes it, the workspace's run is kept for `python -m pipeline.restore`
+(`pipeline.restore.keep`): what brings it back if a stage of the experiment fails.
 
 This patches a Hydra internal (`ConfigLoaderImpl.load_configuration`, hydra-core
 1.3, pinned in pyproject.toml); tests/test_params.py runs the real `dvc exp run`
@@ -52,7 +54,7 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
     root = str(Path(CONF_DIR).parent)
     if root not in sys.path:
         sys.path.append(root)
-    from pipeline import config, params
+    from pipeline import config, params, restore
     from pipeline.errors import UserError
 
     try:
@@ -65,6 +67,13 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
             params.require_inputs(checked, Path(CONF_DIR).parent)  # a corpus, a path, a checkpoint
             for line in config.notes(checked):  # a checkpoint while training from scratch
                 print(line, file=sys.stderr)
+            try:
+                restore.keep(Path(CONF_DIR).parent)
+            except restore.KEEP_ERRORS as e:  # the experiment runs; only its way back is lost
+                print(
+                    f"note: the workspace's run was not kept for python -m pipeline.restore: {e}",
+                    file=sys.stderr,
+                )
     except UserError as e:
         raise ConfigCompositionException(str(e)) from None
     except (ConfigCompositionException, ValueError, TypeError, KeyError) as e:  # Hydra's failures of any

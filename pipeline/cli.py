@@ -12,30 +12,68 @@ import contextvars
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from .errors import UserError
 
 EXIT_USER_ERROR = 2
-# A stage run by DVC (which sets DVC_STAGE) that fails: DVC removed its outputs before running
-# it, and a failed `dvc exp run` leaves params.yaml changed; the outputs of the last successful
-# run are still in DVC's cache, and dvc.lock still names them. Said on the error's own line.
-UNDER_DVC = (
-    " (the last run's outputs come back with `dvc checkout`; after a failed `dvc exp run`, "
-    "`git checkout params.yaml dvc.lock && dvc checkout`)"
+# A stage that fails under DVC (which sets DVC_STAGE): DVC deleted its outputs before running it.
+# Said on the error's own line, how to get back the last run, which is this machine's own: its
+# outputs are in the local DVC cache, where the committed run's need not be (another CPU gives
+# other bytes from training on).
+# - `dvc repro`: params.yaml is as the user left it; put back, DVC's run cache restores every
+#   stage of the last run, its metrics and plots files too, without running it again.
+# - `dvc exp run` in the workspace (DVC_EXP_NAME set; every stage runs in the repository's root,
+#   DVC_ROOT): it also rewrote params.yaml and dvc.lock; `python -m pipeline.restore` puts back
+#   the run kept when the experiment started.
+# - a queued or `--temp` experiment runs in a copy of the repository (under .dvc/tmp/exps/, while
+#   DVC_ROOT names the workspace): the workspace is untouched.
+AFTER_REPRO = (
+    " (your last run comes back when params.yaml is as it was: `dvc repro` then restores its "
+    "outputs from DVC's run cache without running them)"
 )
+AFTER_EXPERIMENT = " (`python -m pipeline.restore` brings back your run from before this experiment)"
+AFTER_COPY = " (this experiment ran in a copy of the repository: your workspace is unchanged)"
+
+
+def how_to_get_back() -> str:
+    """What a stage's error line adds under DVC: how to get the last run back; '' outside DVC."""
+    if not os.environ.get("DVC_STAGE"):
+        return ""
+    if not os.environ.get("DVC_EXP_NAME"):
+        return AFTER_REPRO
+    root = os.environ.get("DVC_ROOT")
+    if root and Path.cwd().resolve() != Path(root).resolve():
+        return AFTER_COPY
+    return AFTER_EXPERIMENT
 
 
 def stage_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
-    """A parser with the arguments every stage takes: --params and --debug."""
+    """A parser with the arguments every stage takes: --params and --debug. `description`, the
+    stage's docstring, is its help: the first paragraph above the options, the rest below them
+    (each printed once, line breaks kept)."""
+    first, rest = split_doc(description)
     parser = argparse.ArgumentParser(
         prog=prog,
-        description=(description or "").strip().splitlines()[0] if description else None,
-        epilog=description,
+        description=first,
+        epilog=rest,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--params", default="params.yaml", help="composed config (default: params.yaml)")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    parser.add_argument(
+        "--params", default="params.yaml", help="The composed config to read (default: params.yaml)."
+    )
+    parser.add_argument("--debug", action="store_true", help="Show the traceback of an error.")
     return parser
+
+
+def split_doc(doc: str | None) -> tuple[str | None, str | None]:
+    """A docstring's first paragraph and the rest (an example's indent kept); None for an empty
+    part."""
+    import inspect
+
+    text = inspect.cleandoc(doc or "")
+    first, _, rest = text.partition("\n\n")
+    return first.strip() or None, rest.strip("\n") or None
 
 
 def progress_mode(hidden: bool = False) -> str | None:
@@ -226,7 +264,7 @@ def run_cli(
     except UserError as e:
         if getattr(args, "debug", False):
             raise
-        print(f"error: {e}{UNDER_DVC if os.environ.get('DVC_STAGE') else ''}", file=sys.stderr)
+        print(f"error: {e}{how_to_get_back()}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

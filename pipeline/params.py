@@ -247,11 +247,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Compose conf/ with Hydra overrides, validate, and write params.yaml "
         "(what `dvc exp run -S` does, without running an experiment).",
     )
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model.n_heads=4 'seeds=[0,1]'")
-    parser.add_argument("--conf", default=CONF_DIR, help="Hydra config directory (default: conf)")
-    parser.add_argument("--out", default="params.yaml", help="file to write (default: params.yaml)")
-    parser.add_argument("--check", action="store_true", help="only check that --out equals a fresh compose")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides, such as model.n_heads=4 'seeds=[0,1]'."
+    )
+    parser.add_argument("--conf", default=CONF_DIR, help="The Hydra config directory (default: conf).")
+    parser.add_argument("--out", default="params.yaml", help="The file to write (default: params.yaml).")
+    parser.add_argument(
+        "--check", action="store_true", help="Only check that --out equals a fresh composition."
+    )
+    parser.add_argument("--debug", action="store_true", help="Show the traceback of an error.")
 
     def body(args: argparse.Namespace) -> int:
         params = compose(args.overrides, args.conf)

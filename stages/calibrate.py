@@ -3,8 +3,8 @@ families with a (false) discovery on surrogates, on chimeras (this model's layer
 seed's later layers) and on untrained models of this shape, per measure; the p-values of the
 model's own non-composing later pairs; its detection limits; the smallest planted K composition
 each measure finds, into the least- and the most-read layer-1 head; the channel statistic on the
-nulls; claim (e)'s statistics on surrogates. power.csv: every planted pair tried.
-(pipeline/behaviour/calibration.py)
+nulls; claim (e)'s statistics on surrogates. power.csv: every planted pair tried
+(pipeline/behaviour/calibration.py).
 
     python -m stages.calibrate --weights outputs/weights --seed 0 \\
         --config outputs/train/seed0/config.json --composition outputs/composition/seed0 \\
@@ -26,15 +26,19 @@ from pipeline.model import tl_checkpoint
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.calibrate", __doc__)
     parser.add_argument(
-        "--weights", required=True, help="the weights stage's folder: seed{N}/heads.safetensors of every seed"
+        "--weights",
+        required=True,
+        help="The weights stage's directory, with seed<N>/heads.safetensors of every seed.",
     )
-    parser.add_argument("--seed", type=int, required=True, help="the seed whose model is calibrated")
+    parser.add_argument("--seed", type=int, required=True, help="The seed whose model is calibrated.")
     parser.add_argument(
-        "--config", required=True, help="config.json of the model (its shape, for untrained ones)"
+        "--config", required=True, help="The model's config.json (its shape, for the untrained models)."
     )
-    parser.add_argument("--composition", required=True, help="the composition stage's folder of this seed")
-    parser.add_argument("--heads", required=True, help="the heads stage's folder of this seed")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--composition", required=True, help="The composition stage's directory of this seed."
+    )
+    parser.add_argument("--heads", required=True, help="The heads stage's directory of this seed.")
+    parser.add_argument("--out", required=True, help="The directory to write.")
 
     def body(args) -> None:
         cfg = params.load(args.params)

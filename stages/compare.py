@@ -5,8 +5,8 @@ interval and per-seed values (verdicts.json), the headline (summary.json, DVC me
 verdict and a mean per claim, the training means) and figures; the claims under the
 basis-invariant measure, and when each measure sees the induction circuit form (dynamics).
 
-    python -m stages.compare --train outputs/train --composition outputs/composition \
-        --heads outputs/heads --dynamics outputs/dynamics --calibration outputs/calibration \
+    python -m stages.compare --train outputs/train --composition outputs/composition \\
+        --heads outputs/heads --dynamics outputs/dynamics --calibration outputs/calibration \\
         --out outputs/compare
 """
 
@@ -25,19 +25,23 @@ from pipeline.present.figures import compare as compare_figures
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.compare", __doc__)
     parser.add_argument(
-        "--train", required=True, help="train stage directory (seed<N>/metrics.json, curve.tsv)"
+        "--train", required=True, help="The train stage's directory, with seed<N>/metrics.json and curve.tsv."
     )
     parser.add_argument(
-        "--composition", required=True, help="composition stage directory (seed<N>/scores.csv)"
+        "--composition", required=True, help="The composition stage's directory, with seed<N>/scores.csv."
     )
     parser.add_argument(
-        "--heads", required=True, help="heads stage directory (seed<N>/heads.csv, summary.json)"
+        "--heads", required=True, help="The heads stage's directory, with seed<N>/heads.csv and summary.json."
     )
-    parser.add_argument("--dynamics", required=True, help="dynamics stage directory (seed<N>/steps.tsv)")
     parser.add_argument(
-        "--calibration", required=True, help="calibrate stage directory (seed<N>/calibration.json)"
+        "--dynamics", required=True, help="The dynamics stage's directory, with seed<N>/steps.tsv."
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--calibration",
+        required=True,
+        help="The calibrate stage's directory, with seed<N>/calibration.json.",
+    )
+    parser.add_argument("--out", required=True, help="The directory to write.")
 
     def body(args) -> None:
         cfg = params.load(args.params)

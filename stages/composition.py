@@ -1,8 +1,8 @@
-"""Q-, K- and V-composition of every (earlier, later) head pair: scores.csv (Frobenius, five
-variants), invariant.csv (in the whitened residual frame: unchanged by a change of residual
-basis; pipeline/circuits/invariant.py), projection.csv (how far the subspaces a writer writes
-into and a reader reads from overlap; pipeline/circuits/projection.py), placebo.csv (every
-measure for the pairs that cannot compose), each with its raw z, calibrated z, p, q and
+"""Score the Q-, K- and V-composition of every (earlier, later) head pair: scores.csv (Frobenius,
+five variants), invariant.csv (in the whitened residual frame: unchanged by a change of
+residual basis; pipeline/circuits/invariant.py), projection.csv (how far the subspaces a writer
+writes into and a reader reads from overlap; pipeline/circuits/projection.py), placebo.csv
+(every measure for the pairs that cannot compose), each with its raw z, calibrated z, p, q and
 discovery (pipeline/circuits/significance.py); channels.csv (each later pair's corrected score
 split into writer x reader channels: its top channel, that channel's share and its calibrated
 discovery; pipeline/circuits/channels.py), channels_placebo.csv (the same for the pairs that
@@ -29,10 +29,12 @@ from pipeline.cli import keep_freed_memory, resolve_device, run_cli, stage_parse
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.composition", __doc__)
     parser.add_argument(
-        "--weights", required=True, help="heads.safetensors (or any attention-only checkpoint)"
+        "--weights",
+        required=True,
+        help="The weights stage's heads.safetensors, or any attention-only checkpoint.",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random baselines and nulls")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--seed", type=int, default=0, help="The seed of the random baselines and nulls.")
+    parser.add_argument("--out", required=True, help="The directory to write.")
 
     def body(args) -> None:
         cfg = params.load(args.params)

@@ -1,11 +1,11 @@
-"""Composition through training: at every checkpoint train saved, every composition score
-(five variants and the invariant measure, with baselines and z), every head's attention
-scores and the held-out loss: composition.csv, heads.csv, steps.tsv (one row per
-checkpoint), summary.json (the pair followed, the phase change, when each measure clears
-its null).
+"""Follow composition through training: at every checkpoint train saved, compute every
+composition score (five variants and the invariant measure, with baselines and z), every
+head's attention scores and the held-out loss, and write composition.csv, heads.csv,
+steps.tsv (one row per checkpoint) and summary.json (the pair followed, the phase change,
+when each measure clears its null).
 
-    python -m stages.dynamics --checkpoints outputs/train/seed0/checkpoints \
-        --config outputs/train/seed0/config.json --tokenized outputs/tokenizer \
+    python -m stages.dynamics --checkpoints outputs/train/seed0/checkpoints \\
+        --config outputs/train/seed0/config.json --tokenized outputs/tokenizer \\
         --seed 0 --out outputs/dynamics/seed0
 """
 
@@ -29,17 +29,21 @@ from pipeline.cli import (
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.dynamics", __doc__)
-    parser.add_argument("--checkpoints", required=True, help="train's checkpoints/ (index.json and files)")
-    parser.add_argument("--config", required=True, help="config.json of the model they checkpoint")
-    parser.add_argument("--tokenized", help="the tokenizer stage's directory (data.source = text)")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the baselines, nulls and batches (the training seed)"
+        "--checkpoints",
+        required=True,
+        help="The train stage's checkpoints/ directory: index.json and the files it lists.",
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--config", required=True, help="The config.json of the model they checkpoint.")
+    parser.add_argument("--tokenized", help="The tokenizer stage's directory, read when data.source = text.")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="The seed of the baselines, nulls and batches: the training seed."
+    )
+    parser.add_argument("--out", required=True, help="The directory to write.")
     parser.add_argument(
         "--no-progress",
         action="store_true",
-        help="no progress at all (else a bar on a terminal, a line per checkpoint without one, as under DVC)",
+        help="Show no progress (else a bar on a terminal, a line per checkpoint without one, as under DVC).",
     )
 
     def body(args) -> None:

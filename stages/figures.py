@@ -1,4 +1,4 @@
-"""Figures of one seed (PNG and SVG): the errata diagram, original and corrected side by
+"""Draw one seed's figures (PNG and SVG): the errata diagram, original and corrected side by
 side, and a heatmap of score minus baseline per composition kind; with the heads stage's
 outputs, every head's attention pattern titled with its role, copying vs QK positivity,
 and the path-ablation effects against each composition variant; with the dynamics stage's
@@ -6,10 +6,11 @@ outputs, composition through training (dynamics); with the composition stage's c
 tables, each discovered pair's shares by writer x reader channel (channels, and channels.json:
 the counts the report's caption gives).
 
-    python -m stages.figures --scores outputs/composition/seed0/scores.csv \
-        --heads outputs/heads/seed0/heads.csv --ablation outputs/heads/seed0/ablation.csv \
-        --heads-summary outputs/heads/seed0/summary.json --patterns outputs/heads/seed0/patterns.safetensors \
-        --dynamics outputs/dynamics/seed0 --channels outputs/composition/seed0/channels.csv \
+    python -m stages.figures --scores outputs/composition/seed0/scores.csv \\
+        --heads outputs/heads/seed0/heads.csv --ablation outputs/heads/seed0/ablation.csv \\
+        --heads-summary outputs/heads/seed0/summary.json \\
+        --patterns outputs/heads/seed0/patterns.safetensors \\
+        --dynamics outputs/dynamics/seed0 --channels outputs/composition/seed0/channels.csv \\
         --channel-shares outputs/composition/seed0/channels.safetensors --out outputs/figures/seed0
 """
 
@@ -36,19 +37,23 @@ FIGURE_EFFECTS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.figures", __doc__)
-    parser.add_argument("--scores", required=True, help="scores.csv of the composition stage")
-    parser.add_argument("--heads", help="heads.csv of the heads stage (labels heads by role)")
-    parser.add_argument("--ablation", help="ablation.csv of the heads stage")
-    parser.add_argument("--heads-summary", help="summary.json of the heads stage (Spearman correlations)")
-    parser.add_argument("--patterns", help="patterns.safetensors of the heads stage")
+    parser.add_argument("--scores", required=True, help="The composition stage's scores.csv.")
+    parser.add_argument("--heads", help="The heads stage's heads.csv, which labels the heads by role.")
+    parser.add_argument("--ablation", help="The heads stage's ablation.csv.")
     parser.add_argument(
-        "--dynamics", help="the dynamics stage's directory of this seed (steps.tsv, summary.json)"
+        "--heads-summary", help="The heads stage's summary.json, with the Spearman correlations."
     )
-    parser.add_argument("--channels", help="channels.csv of the composition stage (with --channel-shares)")
+    parser.add_argument("--patterns", help="The heads stage's patterns.safetensors.")
     parser.add_argument(
-        "--channel-shares", help="channels.safetensors of the composition stage (with --channels)"
+        "--dynamics", help="The dynamics stage's directory of this seed, with steps.tsv and summary.json."
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--channels", help="The composition stage's channels.csv, given with --channel-shares."
+    )
+    parser.add_argument(
+        "--channel-shares", help="The composition stage's channels.safetensors, given with --channels."
+    )
+    parser.add_argument("--out", required=True, help="The directory to write.")
 
     def body(args) -> None:
         analysis = params.load(args.params).analysis

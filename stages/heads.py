@@ -4,12 +4,12 @@ batch: the ablation's noise), patterns.safetensors (one probe sequence), summary
 --channels, also channel_ablation.csv (each discovered K pair's top channel cut alone, beside
 the whole path, every batch: pipeline/behaviour/channel_check.py) and its summary.json entry.
 
-    python -m stages.heads --model outputs/train/seed0/model.safetensors \
-        --config outputs/train/seed0/config.json --weights outputs/weights/seed0/heads.safetensors \
-        --scores outputs/composition/seed0/scores.csv \
-        --invariant outputs/composition/seed0/invariant.csv \
-        --projection outputs/composition/seed0/projection.csv \
-        --channels outputs/composition/seed0/channels.csv --tokenized outputs/tokenizer \
+    python -m stages.heads --model outputs/train/seed0/model.safetensors \\
+        --config outputs/train/seed0/config.json --weights outputs/weights/seed0/heads.safetensors \\
+        --scores outputs/composition/seed0/scores.csv \\
+        --invariant outputs/composition/seed0/invariant.csv \\
+        --projection outputs/composition/seed0/projection.csv \\
+        --channels outputs/composition/seed0/channels.csv --tokenized outputs/tokenizer \\
         --seed 0 --out outputs/heads/seed0
 """
 
@@ -26,26 +26,29 @@ from pipeline.data import datasets
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.heads", __doc__)
-    parser.add_argument("--model", required=True, help="checkpoint (.safetensors)")
-    parser.add_argument("--config", required=True, help="its config.json")
+    parser.add_argument("--model", required=True, help="The checkpoint, a .safetensors file.")
+    parser.add_argument("--config", required=True, help="The checkpoint's config.json.")
     parser.add_argument(
-        "--weights", required=True, help="analysis-ready heads.safetensors of the weights stage"
+        "--weights", required=True, help="The weights stage's analysis-ready heads.safetensors."
     )
-    parser.add_argument("--scores", required=True, help="scores.csv of the composition stage")
+    parser.add_argument("--scores", required=True, help="The composition stage's scores.csv.")
     parser.add_argument(
-        "--invariant", help="invariant.csv of the composition stage: its agreement with the ablation too"
-    )
-    parser.add_argument(
-        "--projection", help="projection.csv of the composition stage: its agreement with the ablation too"
+        "--invariant",
+        help="The composition stage's invariant.csv, whose agreement with the ablation is measured too.",
     )
     parser.add_argument(
-        "--channels", help="channels.csv of the composition stage: cut each discovered K pair's top channel"
+        "--projection",
+        help="The composition stage's projection.csv: its agreement with the ablation is measured too.",
     )
-    parser.add_argument("--tokenized", help="the tokenizer stage's directory (data.source = text)")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the evaluation batches (the training seed)"
+        "--channels",
+        help="The composition stage's channels.csv: each discovered K pair's top channel is then cut alone.",
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--tokenized", help="The tokenizer stage's directory, read when data.source = text.")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="The seed of the evaluation batches: the training seed."
+    )
+    parser.add_argument("--out", required=True, help="The directory to write.")
 
     def body(args) -> None:
         cfg = params.load(args.params)

@@ -15,8 +15,10 @@ from pipeline.model import origin
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.origin", __doc__)
-    parser.add_argument("--seed", type=int, required=True, help="the seed ('{seed}' in train.checkpoint)")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--seed", type=int, required=True, help="The seed, which replaces '{seed}' in train.checkpoint."
+    )
+    parser.add_argument("--out", required=True, help="The directory to write.")
 
     def body(args) -> None:
         cfg = params.load(args.params)

@@ -1,6 +1,6 @@
-"""The offline report: one self-contained HTML page (images embedded, no network).
+"""Write the offline report: one self-contained HTML page (images embedded, no network).
 
-    python -m stages.report --compare outputs/compare --figures outputs/figures \
+    python -m stages.report --compare outputs/compare --figures outputs/figures \\
         --out outputs/report/index.html
 
 Shows the seeds listed in params.yaml: a table of contents, the verdicts on the claims, the
@@ -23,10 +23,14 @@ from pipeline.tables import CLAIMS_COLUMNS, GROUP_COLUMNS, STATS_COLUMNS, read_c
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.report", __doc__)
     parser.add_argument(
-        "--compare", required=True, help="compare stage directory (tables, verdicts.json, figures/)"
+        "--compare",
+        required=True,
+        help="The compare stage's directory: its tables, verdicts.json and figures/.",
     )
-    parser.add_argument("--figures", required=True, help="figures stage directory (seed<N>/*.png|svg)")
-    parser.add_argument("--out", required=True, help="the HTML file to write")
+    parser.add_argument(
+        "--figures", required=True, help="The figures stage's directory, with seed<N>/*.png and *.svg."
+    )
+    parser.add_argument("--out", required=True, help="The HTML file to write.")
 
     def body(args) -> None:
         cfg = params.load(args.params)

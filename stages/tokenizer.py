@@ -18,7 +18,7 @@ from pipeline.data import tokenizer
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.tokenizer", __doc__)
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--out", required=True, help="The directory to write.")
 
     def body(args) -> None:
         cfg = params.load(args.params)

@@ -21,14 +21,16 @@ from pipeline.model import origin, tl_checkpoint, train
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.train", __doc__)
-    parser.add_argument("--seed", type=int, required=True, help="training seed")
-    parser.add_argument("--origin", required=True, help="origin.json of the origin stage (train or load)")
-    parser.add_argument("--tokenized", help="the tokenizer stage's directory (data.source = text)")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--seed", type=int, required=True, help="The training seed.")
+    parser.add_argument(
+        "--origin", required=True, help="The origin stage's origin.json: train, or load a checkpoint."
+    )
+    parser.add_argument("--tokenized", help="The tokenizer stage's directory, read when data.source = text.")
+    parser.add_argument("--out", required=True, help="The directory to write.")
     parser.add_argument(
         "--no-progress",
         action="store_true",
-        help="no progress at all (else a bar on a terminal, a line per evaluation without one, as under DVC)",
+        help="Show no progress (else a bar on a terminal, a line per evaluation without one, as under DVC).",
     )
 
     def body(args) -> None:

@@ -1,6 +1,6 @@
-"""Analysis-ready head weights from a checkpoint: heads.safetensors, summary.json.
+"""Write a checkpoint's analysis-ready head weights: heads.safetensors and summary.json.
 
-    python -m stages.weights --model outputs/train/seed0/model.safetensors \
+    python -m stages.weights --model outputs/train/seed0/model.safetensors \\
         --config outputs/train/seed0/config.json --out outputs/weights/seed0
 """
 
@@ -17,9 +17,11 @@ from pipeline.model import tl_checkpoint
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser("python -m stages.weights", __doc__)
-    parser.add_argument("--model", required=True, help="checkpoint (.safetensors)")
-    parser.add_argument("--config", required=True, help="its config.json (HookedTransformerConfig fields)")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--model", required=True, help="The checkpoint, a .safetensors file.")
+    parser.add_argument(
+        "--config", required=True, help="The checkpoint's config.json, in HookedTransformerConfig fields."
+    )
+    parser.add_argument("--out", required=True, help="The directory to write.")
 
     def body(args) -> None:
         params.load(args.params)  # validated, though this stage reads no params

@@ -81,10 +81,10 @@ def test_a_user_error_is_one_line_and_exit_2_and_debug_shows_its_traceback(capsy
     assert capsys.readouterr().err == ""
 
 
-def test_a_stage_parser_takes_its_first_docstring_line_as_its_description():
-    parser = cli.stage_parser("python -m stages.x", "  Do one thing.\n\nAt length.\n")
-    assert (parser.prog, parser.description) == ("python -m stages.x", "Do one thing.")
-    assert parser.epilog == "  Do one thing.\n\nAt length.\n"
+def test_a_stage_parser_takes_its_docstrings_first_paragraph_as_its_description_and_the_rest_below():
+    parser = cli.stage_parser("python -m stages.x", "Do one thing,\nwell.\n\nAt length.\n")
+    assert (parser.prog, parser.description) == ("python -m stages.x", "Do one thing,\nwell.")
+    assert parser.epilog == "At length."
     bare = cli.stage_parser("python -m stages.y", None)
     assert (bare.description, bare.epilog) == (None, None)
     assert vars(bare.parse_args([])) == {"params": "params.yaml", "debug": False}
@@ -132,8 +132,9 @@ def test_a_user_error_without_its_key_or_its_problem_is_our_bug_not_a_message(wh
 def test_the_params_option_says_its_default_in_the_help():
     parser = cli.stage_parser("python -m stages.x", None)
     shown = " ".join(parser.format_help().split())  # argparse wraps lines at the terminal's width
-    assert "--params PARAMS composed config (default: params.yaml)" in shown
-    assert "--debug show the traceback of an error" in shown
+    helps = {a.option_strings[-1]: a.help for a in parser._actions}
+    assert "params.yaml" in helps["--params"] and f"--params PARAMS {helps['--params']}" in shown
+    assert f"--debug {helps['--debug']}" in shown
 
 
 class Recording:
@@ -217,14 +218,34 @@ def test_outside_a_stage_a_terminal_gets_a_tqdm_bar_dvc_plain_lines_and_a_pipe_n
     assert cli._auto_mode() == "lines"
 
 
-def test_under_dvc_a_user_error_says_how_to_get_the_last_run_back(capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "env, where, way_back",
+    [
+        ({}, None, "AFTER_REPRO"),  # dvc repro
+        ({"DVC_EXP_NAME": "e"}, "root", "AFTER_EXPERIMENT"),  # dvc exp run, in the workspace
+        ({"DVC_EXP_NAME": "e"}, "copy", "AFTER_COPY"),  # queued or --temp: a copy under .dvc/tmp/exps
+    ],
+)
+def test_under_dvc_a_user_error_says_how_to_get_the_last_run_back(
+    capsys, monkeypatch, tmp_path, env, where, way_back
+):
+    """The error's own line, then how to get back the run before it: which way depends on how
+    DVC ran the stage (tests/test_experiments.py runs each way back)."""
     monkeypatch.setenv("DVC_STAGE", "train@0")
+    for key in ("DVC_EXP_NAME", "DVC_ROOT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if where:
+        copy = tmp_path / ".dvc" / "tmp" / "exps" / "run"
+        copy.mkdir(parents=True)
+        monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+        monkeypatch.chdir(tmp_path if where == "root" else copy)
     parser = cli.stage_parser("python -m stages.x", None)
     assert cli.run_cli(parser, refusing, []) == 2
-    assert capsys.readouterr().err == (
-        "error: model.n_heads = 0: must be > 0 (the last run's outputs come back with `dvc checkout`; "
-        "after a failed `dvc exp run`, `git checkout params.yaml dvc.lock && dvc checkout`)\n"
-    )
+    said = getattr(cli, way_back)
+    assert capsys.readouterr().err == f"error: model.n_heads = 0: must be > 0{said}\n"
+    assert len({cli.AFTER_REPRO, cli.AFTER_EXPERIMENT, cli.AFTER_COPY}) == 3
 
 
 def test_an_interrupted_stage_is_one_line_and_exit_130(capsys):

@@ -115,6 +115,33 @@ def test_per_seed_stages_do_not_depend_on_the_seed_list():
             assert ("seeds" in stage.get("params", [])) == (name in CROSS_SEED), name
 
 
+def expanded_stages(dvc: dict, seeds: list[int]) -> set[str]:
+    """dvc.yaml's stage names as DVC expands them: a stage with a matrix over `seeds`, once a seed."""
+    names = set()
+    for name, stage in dvc["stages"].items():
+        if "matrix" in stage:
+            assert stage["matrix"] == {"seed": "${seeds}"}, f"{name}: a matrix over seeds alone"
+            names |= {f"{name}@{seed}" for seed in seeds}
+        else:
+            names.add(name)
+    return names
+
+
+def test_dvc_lock_holds_exactly_the_stages_params_yaml_asks_for():
+    """The committed dvc.lock records dvc.yaml's stages over params.yaml's seeds, no more: DVC
+    keeps a stage's entry when its seed leaves `seeds`, so a lock regenerated from scratch
+    (`rm dvc.lock && dvc repro`: the run cache restores what is unchanged) is what passes."""
+    lock = yaml.safe_load((ROOT / "dvc.lock").read_text())
+    locked = set(lock["stages"])
+    expected = expanded_stages(DVC, PARAMS["seeds"])
+    assert locked == expected, f"missing {sorted(expected - locked)}, extra {sorted(locked - expected)}"
+
+
+def test_expanded_stages_of_a_matrix_and_a_plain_stage():
+    dvc = {"stages": {"a": {"matrix": {"seed": "${seeds}"}, "cmd": "x"}, "b": {"cmd": "y"}}}
+    assert expanded_stages(dvc, [0, 3]) == {"a@0", "a@3", "b"}
+
+
 # --- what each stage reads of params.yaml, recorded while its real dvc.yaml command runs ----
 
 

@@ -1,8 +1,10 @@
 """The README's recipes with the real DVC on the tiny config (tests/dvc_repo.py):
 `dvc exp run -S` listed by `dvc exp show` with its metrics, shrinking `seeds` (growing
 them is test_pipeline_dvc's), a queued sweep run by two workers, `dvc exp show --csv`,
-`dvc metrics diff`, `dvc plots diff`, `dvc exp apply`, and sharing results through a
-DVC remote so that a fresh clone reproduces nothing.
+`dvc metrics diff`, `dvc plots diff`, `dvc exp apply`, sharing results through a DVC remote
+so that a fresh clone reproduces nothing, and, on a copy whose outputs have other bytes than
+the committed run's (another CPU's), comparing against main and getting back after a failed
+experiment.
 
 The pipeline is reproduced once per test run (`dvc_repo.reproduced`) and copied (`base`);
 each test works in a git clone of it that shares its DVC cache, so it starts from
@@ -14,6 +16,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -150,24 +154,133 @@ def test_a_bad_experiment_stops_before_any_stage_and_leaves_git_clean(base, tmp_
     assert dvc(repo, "exp", "list").stdout.strip() == ""  # no experiment recorded
 
 
-def test_an_experiment_that_fails_in_a_stage_says_how_to_get_back(base, tmp_path):
-    """A mistake only training can see (the loss diverges): DVC removed train@0's outputs before
-    running it and left params.yaml changed; the stage's one line says how to get the last run
-    back, and doing so gives a clean workspace with the same outputs."""
-    repo = clone(base, tmp_path / "repo")
-    model = repo / "outputs" / "train" / "seed0" / "model.safetensors"
-    before = model.read_bytes()
+def in_cache(repo: Path, md5: str) -> bool:
+    return (repo / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]).exists()
+
+
+def small_outputs(repo: Path) -> list[str]:
+    """The outputs git tracks (the metrics and plots files, `cache: false` in dvc.yaml)."""
+    listed = git(repo, "ls-files", "--cached", "--others", "--exclude-standard", "outputs").stdout
+    return sorted(listed.split())
+
+
+def other_machine(base: Path, dest: Path) -> Path:
+    """A copy of `base` as `make repro` leaves it on a machine whose CPU gives other bytes than
+    the committed dvc.lock's: a training output perturbed (train@0's held-out loss, in its
+    metrics and curve, 0.001 higher), every stage after it rerun on it, dvc.lock changed but not
+    committed, and the DVC cache holding this machine's run alone (`dvc gc -w`)."""
+    repo = copy_repo(base, dest)
+    train = repo / "outputs" / "train" / "seed0"
+    metrics = json.loads((train / "metrics.json").read_text())
+    metrics["eval_loss"] += 1e-3
+    (train / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    curve = pd.read_csv(train / "curve.tsv", sep="\t")
+    curve["eval_loss"] += 1e-3
+    curve.to_csv(train / "curve.tsv", sep="\t", index=False)
+    dvc(repo, "commit", "-f", "train@0")
+    assert sorted(stages_run(dvc(repo, "repro"))) == ["compare", "report"]
+    dvc(repo, "gc", "-w", "-f")
+    return repo
+
+
+def workspace(repo: Path) -> dict[str, bytes]:
+    """What a run leaves that a way back must restore: params.yaml, dvc.lock, the outputs git
+    tracks and two that only DVC's cache holds."""
+    names = ["params.yaml", "dvc.lock", *small_outputs(repo)]
+    names += ["outputs/train/seed0/model.safetensors", "outputs/compare/claims.csv"]
+    return {name: (repo / name).read_bytes() for name in names}
+
+
+def changed_paths(repo: Path) -> set[str]:
+    return {line[3:] for line in git(repo, "status", "--porcelain").stdout.splitlines()}
+
+
+def test_on_another_machine_main_is_compared_and_a_failed_experiment_gets_back_its_own_run(base, tmp_path):
+    """Where `make repro` gives other bytes than the committed run, main's outputs are not in the
+    DVC cache: main's numbers still come from git (the metrics and plots files), and a stage that
+    fails in an experiment prints a way back to this machine's own last run, which works."""
+    repo = other_machine(base, tmp_path / "repo")
+    main_lock = yaml.safe_load(git(repo, "show", "main:dvc.lock").stdout)
+    outs = [o for stage in main_lock["stages"].values() for o in stage.get("outs", [])]
+    assert [o["path"] for o in outs if not in_cache(repo, o["md5"])], "main's outputs are all in the cache"
+    committed = small_outputs(repo)
+    assert "outputs/compare/summary.json" in committed and "outputs/train/seed0/metrics.json" in committed
+    assert all(git(repo, "ls-files", "--error-unmatch", p, check=False).returncode == 0 for p in committed)
+
+    # main's headline beside this machine's
+    diff = dvc(repo, "metrics", "diff", "main", "--json")
+    loss = json.loads(diff.stdout)["outputs/compare/summary.json"]["training.eval_loss"]
+    assert loss["new"] == pytest.approx(loss["old"] + 1e-3, abs=2e-5), loss
+    dvc(repo, "exp", "run", "-n", "tweak", "-S", "analysis.compare.ci=0.9")
+    diff = dvc(repo, "metrics", "diff", "main", "tweak", "--all", "--json")
+    assert "failed to load" not in diff.stderr, diff.stderr
+    summary = json.loads(diff.stdout)["outputs/compare/summary.json"]
+    assert summary and all(v["old"] is not None and v["new"] is not None for v in summary.values()), summary
+    rows = list(csv.DictReader(io.StringIO(dvc(repo, "exp", "show", "--csv").stdout)))
+    main = next(r for r in rows if r["rev"] == "main" and not r["Experiment"])
+    verdicts = {k: v for k, v in main.items() if k.startswith("verdict.")}
+    assert verdicts and all(v not in ("", "!", "-") for v in verdicts.values()), main
+    plots = json.loads(dvc(repo, "plots", "diff", "main", "tweak", "--json").stdout)
+    assert not plots.get("errors"), plots.get("errors")
+    assert {v["rev"] for v in plots["data"]["loss"][0]["content"]["data"]["values"]} == {"main", "tweak"}
+
+    # a stage fails in an experiment (the loss diverges): DVC has deleted train@0's outputs and
+    # changed params.yaml; the stage's own line says how to get this machine's last run back
+    before, changed = workspace(repo), changed_paths(repo)
+    assert (
+        before["outputs/train/seed0/metrics.json"]
+        != git(repo, "show", "main:outputs/train/seed0/metrics.json").stdout.encode()
+    )
     done = dvc(repo, "exp", "run", "-S", "train.lr=1e30", "-S", "train.grad_clip=1e30", check=False)
     assert done.returncode != 0 and stages_run(done) == ["train@0"]
     refusal = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(refusal) == 1 and "train.lr = 1e+30" in refusal[0], done.stderr
-    assert "git checkout params.yaml dvc.lock && dvc checkout" in refusal[0]
-    assert not model.exists()  # DVC removes a stage's outputs before it runs
-    git(repo, "checkout", "params.yaml", "dvc.lock")
-    dvc(repo, "checkout")
-    assert model.read_bytes() == before
-    assert git(repo, "status", "--porcelain").stdout == ""
+    assert not (repo / "outputs" / "train" / "seed0" / "model.safetensors").exists()
+    commands = re.findall(r"`([^`]+)`", refusal[0])
+    assert commands, refusal[0]
+    for command in commands:
+        run(repo, *shlex.split(command))
+    assert workspace(repo) == before  # this machine's run, byte for byte, not main's
+    assert changed_paths(repo) == changed
     assert up_to_date(repo)
+
+
+def test_what_each_experiment_changed_fits_160_columns(base, tmp_path):
+    """`python -m pipeline.overrides`, what each experiment changed: one row per experiment, its
+    changes the overrides `dvc exp run -S` was given, within 160 columns, on a table that
+    `dvc exp show --only-changed` prints far wider (a setup changes a dozen keys at once)."""
+    repo = clone(base, tmp_path / "repo")
+    given = {
+        "text": [
+            "setup=kjv",
+            "data.text.max_chars=20000",
+            "data.tokenizer.vocab_size=300",
+            "model.d_vocab=300",
+            "train.lr=0.02",
+        ],
+        "heads": ["model.n_heads=4", "seeds=[0,1,2]", "train.betas=[0.8,0.95]", "analysis.compare.ci=0.9"],
+    }
+    for name, overrides in given.items():  # experiments saved, not run: their params are what is shown
+        set_params(repo, *overrides)
+        dvc(repo, "exp", "save", "-n", name)
+        git(repo, "checkout", "params.yaml")
+    drop = r".*/|data$|^(verdict|mean|training)\."  # dvc exp show's own view of it
+    wide = run(repo, "env", "COLUMNS=1000", str(BIN / "dvc"), "exp", "show", "--only-changed", "--drop", drop)
+    assert max(len(line.rstrip()) for line in wide.stdout.splitlines()) > 160
+    shown = run(repo, "env", "COLUMNS=1000", str(BIN / "python"), "-m", "pipeline.overrides").stdout
+    lines = shown.splitlines()
+    assert max(len(line) for line in lines) <= 160, shown
+    rows: dict[str, str] = {}
+    for line in lines[1:]:  # a row, or the wrapped rest of its changes
+        if line.startswith(" "):
+            rows[name] += " " + line.strip()
+        else:
+            name, _, changes = re.split(r"\s{2,}", line.strip(), maxsplit=2)
+            name = name.removeprefix("└── ")
+            rows[name] = changes
+    for name, overrides in given.items():
+        assert sorted(rows[name].split("; ")) == sorted(overrides), shown
+    assert "main" in rows and "workspace" in rows, shown
 
 
 def test_shrinking_seeds_leaves_no_stale_seed(shared_dir, tmp_path):
@@ -248,7 +361,10 @@ def test_pushed_results_reproduce_nothing_in_a_fresh_clone(base, tmp_path):
     assert any(remote.rglob("*"))
 
     fresh = clone(repo, tmp_path / "fresh", share_cache=False)  # its own, empty cache
-    assert not (fresh / "outputs").exists()
+    # git brought the metrics and plots files alone; every other output comes from the remote
+    assert sorted(
+        str(p.relative_to(fresh)) for p in (fresh / "outputs").rglob("*") if p.is_file()
+    ) == small_outputs(fresh)
     dvc(fresh, "pull")
     assert stages_run(dvc(fresh, "repro")) == []
     assert up_to_date(fresh)

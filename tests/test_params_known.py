@@ -21,9 +21,9 @@ def test_help_names_every_option(capsys):
         params.main(["--help"])
     assert done.value.code == 0
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
-    assert "--check only check that --out equals a fresh compose" in shown
-    assert "--debug show tracebacks" in shown
-    assert "--out OUT file to write (default: params.yaml)" in shown
+    for option, metavar in (("--check", ""), ("--debug", ""), ("--out", " OUT"), ("--conf", " CONF")):
+        assert f"{option}{metavar} " in shown, option
+    assert "(default: params.yaml)" in shown and "(default: conf)" in shown  # each default said
 
 
 def test_a_bad_value_under_another_conf_is_one_line_naming_the_override(tmp_path, capsys, monkeypatch):

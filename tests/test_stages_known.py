@@ -36,12 +36,10 @@ from pipeline.present.figures import dynamics as dynamics_figures
 from pipeline.present.figures import heads as heads_figures
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# stage: {option: (required, type)}; a flag's type is "flag" (store_true)
+# stage: {option: (required, type)}; a flag's type is "flag" (store_true); each option's help
+# is a whole sentence (tests/test_help.py)
 OPTIONS = {
-    "tokenizer": {
-        "--out": (True, None),
-    },
+    "tokenizer": {"--out": (True, None)},
     "origin": {
         "--seed": (True, int),
         "--out": (True, None),
@@ -132,8 +130,8 @@ def test_each_stage_takes_its_documented_options_and_runs_them_through_the_error
     [(parser, body, got)] = handed
     assert got is argv and callable(body)
     assert parser.prog == f"python -m stages.{name}"
-    # --help: the module docstring's first line above the options, the whole docstring below
-    assert parser.description == module.__doc__.strip().splitlines()[0] and parser.epilog == module.__doc__
+    # --help: the module docstring's first paragraph above the options, the rest below, each once
+    assert (parser.description, parser.epilog) == cli.split_doc(module.__doc__)
     options = {}
     for action in parser._actions:
         if action.dest in ("help", "params", "debug"):
