@@ -1,4 +1,4 @@
-"""A causal check per channel (issue 32): cutting one channel of a K edge
+"""A causal check per channel: cutting one channel of a K edge
 (`ablation.channel_ablation`) equals the direct single-edge cut; a model whose K-composition runs
 through one direction loses (nearly) the whole path's effect when that channel is cut and none
 when an orthogonal one is; the channel check's table and summary (`channel_check`), and the heads

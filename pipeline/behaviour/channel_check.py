@@ -1,4 +1,4 @@
-"""A causal check per channel (issue 32): does a discovered K pair compose, as the model runs,
+"""A causal check per channel: does a discovered K pair compose, as the model runs,
 through the one channel the weights say carries it?
 
 The composition stage splits each pair's corrected score into channel shares

@@ -453,7 +453,7 @@ def claim_d(seed: Seed) -> Iterator[Row]:
 def claim_c(seed: Seed) -> Iterator[Row]:
     """Each score's PR-AUC (and ROC-AUC) as a ranking of the causal edges, every effect and kind,
     with the role-only ranker's PR-AUC (and, where the heads stage cut the effect at several
-    thresholds, all of them again at each); the old top-source and Spearman agreement beside them."""
+    thresholds, all of them again at each); the top-source and Spearman agreement beside them."""
     inp = seed.inp
     for effect in inp.agreement:
         for kind in KINDS:
