@@ -91,7 +91,7 @@ def keep(root: str | Path = ".") -> bool:
         (fresh / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, fresh / rel)
     (fresh / MANIFEST).write_text(json.dumps({"files": files, "time": time.time()}))
-    # the old copy goes only once the new one is whole
+    # the kept copy is replaced only once the new one is whole
     old = kept.with_name(f"{kept.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     if kept.exists():

@@ -155,7 +155,7 @@ def power_of_two_scaled(hw: HeadWeights) -> HeadWeights:
     Composition scores, copying and QK positivity are scale-free in each of these matrices
     (each appears once in a numerator and once in a denominator, or scales every eigenvalue
     alike), and dividing by a power of two is exact: the scores are unchanged, but their
-    products of four to six factors can no longer overflow or underflow float64 (giving
+    products of four to six factors cannot overflow or underflow float64 (giving
     inf, 0 or NaN) for weights of any finite size.
     """
 
