@@ -19,7 +19,7 @@
 
     python benchmarks/training.py                      # seeds of params.yaml
     python benchmarks/training.py --seeds 0 1 2 3 4 --threads 1
-    python benchmarks/training.py --override setup=kjv --also d2dfd71 --skip-induction
+    python benchmarks/training.py --override setup=kjv --also main~10 --skip-induction
     python benchmarks/training.py --override setup=paper --skip-induction --rounds 3   # on a GPU: CUDA rows
 """
 
