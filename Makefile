@@ -34,15 +34,12 @@ repro: $(VENV)/.installed
 # Bytecode is written (PYTHONDONTWRITEBYTECODE emptied, where a machine sets it): the ~100 stage
 # processes the DVC tests start would otherwise each compile pipeline/ from source again.
 # TransformerLens 4.x cannot share a venv with 3.9 (the interop extra): the interop4 tests run
-# in their own venv, .venv-tl4, an overlay on .venv (below; its tests: 12 s, collecting only the files
-# that mark a test interop4, where collecting the whole suite for them took 19 s). Its install,
-# measured on 2 cores shared with other jobs, pip's cache warm: 17 s and 41 MB at a load of about 4
-# (1 min 14 s at a load of 7-8), where a venv of its own reinstalled torch and the rest: 1 min 24 s
-# to 3 min 26 s and 2.0 GB (6 min 58 s at that load of 7-8).
+# in their own venv, .venv-tl4, an overlay on .venv (below; it collects only the files that mark a
+# test interop4, not the whole suite). The overlay installs TransformerLens 4.x and what it adds
+# over .venv, where a venv of its own would install torch and the rest again (about 2 GB).
 TEST_WORKERS ?= auto
 # One torch (OpenMP) thread a process: a worker per core already fills the cores, and two workers'
-# torch computing at once, two threads each, wait on each other's threads (two copies of the paper
-# calibration side by side, tests/test_significance.py: 120 s each, against 34 s at one thread).
+# torch computing at once, two threads each, wait on each other's threads.
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 INTEROP4_FILES = $(shell grep -l 'mark\.interop4' tests/test_*.py)
 test: lint browser $(VENV_TL4)/.installed
@@ -116,8 +113,8 @@ mutate: $(VENV)/.installed-dev
 # run cheapest file first (tests/conftest.py), so a killed one stops early.
 # SAMPLE=100 runs only 100 mutants per subpackage, drawn uniformly by a fixed seed (the same names
 # on every machine), scores that sample with its 95% interval and estimates a full run's time from
-# it: 32 min on 2 cores for all 800 (docs/testing.md), where the full run takes about 10 hours.
-# SEED=38 draws another sample: one whose survivors were triaged scores 100% by construction, so an
+# it (docs/testing.md): a sample takes well under an hour on 2 cores, a full run about ten.
+# SEED=N draws another sample: one whose survivors were triaged scores 100% by construction, so an
 # estimate needs a seed no one has looked at (docs/testing.md).
 MUTATE_WORKERS ?= 2
 MUTANTS ?=

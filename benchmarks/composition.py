@@ -27,7 +27,7 @@ Methods, on the same weights in the same run:
             measured against dense on the pairs dense computed.
   channels  the channel tables the composition stage adds (`channels.channel_rows` of the later
             and the placebo pairs, every kind, `null_samples` 64 rotation draws), as a share of
-            full's time (issue 32: at most a third more).
+            full's time (target: at most a third more).
   full      `composition_scores` at the default CompositionConfig: all kinds and variants,
             the random-matrix baselines and the rotated-writer null (z). Reported on its own line.
             On (c) it runs on the first `full_layers` layers (all their pairs, the same per-pair

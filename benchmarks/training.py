@@ -3,9 +3,8 @@
 1. Throughput: tokens per second of one training step (forward, backward, AdamW step,
    gradient clipping) of our model and of TransformerLens 3.9's HookedTransformer with
    the same shapes and the same batches, alternating in rounds; the median of each.
-   Target: ours >= 1.5x TransformerLens. `--also REV` adds our model as it was at a git
-   revision (pipeline/model/transformer.py at REV, e.g. the hand-written attention autograd function
-   that one Block forward replaced), measured in the same rounds.
+   Target: ours >= 1.5x TransformerLens. `--also REV` adds our model at a git revision
+   (pipeline/model/transformer.py at REV), measured in the same rounds.
 2. Induction: the real training (`pipeline.model.train.train`) of each seed; the step and the
    wall seconds at which the best layer-1 head's induction score first reaches 0.5
    (curve.tsv's probe, as the heads stage measures it), and the final scores.
@@ -19,7 +18,7 @@
 
     python benchmarks/training.py                      # seeds of params.yaml
     python benchmarks/training.py --seeds 0 1 2 3 4 --threads 1
-    python benchmarks/training.py --override setup=kjv --also d2dfd71 --skip-induction
+    python benchmarks/training.py --override setup=kjv --also main~10 --skip-induction
     python benchmarks/training.py --override setup=paper --skip-induction --rounds 3   # on a GPU: CUDA rows
 """
 

@@ -37,7 +37,7 @@ def pytest_configure(config):
 
 # A mutant's tests may take 8 min (a timeout at mutmut's CPU limit); a child that has run twice that
 # long is stuck. mutmut limits CPU time only, and a forked child can block on a lock held at the fork
-# with no CPU used (a run at 030a372 waited 11 min on a futex), so it would wait for ever.
+# with no CPU used (waiting on a futex), so it would wait for ever.
 MUTANT_WALL_S = 1200
 
 
@@ -64,8 +64,8 @@ def cheapest_files_first(nodeids: list[str], seconds: dict[str, float]) -> list[
 # --no-loadscope-reorder`; xdist would otherwise order them by their number of tests). These come
 # first, longest first, so that no long file starts last while the other worker idles, and each
 # file that builds a shared fixture (a file lock: `reproduced`, `synthetic_seed0`) comes before the
-# files that read it, so that no worker waits on the lock while the other builds: in a run of
-# 28b748a two such waits left a core idle for about 50 s. Seconds: one run's, on 2 cores.
+# files that read it, so that no worker waits on the lock while the other builds (a wait leaves a
+# core idle for as long as the build takes). Seconds: a file's time on one of 2 cores, for the order.
 LONGEST_FIRST = (
     "test_experiments.py",  # 175 s; builds the tiny project reproduced, seeds [0] then [0, 1]
     "test_train.py",  # 53 s; trains synthetic_seed0 first

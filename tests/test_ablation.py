@@ -24,7 +24,7 @@ def test_cutting_the_previous_token_head_from_the_induction_heads_keys_destroys_
         ("K", 0, 0, 1, 0)
     ]
     assert row["attn_effect"] > 0.8  # clean induction score ~1.0 falls below 0.2
-    assert row["loss_effect"] > 0.5  # and the second copy is no longer predicted
+    assert row["loss_effect"] > 0.5  # and the second copy goes unpredicted
 
 
 def test_every_other_edge_has_exactly_no_effect(planted_effects):

@@ -845,7 +845,7 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         lambda t, g: _compare_args(t, g, lambda dirs: (dirs["dynamics"] / "seed0" / "steps.tsv").unlink()),
         ("steps.tsv", "file not found"),
     ),
-    # --- calibrated significance and the ablation's noise (issue 21) -------------------------
+    # --- calibrated significance and the ablation's noise ----------------------------------
     "fdr-above-1": (
         "figures",
         lambda t, g: figures_args(t, g, {"analysis.composition.fdr": 1.5}),

@@ -135,7 +135,7 @@ def test_a_pair_within_one_layer_is_refused_naming_the_table(planted_check):
 def test_discovered_keeps_the_tables_columns_and_numbers_its_rows_afresh(planted_check):
     _, _, table, _, _ = planted_check
     pairs = channel_check.discovered(table)
-    assert list(pairs.columns) == list(table.columns)  # the old index is dropped, not kept as a column
+    assert list(pairs.columns) == list(table.columns)  # the table's index is dropped, not kept as a column
     assert list(pairs.index) == list(range(len(pairs))) and len(pairs) == 2
 
 

@@ -407,7 +407,7 @@ def test_every_planted_bug_still_matches_the_code():
     try:
         mutate.check_mutations(mutate.MUTATIONS)  # stderr names the stale ones
     except SystemExit:
-        pytest.fail("a mutation of tools/mutate.py no longer matches the code (stderr names it)")
+        pytest.fail("a mutation of tools/mutate.py does not match the code (stderr names it)")
     for m in mutate.MUTATIONS:
         for test in m.tests:
             path, _, name = test.partition("::")

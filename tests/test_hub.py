@@ -185,7 +185,7 @@ def test_a_revision_that_names_a_folder_of_refs_is_refused_naming_the_refs_insid
 
 @pytest.mark.parametrize(
     "content,reason",
-    [(b"", "is empty"), (b"\n", "is empty"), (b"0123abc", "is not a commit hash ('0123abc')"),
+    [(b"", "is empty"), (b"\n", "is empty"), (b"abcdef0", "is not a commit hash ('abcdef0')"),
      (b"\xff\xfe\x00", "is unreadable (UnicodeDecodeError)")],
 )  # fmt: skip
 def test_an_empty_or_garbled_ref_is_a_damaged_cache_named_with_its_repair(cache, content, reason):

@@ -56,7 +56,7 @@ def test_rows_of_dvc_exp_show_json():
     shown = [
         entry("workspace", None, {**main, "a": 2}),
         entry(
-            "abc1234def",
+            "base-commit",
             "main",
             main,
             [

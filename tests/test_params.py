@@ -234,7 +234,7 @@ def test_inputs_checks_each_seeds_checkpoint_and_its_config(tmp_path):
 
 
 def test_the_default_setup_anneals_its_copies_away_before_the_last_quarter():
-    """setup=kjv-anneal, the default (issue 33): the KJV, copies at 0.07 falling to zero over 70-75%
+    """setup=kjv-anneal, the default: the KJV, copies at 0.07 falling to zero over 70-75%
     of 2,000 steps. Copies are at most 25% of the training tokens and none in the last quarter:
     measured on the copy process itself, step by step, as the train stage counts them."""
     import numpy as np

@@ -539,7 +539,7 @@ def test_each_seed_shows_its_errata_diagram_above_the_fold(page, tmp_path):
         width, height = struct.unpack(">II", base64.b64decode(image.group(1))[16:24])
         shown, cut = first_screen(tmp_path, text, seed)
         assert shown >= 0.9 * width * height and cut == 0, (seed, shown, cut, width, height)
-    # the check can fail: behind the nine figures of the old page (2000 px), the diagram is not seen
+    # the check can fail: behind 2000 px of figures above it, the diagram is not seen
     figure = f'<figure id="seed{SEEDS[0]}-errata_diagram">'
     buried = text.replace(figure, f'<div style="height: 2000px"></div>{figure}', 1)
     assert first_screen(tmp_path, buried, SEEDS[0])[0] == 0

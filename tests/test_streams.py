@@ -33,8 +33,8 @@ def test_names_indices_and_seeds_give_distinct_streams():
     keys = [(name, ()) for name in STREAMS] + [("probe", (b,)) for b in range(1, 8)]
     seeds = [seed_of(s, name, *index) for s, (name, index) in itertools.product(range(100), keys)]
     assert len(set(seeds)) == len(seeds)
-    # the old scheme's collisions: probe batch 1 of seed 0 was seed 1's batch 0, init of seed 1
-    # was seed 0's batches
+    # what seeds derived by adding an index to the run's seed would share: probe batch 1 of seed 0
+    # with seed 1's batch 0, init of seed 1 with seed 0's batches
     assert seed_of(0, "probe", 1) != seed_of(1, "probe", 0)
     assert seed_of(1, "init") != seed_of(0, "batches")
 
@@ -66,8 +66,8 @@ SEEDERS = {"manual_seed", "default_rng", "SeedSequence", "Generator", "RandomSta
 
 @pytest.mark.source
 def test_no_generator_is_seeded_from_the_run_seed_itself():
-    """The old pattern, `manual_seed(seed)` or `(seed + 1)`, is gone from pipeline/: a run's
-    seed reaches a generator only through `seed_of` (streams.py itself derives them)."""
+    """No `manual_seed(seed)` or `(seed + 1)` in pipeline/: a run's seed reaches a generator
+    only through `seed_of` (streams.py itself derives them)."""
     for path in (ROOT / "pipeline").rglob("*.py"):
         if path.name == "streams.py":
             continue

@@ -7,7 +7,7 @@ The hollowing happens in a temporary copy of the repository (the files git track
 never in the checkout; the copy's path comes first for the tests (`python -m pytest` from it).
 A test that rightly passes on hollow modules (it checks a constant, a file, the config text) is
 listed with a one-line reason in tests/hollow_allowed.toml; every other one is reported, and the
-script exits 1. An allowed test that no longer passes hollow is named too (the entry is stale).
+script exits 1. An allowed test that fails on hollow modules is named too (the entry is stale).
 
     python tools/hollow_tests.py                       # every test file
     python tools/hollow_tests.py tests/test_strands.py  # only these
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if t.split("::")[0] in found and not any(p.split("[")[0] == t or p == t for p in passed)
     )
     for test in stale:
-        print(f"{ALLOWED.name}: {test} no longer passes on hollow modules: drop the entry", file=sys.stderr)
+        print(f"{ALLOWED.name}: {test} fails on hollow modules: drop the entry", file=sys.stderr)
     print(
         f"{reported} test(s) in {len(found)} files pass with the modules they import hollowed out "
         f"({len(passed) - reported} allowed)",

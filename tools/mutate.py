@@ -3,7 +3,7 @@ run the tests that should catch it. A test run that fails kills the mutation; on
 lets it survive. Too slow for `make test` (a few minutes on 2 cores); run it after changing the
 code around the maths or the tests that guard it.
 
-Each mutation is (name, file, exact old text, new text, tests): the old text must occur exactly
+Each mutation is (name, file, exact old text, new text, tests): that old text must occur exactly
 once in the file (else the script stops, naming it: the code moved and the mutation must be
 rewritten), the tests are pytest node ids or files. The set covers the stages' glue: data splits,
 attention patterns, roles, agreement with the ablation, the claims, the training schedule and
@@ -106,7 +106,7 @@ HEADS_STAGE = (
 )
 
 MUTATIONS = (
-    # --- the ten bugs of issue 25 ---------------------------------------------------------
+    # --- ten bugs in the stages' glue -------------------------------------------------------
     Mutation(
         "induction-skips-first-query",
         "the induction score skips the first query of the second copy",

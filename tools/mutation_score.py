@@ -9,8 +9,8 @@ those results and prints, per subpackage, how many mutants the tests killed.
 A survivor that no test could ever kill (the mutant behaves exactly as the original: an equivalent
 mutant) is listed in tests/mutation_equivalents/<module>.toml with the changed line and a one-line
 reason, or matches one of the few RULES below (a kind of change that is equivalent wherever it
-occurs, checked on the diff); the score counts only real survivors. An entry whose mutant no longer
-exists, or no longer makes that change (mutmut numbers mutants per function, so an edit renumbers them), is
+occurs, checked on the diff); the score counts only real survivors. An entry whose mutant does not
+exist, or does not make that change (mutmut numbers mutants per function, so an edit renumbers them), is
 stale: the script names it and exits 2, so the list cannot silently excuse a different mutant.
 
     python tools/mutation_score.py               # the table
@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tests" / "mutation_equivalents"
 SOURCES = ("pipeline", "stages")
-# the acceptance targets of issue 36 (stages/ is mutated and reported, without a target: its code
+# the acceptance targets (stages/ is mutated and reported, without a target: its code
 # runs inside DVC's subprocesses, which mutmut's per-function tracing cannot see)
 TARGETS = {"circuits": 0.95, "stages": None}
 DEFAULT_TARGET = 0.85
@@ -154,7 +154,7 @@ def check_equivalents(found: dict, equivalents: list[Equivalent]) -> list[str]:
             continue
         status, path = found[e.mutant]
         if e.change not in added_lines(diff_of(e.mutant, path)):
-            stale.append(f"{e.mutant}: no longer changes a line to {e.change!r}: mutmut renumbered it")
+            stale.append(f"{e.mutant}: does not change a line to {e.change!r}: mutmut renumbered it")
         elif status in CAUGHT:
             stale.append(f"{e.mutant}: listed as equivalent but a test now kills it: drop the entry")
     return stale
