@@ -135,8 +135,10 @@ endif
 
 # The generated blocks of README.md, docs/results.md (the run's verdicts.json), docs/claims.md (the
 # claims' registry) and docs/maths.md (the null's procedure); a test checks the committed text.
+# README's image is seed 0's errata diagram of the same run.
 results: $(VENV)/.installed
 	python -m pipeline.present.results outputs/compare/verdicts.json README.md docs/results.md docs/claims.md docs/maths.md
+	cp outputs/figures/seed0/errata_diagram.png docs/img/errata_diagram.png
 
 clean-outputs:
 	rm -rf outputs
