@@ -228,45 +228,6 @@ def test_a_bad_sample_request_is_one_line_and_exit_2(argv, message, capsys):
     assert capsys.readouterr().err.strip() == f"mutation_score: {message}"
 
 
-def test_mutmut_runs_a_mutants_test_files_cheapest_first_each_file_whole():
-    from conftest import cheapest_files_first
-
-    nodeids = ["tests/test_b.py::x", "tests/test_a.py::y", "tests/test_b.py::z", "tests/test_c.py::w"]
-    seconds = {"tests/test_b.py::x": 1.0, "tests/test_b.py::z": 2.0, "tests/test_a.py::y": 5.0}
-    # b costs 3 s, a 5 s; c was never timed (a new test): 0 s, first. b keeps x before z.
-    assert cheapest_files_first(nodeids, seconds) == [
-        "tests/test_c.py::w",
-        "tests/test_b.py::x",
-        "tests/test_b.py::z",
-        "tests/test_a.py::y",
-    ]
-    backwards = cheapest_files_first(list(reversed(nodeids)), seconds)  # a file keeps its given order
-    assert backwards[1:3] == ["tests/test_b.py::z", "tests/test_b.py::x"]
-
-
-def test_make_test_hands_out_the_named_files_first_in_their_order_each_file_whole():
-    from conftest import longest_files_first
-
-    nodeids = ["tests/test_a.py::x", "tests/test_b.py::y", "tests/test_c.py::z", "tests/test_a.py::w"]
-    # c then b as named; a, not named, after them, x still before w; a named file not here is no matter
-    assert longest_files_first(nodeids, ("test_c.py", "test_gone.py", "test_b.py")) == [
-        "tests/test_c.py::z",
-        "tests/test_b.py::y",
-        "tests/test_a.py::x",
-        "tests/test_a.py::w",
-    ]
-
-
-def test_the_files_make_test_runs_first_exist_and_appear_once():
-    """A renamed file would drop out of LONGEST_FIRST silently (make test slower, nothing failing)."""
-    from conftest import LONGEST_FIRST
-
-    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
-    assert [n for n in LONGEST_FIRST if not (ROOT / "tests" / n).is_file()] == []
-    make = (ROOT / "Makefile").read_text()
-    assert "--dist loadfile --no-loadscope-reorder" in make  # else xdist reorders by test count
-
-
 def test_a_stuck_mutant_run_ends_by_sigalrm_which_mutmut_records_as_suspicious_and_reruns():
     import signal
     import subprocess
