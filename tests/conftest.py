@@ -3,24 +3,13 @@ the modules on every core, a module per worker at a time, `--dist loadfile`)."""
 
 from __future__ import annotations
 
-import json
 import os
-from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# mutmut runs these tests with MUTANT_UNDER_TEST set (pytest_configure drops its "stats" below)
-UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
-
-
-def once_a_module_but_once_a_test_under_mutmut(fixture_name: str, config) -> str:
-    """A fixture scope (`@pytest.fixture(scope=...)`): built once for its module's tests, but inside
-    each test that reads it while mutmut runs, which maps a function to the tests that call it (a
-    module fixture's calls go to its first user only, so the others would never test a mutant of it)."""
-    return "function" if UNDER_MUTMUT else "module"
 
 
 def pytest_configure(config):
@@ -37,35 +26,26 @@ def pytest_configure(config):
 
 # A mutant's tests may take 8 min (a timeout at mutmut's CPU limit); a child that has run twice that
 # long is stuck. mutmut limits CPU time only, and a forked child can block on a lock held at the fork
-# with no CPU used (waiting on a futex), so it would wait for ever.
+# with no CPU used, so it would wait for ever and the run would never end.
 MUTANT_WALL_S = 1200
 
 
 def mutant_watchdog(seconds: int = MUTANT_WALL_S) -> None:
     """End this process with SIGALRM after `seconds` of wall time: mutmut records the mutant as
-    suspicious (not caught, listed with the survivors, rerun by `make mutate-blind SAMPLE=`)."""
+    suspicious (not caught: listed with the survivors, and run again by the next `make mutate-blind`
+    that draws it)."""
     import signal
 
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     signal.alarm(seconds)
 
 
-def cheapest_files_first(nodeids: list[str], seconds: dict[str, float]) -> list[str]:
-    """`nodeids` with their test files ordered by their tests' total time in `seconds` (unknown: 0),
-    cheapest first; a file's tests stay together and in their order (its module fixtures are
-    built once)."""
-    cost = Counter()
-    for nodeid in nodeids:
-        cost[nodeid.split("::")[0]] += seconds.get(nodeid, 0.0)
-    return sorted(nodeids, key=lambda nodeid: cost[nodeid.split("::")[0]])  # stable within a file
-
-
 # `make test` hands the workers whole files in collection order (`--dist loadfile
 # --no-loadscope-reorder`; xdist would otherwise order them by their number of tests). These come
 # first, longest first, so that no long file starts last while the other worker idles, and each
 # file that builds a shared fixture (a file lock: `reproduced`, `synthetic_seed0`) comes before the
-# files that read it, so that no worker waits on the lock while the other builds (a wait leaves a
-# core idle for as long as the build takes). Seconds: a file's time on one of 2 cores, for the order.
+# files that read it, so that no worker waits on the lock, its core idle, while the other builds.
+# Seconds: one run's, on 2 cores.
 LONGEST_FIRST = (
     "test_experiments.py",  # 175 s; builds the tiny project reproduced, seeds [0] then [0, 1]
     "test_train.py",  # 53 s; trains synthetic_seed0 first
@@ -94,19 +74,11 @@ def longest_files_first(nodeids: list[str], first: tuple[str, ...] = LONGEST_FIR
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files named in LONGEST_FIRST first (`make test`'s order on its workers).
-
-    While mutmut tests a mutant (`make mutate-blind`), its tests run cheapest file first instead, by
-    the times mutmut recorded (mutants/mutmut-stats.json, beside this copy of tests/). mutmut passes
-    a mutant's tests in a set's order and stops at the first failure (-x), so a killed mutant costs
-    what runs before its first failing test: cheap files first make that little, where one slow
-    file first (a statistical calibration, a tiny chain run) costs its whole time."""
-    stats = ROOT / "mutmut-stats.json"
-    if not os.environ.get("MUTANT_UNDER_TEST") or not stats.exists():
-        order = longest_files_first([i.nodeid for i in items])
-    else:
-        seconds = json.loads(stats.read_text())["duration_by_test"]
-        order = cheapest_files_first([i.nodeid for i in items], seconds)
+    """On `make test`'s pytest-xdist workers, the files named in LONGEST_FIRST first; a run in one
+    process (`make test-fast`, a single file, mutmut's) keeps pytest's own order."""
+    if not hasattr(config, "workerinput"):
+        return
+    order = longest_files_first([i.nodeid for i in items])
     rank = {nodeid: i for i, nodeid in enumerate(order)}
     items.sort(key=lambda item: rank[item.nodeid])
 

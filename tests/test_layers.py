@@ -21,7 +21,7 @@ MAY_IMPORT = {
     "circuits": {"ground"},  # the weights alone: no model code, no data
     "behaviour": {"ground", "data", "model", "circuits"},
     "compare": {"ground", "circuits", "behaviour"},  # circuits: the significance statistics, numpy only
-    "present": {"ground", "behaviour", "compare"},
+    "present": {"ground", "circuits", "behaviour", "compare"},  # circuits: the null's words, where computed
     # the top floor, a module (pipeline/api.py): one model in a notebook, on the stages' code
     "api": {"ground", "data", "model", "circuits", "behaviour"},
 }

@@ -22,7 +22,6 @@ import pandas as pd
 import pytest
 import synthetic_seeds as syn
 import torch
-from conftest import once_a_module_but_once_a_test_under_mutmut
 from dvc_repo import TINY
 from PIL import Image
 
@@ -209,7 +208,7 @@ def chain(tmp_path_factory) -> Chain:
     return c
 
 
-@pytest.fixture(scope=once_a_module_but_once_a_test_under_mutmut)
+@pytest.fixture(scope="module")
 def figured(chain, tmp_path_factory) -> Path:
     """The figures stage on the chain's outputs (read only)."""
     from stages import figures as stage

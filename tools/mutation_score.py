@@ -3,31 +3,24 @@
 mutmut (3.x, configured in pyproject.toml `[tool.mutmut]`) plants every operator, constant,
 comparison, argument and string change it can in pipeline/ and stages/, and runs the tests that
 reach each mutated function (its own test selection, from one traced run of the fast tier). It
-keeps its results in mutants/ (`*.py.meta`), so a rerun tests only what changed. This script reads
-those results and prints, per subpackage, how many mutants the tests killed.
+keeps its results in mutants/ (`*.py.meta`). This script draws a seeded sample of those mutants,
+names the ones to run, and scores what ran.
 
-A survivor that no test could ever kill (the mutant behaves exactly as the original: an equivalent
-mutant) is listed in tests/mutation_equivalents/<module>.toml with the changed line and a one-line
-reason, or matches one of the few RULES below (a kind of change that is equivalent wherever it
-occurs, checked on the diff); the score counts only real survivors. An entry whose mutant does not
-exist, or does not make that change (mutmut numbers mutants per function, so an edit renumbers them), is
-stale: the script names it and exits 2, so the list cannot silently excuse a different mutant.
+    python tools/mutation_score.py --generate --sample 50 --seed S --names   # write mutants/, name
+                                   # the sample's mutants not yet caught (make mutate-blind runs them)
+    python tools/mutation_score.py --sample 50 --seed S           # the sample's score, 95% intervals
+    python tools/mutation_score.py --sample 50 --seed S --check   # exit 1 below a target
+    python tools/mutation_score.py --sample 50 --seed S --survivors [WHERE]   # each survivor's diff
+    python tools/mutation_score.py                                # every mutant run so far
 
-    python tools/mutation_score.py               # the table
-    python tools/mutation_score.py --survivors   # every unexcused survivor, with its diff
-    python tools/mutation_score.py --survivors pipeline.circuits.scoring   # of a subpackage or module
-    python tools/mutation_score.py --check       # exit 1 below the targets (95% circuits/, 85% others)
-    python tools/mutation_score.py --sample 200 --names   # the unchecked mutants of the sample, to run
-    python tools/mutation_score.py --sample 200  # the score on that sample, with its 95% interval,
-                                                 # and a full run's time estimated from its test times
+`--sample N` draws N mutants per subpackage, uniformly, by the seed (the same names on every
+machine for the same code): the sample's score is an unbiased estimate of the subpackage's, with
+its Wilson 95% interval.
 
-A full run is 21,516 mutants: hours on 2 cores. `--sample N` draws N mutants per subpackage,
-uniformly and by a fixed seed (the same names on every machine for the same code), and scores the
-sample: an unbiased estimate of the whole subpackage's score, with its Wilson 95% interval
-(a survivor the sample does not draw is not triaged; the full run finds it).
-
-Score = (killed + timeout) / (mutants - equivalent - not yet checked): a mutant that made a test hang
-is caught (mutmut counts it so); one with no test reaching it is a survivor.
+Score = (killed + timeout) / checked. A mutant that made a test hang is caught (mutmut counts it
+so); one that no test reaches is a survivor, and so is an equivalent mutant (one that behaves as
+the original on every valid input): the score is a lower bound on the share of the mutants a test
+could tell apart that the tests do.
 """
 
 from __future__ import annotations
@@ -35,21 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
-import tomllib
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EQUIVALENTS = ROOT / "tests" / "mutation_equivalents"
 SOURCES = ("pipeline", "stages")
 # the acceptance targets (stages/ is mutated and reported, without a target: its code
 # runs inside DVC's subprocesses, which mutmut's per-function tracing cannot see)
 TARGETS = {"circuits": 0.95, "stages": None}
 DEFAULT_TARGET = 0.85
 CAUGHT = {"killed", "timeout"}
+# not judged yet: never run, or its run was interrupted (both run again)
+UNJUDGED = {"not checked", "check was interrupted by user"}
 
 
 def group_of(path: Path) -> str:
@@ -58,56 +49,6 @@ def group_of(path: Path) -> str:
     if parts[0] == "stages":
         return "stages"
     return parts[1] if len(parts) > 2 else "ground"
-
-
-@dataclass(frozen=True)
-class Equivalent:
-    mutant: str
-    change: str  # the mutant's changed line, as it reads after the change
-    reason: str
-
-
-def load_equivalents(folder: Path = EQUIVALENTS) -> list[Equivalent]:
-    out = []
-    for path in sorted(folder.glob("*.toml")):
-        for i, e in enumerate(tomllib.loads(path.read_text()).get("equivalent", [])):
-            missing = {"mutant", "change", "reason"} - set(e)
-            if missing or not e["reason"].strip() or "\n" in e["reason"].strip():
-                raise SystemExit(f"{path.name}: entry {i + 1} needs mutant, change and a one-line reason")
-            out.append(Equivalent(e["mutant"], e["change"].strip(), e["reason"].strip()))
-    return out
-
-
-def _einsum_case(removed: str, added: str) -> bool:
-    """Only an einsum's subscript string changed, and only in letter case: the same contraction."""
-    if removed == added or removed.lower() != added.lower() or "einsum(" not in added:
-        return False
-    spec = re.compile(r"einsum\(\s*([\"'])([^\"']*)\1")
-    a, b = spec.search(removed), spec.search(added)
-    return (
-        bool(a and b)
-        and a.span(2) == b.span(2)
-        and removed[: a.start(2)] + removed[a.end(2) :] == (added[: b.start(2)] + added[b.end(2) :])
-    )
-
-
-# Kinds of change equivalent wherever they occur, each with its one-line reason; a mutant matches when
-# its diff changes exactly one line and the rule holds for that pair of lines.
-RULES = {
-    "einsum-case": (
-        _einsum_case,
-        "torch.einsum labels are letters of either case: upper-casing every label "
-        "of one subscript string is the same contraction",
-    ),
-}
-
-
-def rule_of(diff: str) -> str | None:
-    removed = [line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
-    added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
-    if len(removed) != 1 or len(added) != 1:
-        return None
-    return next((name for name, (holds, _) in RULES.items() if holds(removed[0], added[0])), None)
 
 
 def results() -> dict[str, tuple[str, Path]]:
@@ -137,39 +78,14 @@ def diff_of(name: str, path: Path) -> str:
         os.chdir(cwd)
 
 
-def added_lines(diff: str) -> list[str]:
-    return [
-        line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")
-    ]
-
-
-def check_equivalents(found: dict, equivalents: list[Equivalent]) -> list[str]:
-    """The stale entries, each as one line naming why."""
-    stale = []
-    for e in equivalents:
-        if e.mutant not in found:
-            stale.append(
-                f"{e.mutant}: no such mutant (renamed or renumbered): find it again, update the entry"
-            )
-            continue
-        status, path = found[e.mutant]
-        if e.change not in added_lines(diff_of(e.mutant, path)):
-            stale.append(f"{e.mutant}: does not change a line to {e.change!r}: mutmut renumbered it")
-        elif status in CAUGHT:
-            stale.append(f"{e.mutant}: listed as equivalent but a test now kills it: drop the entry")
-    return stale
-
-
-def table(
-    found: dict, equivalent: set[str], interval: bool = False, sizes: dict[str, int] | None = None
-) -> tuple[str, dict[str, float | None]]:
-    """The score table. `sizes` (each subpackage's mutants in all) marks `found` as a stratified
-    sample: the `all` row's score is then `stratified_score`, without an interval."""
+def table(found: dict, interval: bool = False, sizes: dict[str, int] | None = None) -> tuple[str, dict]:
+    """The score table and each subpackage's score. `sizes` (each subpackage's mutants in all)
+    marks `found` as a stratified sample: the `all` row's score is then `stratified_score`."""
     counts: dict[str, Counter] = {}
-    for name, (status, path) in found.items():
+    for status, path in found.values():
         c = counts.setdefault(group_of(path), Counter())
         c["mutants"] += 1
-        c["equivalent" if name in equivalent and status != "not checked" else status] += 1
+        c[status] += 1
     header = (
         "subpackage",
         "mutants",
@@ -178,10 +94,10 @@ def table(
         "timeout",
         "survived",
         "no tests",
-        "equivalent",
         "score",
         "target",
-    ) + (("95% interval",) if interval else ())
+    )
+    header += ("95% interval",) if interval else ()
     rows, scores = [header], {}
     order = ["circuits", "behaviour", "compare", "present", "data", "model", "ground", "stages"]
     total = Counter()
@@ -195,7 +111,7 @@ def table(
     else:
         whole = stratified_score(counts, sizes)
         pooled = _row("all", total, None, interval)
-        rows.append(pooled[:8] + ("-" if whole is None else f"{100 * whole:.1f}%", "-", "-"))
+        rows.append(pooled[:7] + ("-" if whole is None else f"{100 * whole:.1f}%", "-", "-"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
     lines = [
         "  ".join(
@@ -206,8 +122,8 @@ def table(
     return "\n".join(lines), scores
 
 
-def sample(found: dict, n: int, seed: int = 36) -> dict:
-    """N mutants per subpackage (all of a smaller one), uniformly at random by a fixed seed: the same
+def sample(found: dict, n: int, seed: int | str) -> dict:
+    """N mutants per subpackage (all of a smaller one), uniformly at random by the seed: the same
     code gives the same sample on every machine, whatever has run."""
     by_group: dict[str, list[str]] = {}
     for name, (_, path) in found.items():
@@ -219,38 +135,10 @@ def sample(found: dict, n: int, seed: int = 36) -> dict:
 
 
 def to_run(found: dict) -> list[str]:
-    """The mutants a sample's run tests: those not run yet, and those whose run was cut off by
-    tests/conftest.py's wall-clock watchdog (SIGALRM: mutmut's "suspicious"), run again."""
-    return sorted(n for n, (status, _) in found.items() if status in ("not checked", "suspicious"))
-
-
-def durations() -> dict[str, float]:
-    """Every run mutant's test time in seconds (mutmut's `durations_by_key`: the wall time of the
-    forked child that ran its tests), from mutants/**/*.py.meta."""
-    out = {}
-    for source in SOURCES:
-        for meta in sorted((ROOT / "mutants" / source).rglob("*.py.meta")):
-            out.update(json.loads(meta.read_text()).get("durations_by_key", {}))
-    return out
-
-
-def full_run_estimate(
-    times: dict[str, list[float]], sizes: dict[str, int], z: float = 1.959964
-) -> tuple[float, float, float]:
-    """A full run's total test time from a stratified sample: per subpackage, its mutants times the
-    mean time of its sampled ones, summed; and the 95% interval of that sum (the stratified
-    estimator's variance, sum of N^2 s^2 / n (1 - n/N), with the finite-population correction).
-    `times`: the sampled mutants' seconds per subpackage; `sizes`: each subpackage's mutants.
-    Returns (estimate, low, high) in seconds, serial: divide by the workers for the wall time."""
-    total = var = 0.0
-    for group, ts in times.items():
-        n, N = len(ts), sizes[group]
-        mean = sum(ts) / n
-        s2 = sum((t - mean) ** 2 for t in ts) / (n - 1) if n > 1 else 0.0
-        total += N * mean
-        var += N * N * s2 / n * (1 - n / N)
-    half = z * var**0.5
-    return total, max(total - half, 0.0), total + half
+    """The mutants a sample's run tests: every one not caught yet. Never run, survived, no tests,
+    or cut off by tests/conftest.py's wall-clock watchdog (SIGALRM: mutmut's "suspicious"): a
+    survivor is run again against the tests of the day, so a test written to kill it shows."""
+    return sorted(n for n, (status, _) in found.items() if status not in CAUGHT)
 
 
 def wilson(caught: int, judged: int, level: float = 0.95) -> tuple[float, float]:
@@ -266,54 +154,41 @@ def wilson(caught: int, judged: int, level: float = 0.95) -> tuple[float, float]
 
 def stratified_score(counts: dict[str, Counter], sizes: dict[str, int]) -> float | None:
     """The whole code's score from a stratified sample: each subpackage's sample score weighed by
-    the non-equivalent mutants it is estimated to hold (its size times its sample's judged share),
-    where pooling the samples would weigh every subpackage alike whatever its size."""
-    weighed = judged_total = 0.0
+    its mutants in all, where pooling the samples would weigh every subpackage alike whatever its
+    size. A subpackage with nothing judged yet is left out."""
+    weighed = total = 0.0
     for group, c in counts.items():
         s = score(c)
-        if s is None:
-            continue
-        sampled = c["mutants"] - c["not checked"]
-        judged = sizes[group] * (sampled - c["equivalent"]) / sampled
-        weighed += judged * s
-        judged_total += judged
-    return weighed / judged_total if judged_total else None
+        if s is not None:
+            weighed += sizes[group] * s
+            total += sizes[group]
+    return weighed / total if total else None
+
+
+def judged(c: Counter) -> int:
+    return c["mutants"] - sum(c[s] for s in UNJUDGED)
 
 
 def score(c: Counter) -> float | None:
-    judged = c["mutants"] - c["equivalent"] - c["not checked"]
-    return (c["killed"] + c["timeout"]) / judged if judged else None
+    n = judged(c)
+    return (c["killed"] + c["timeout"]) / n if n else None
 
 
 def _row(group: str, c: Counter, target: float | None, interval: bool = False) -> tuple:
-    s = score(c)
-    checked = c["mutants"] - c["not checked"]
-    judged = checked - c["equivalent"]
-    low, high = wilson(c["killed"] + c["timeout"], judged)
+    s, n = score(c), judged(c)
+    caught = c["killed"] + c["timeout"]
+    low, high = wilson(caught, n)
     return (
         group,
         c["mutants"],
-        checked,
+        n,
         c["killed"],
         c["timeout"],
-        c["survived"] + c["suspicious"] + c["segfault"],
+        n - caught - c["no tests"],
         c["no tests"],
-        c["equivalent"],
         "-" if s is None else f"{100 * s:.1f}%",
         "-" if target is None else f"{100 * target:.0f}%",
-    ) + ((f"{100 * low:.1f}-{100 * high:.1f}%" if judged else "-",) if interval else ())
-
-
-def by_rule(found: dict, listed: set[str]) -> dict[str, str]:
-    """The uncaught, unlisted mutants a rule excuses -> the rule's name."""
-    out = {}
-    for name, (status, path) in found.items():
-        if status in CAUGHT or status == "not checked" or name in listed:
-            continue
-        rule = rule_of(diff_of(name, path))
-        if rule:
-            out[name] = rule
-    return out
+    ) + ((f"{100 * low:.1f}-{100 * high:.1f}%" if n else "-",) if interval else ())
 
 
 # mutmut's first step alone (3.8.1's own functions, as `mutmut run` calls them before any test):
@@ -337,21 +212,13 @@ def generate() -> int:
     return subprocess.run([sys.executable, "-c", GENERATE], cwd=ROOT, stdout=sys.stderr).returncode
 
 
-def estimate_line(every: dict, found: dict, seconds: dict[str, float], workers: int) -> str:
-    """What a full run would take, estimated from the sample's run mutants (or why not)."""
-    sizes = Counter(group_of(path) for _, path in every.values())
-    times: dict[str, list[float]] = {}
-    for name, (_, path) in found.items():
-        if name in seconds:
-            times.setdefault(group_of(path), []).append(seconds[name])
-    if set(times) != set(sizes) or any(len(ts) < 2 for ts in times.values()):
-        return "a full run's time: not estimated until the sample has run in every subpackage"
-    total, low, high = full_run_estimate(times, sizes)
-    hours = [t / 3600 / workers for t in (total, low, high)]
-    return (
-        f"a full run ({len(every)} mutants), estimated from the sample's test times: "
-        f"{hours[0]:.1f} h on {workers} workers (95% interval {hours[1]:.1f}-{hours[2]:.1f} h)"
-    )
+def below_target(scores: dict[str, float | None]) -> list[str]:
+    """The subpackages whose score is under their target (none for stages/, nothing judged: none)."""
+    return [
+        g
+        for g, s in scores.items()
+        if TARGETS.get(g, DEFAULT_TARGET) is not None and s is not None and s < TARGETS.get(g, DEFAULT_TARGET)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -360,23 +227,20 @@ def main(argv: list[str] | None = None) -> int:
         "--survivors",
         nargs="*",
         metavar="WHERE",
-        help="print every unexcused survivor (of these subpackages or dotted module prefixes) with its diff",
+        help="print every survivor (of these subpackages or dotted module prefixes) with its diff",
     )
     ap.add_argument("--check", action="store_true", help="exit 1 when a subpackage is below its target")
     ap.add_argument(
         "--sample",
         type=int,
         metavar="N",
-        help="score only N mutants per subpackage, drawn uniformly by a fixed seed, with a 95%% interval",
+        help="score only N mutants per subpackage, drawn uniformly by the seed, with a 95%% interval",
     )
-    ap.add_argument("--seed", type=int, default=36, help="the sample's seed (default 36)")
-    ap.add_argument(
-        "--workers", type=int, default=2, help="mutmut's --max-children, for a full run's estimated time"
-    )
+    ap.add_argument("--seed", default="0", help="the sample's seed: any word or number (default 0)")
     ap.add_argument(
         "--names",
         action="store_true",
-        help="print the sample's mutants not run yet (or cut off by the watchdog), and stop",
+        help="print the sample's mutants not caught yet (never run, survived, or cut off), and stop",
     )
     ap.add_argument(
         "--generate", action="store_true", help="first write mutants/ as `mutmut run` does, testing nothing"
@@ -385,9 +249,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample is not None and args.sample < 1:
         print(f"mutation_score: --sample must be at least 1, got {args.sample}", file=sys.stderr)
         return 2
-    if args.workers < 1:
-        print(f"mutation_score: --workers must be at least 1, got {args.workers}", file=sys.stderr)
-        return 2
     if args.names and args.sample is None:
         print("mutation_score: --names lists a sample's mutants: give --sample N", file=sys.stderr)
         return 2
@@ -395,51 +256,28 @@ def main(argv: list[str] | None = None) -> int:
         print("mutation_score: mutmut could not write mutants/ (its message is above)", file=sys.stderr)
         return 2
     if not (ROOT / "mutants").is_dir():
-        print("mutation_score: no mutants/ here: run `make mutate-blind` (mutmut run) first", file=sys.stderr)
+        print("mutation_score: no mutants/ here: run `make mutate-blind` first", file=sys.stderr)
         return 2
     every = results()
     found = every if args.sample is None else sample(every, args.sample, args.seed)
     if args.names:
         print("\n".join(to_run(found)))
         return 0
-    equivalents = load_equivalents()
-    listed = {e.mutant for e in equivalents}
-    stale = check_equivalents(every, equivalents)
-    ruled = by_rule(found, listed)
     sizes = None if args.sample is None else Counter(group_of(path) for _, path in every.values())
-    text, scores = table(found, listed | set(ruled), interval=args.sample is not None, sizes=sizes)
+    text, scores = table(found, interval=args.sample is not None, sizes=sizes)
     if args.sample is not None:
         print(f"a sample of {args.sample} mutants per subpackage (seed {args.seed}) of {len(every)}")
     print(text)
-    if args.sample is not None:
-        print(estimate_line(every, found, durations(), args.workers))
-    print(
-        f"equivalent: {len(listed)} listed in {EQUIVALENTS.relative_to(ROOT)}/, "
-        + ", ".join(f"{sum(r == name for r in ruled.values())} by rule {name}" for name in RULES)
-    )
     if args.survivors is not None:
         for name, (status, path) in sorted(found.items()):
-            if status in CAUGHT or status == "not checked" or name in listed or name in ruled:
+            if status in CAUGHT or status in UNJUDGED:
                 continue
             if args.survivors and not any(group_of(path) == w or name.startswith(w) for w in args.survivors):
                 continue
             print(f"\n# {name}: {status}\n{diff_of(name, path)}")
-    if stale:
-        print(f"\n{len(stale)} stale equivalent entr{'y' if len(stale) == 1 else 'ies'}:", file=sys.stderr)
-        for line in stale:
-            print("  " + line, file=sys.stderr)
-        return 2
-    if args.check:
-        low = [
-            g
-            for g, s in scores.items()
-            if TARGETS.get(g, DEFAULT_TARGET) is not None
-            and s is not None
-            and s < TARGETS.get(g, DEFAULT_TARGET)
-        ]
-        if low:
-            print(f"below target: {', '.join(low)}", file=sys.stderr)
-            return 1
+    if args.check and (low := below_target(scores)):
+        print(f"below target: {', '.join(low)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -180,7 +180,8 @@ def summarize(frame: pd.DataFrame) -> dict:
     table's order, its top channel (first directions and block sizes), the top share, the mean
     channel and path pattern effects over the batches, and the causal share: its per-batch
     values, their mean and the mean's t interval (`CONFIDENCE`, n - 1 degrees of freedom over the
-    batches with a finite share; null below two); over the pairs, the median of the pairs' mean causal shares (null without one)."""
+    batches with a finite share; null below two); over the pairs, the median of the pairs' mean
+    causal shares (null without one)."""
     out = []
     for (i, a, j, b), rows in frame.groupby(list(PAIR), sort=False):
         shares = rows["causal_share"].to_numpy(dtype=float)
