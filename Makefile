@@ -103,7 +103,7 @@ bench: $(VENV)/.installed-dev
 # each drawn mutant not yet caught against the fast tier's tests that call its function, one torch
 # thread per worker (the workers already fill the cores). Then the sample's score per subpackage with
 # its 95% interval; exit 1 below a target. SEED defaults to the commit, so that a commit that kills a
-# sample's survivors is measured on a fresh sample; SEED=<the old one> reruns the old sample's.
+# sample's survivors is measured on a fresh sample; SEED=<an earlier seed> reruns that sample.
 MUTATE_WORKERS ?= 2
 SAMPLE ?= 50
 SEED ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo 0)
