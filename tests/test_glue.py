@@ -234,25 +234,28 @@ def test_claims_a_and_d_take_the_worse_rotation():
     assert value(t, claim="d", statistic="d", hypothesis="rotated") == 0.0
 
 
-def test_claim_c_reads_its_effects_k_spearman_and_no_other_cell():
-    """synthetic_seeds' agreement, changed everywhere but where claim (c) reads (its effect,
-    claims.PRIMARY_EFFECT; K; Spearman's rho): elsewhere the corrected score agrees worst and the
-    rotations best, every PR-AUC and ROC-AUC favours the rotations. (c) stays 0.6 - 0.3, (c_inv)
-    0.5 - 0.3."""
+def test_claim_c_reads_the_interaction_of_its_effect_and_k_and_no_other_cell():
+    """synthetic_seeds' agreement, changed everywhere but where claim (c) reads (the pair-specific
+    parts' Spearman, "interaction", of its effect, claims.PRIMARY_EFFECT, and K): elsewhere, and in
+    the raw Spearman of that very cell, the corrected score agrees worst and the rotations best,
+    every PR-AUC and ROC-AUC favours the rotations. (c) stays 0.5 - 0.2, (c_inv) 0.4 - 0.2, (c_proj)
+    0.3 - 0.2, the same under either denominator hypothesis."""
     inp = syn.seed_inputs(0)
     inp.agreement = json.loads(json.dumps(syn.AGREEMENT))  # its cells are shared dicts: unshare them
+    ours = ("true", "invariant", "projection")
     for effect, per_effect in inp.agreement.items():
-        for kind, per_kind in per_effect["spearman"].items():
-            if (effect, kind) != (PRIMARY_EFFECT, CLAIM_KIND):
-                for v in per_kind:
-                    per_kind[v] = -0.9 if v in ("true", "invariant") else 0.9
+        for statistic in ("spearman", "interaction"):
+            for kind, per_kind in per_effect[statistic].items():
+                if (statistic, effect, kind) != ("interaction", PRIMARY_EFFECT, CLAIM_KIND):
+                    for v in per_kind:
+                        per_kind[v] = -0.9 if v in ours else 0.9
         for per_kind in per_effect["ranking"].values():
             for v, ranked in per_kind.items():
-                ranked["pr_auc"] = ranked["roc_auc"] = 0.0 if v in ("true", "invariant") else 1.0
+                ranked["pr_auc"] = ranked["roc_auc"] = 0.0 if v in ours else 1.0
     t = long_table(inp)
-    for h in ("rotated", "true"):
-        assert value(t, claim="c", statistic="c", hypothesis=h) == pytest.approx(0.6 - 0.3)
-        assert value(t, claim="c_inv", statistic="c_inv", hypothesis=h) == pytest.approx(0.5 - 0.3)
+    assert value(t, claim="c", statistic="c") == pytest.approx(0.5 - 0.2)
+    assert value(t, claim="c_inv", statistic="c_inv") == pytest.approx(0.4 - 0.2)
+    assert value(t, claim="c_proj", statistic="c_proj") == pytest.approx(0.3 - 0.2)
 
 
 def test_a_verdict_needs_the_whole_interval_beyond_the_threshold():
@@ -331,8 +334,8 @@ def test_a_pair_whose_q_equals_the_fdr_is_a_discovery():
 
 def test_timing_figure_places_every_seeds_lag_and_mean():
     """Replaces test_compare's tick count: the points and means drawn are the lags.
-    Seed 0 as synthetic_seeds (clear steps 400, 300, 200, 300 for true, B C D A, D A B C and
-    invariant; phase step 300); seed 1's true z clears at step 300: lag 0, claim (t) 0."""
+    Seed 0 as synthetic_seeds (clear steps 400, 300, 200, 300, 300 for true, B C D A, D A B C,
+    invariant and projection; phase step 300); seed 1's true z clears at step 300: lag 0, claim (t) 0."""
     inputs = [syn.seed_inputs(s) for s in (0, 1)]
     steps = inputs[1].steps
     steps.loc[steps["step"] == 300, ["z_true", "q_true"]] = [4.0, 0.01]
@@ -352,6 +355,7 @@ def test_timing_figure_places_every_seeds_lag_and_mean():
             "errata_bcda_trueden": (0, 0),
             "errata_dabc_trueden": (-100, -100),
             "invariant": (0, 0),
+            "projection": (0, 0),  # the invariant measure's steps
         }
         assert [t.get_text() for t in left.get_xticklabels()] == [
             compare_figures.VARIANT_LABELS[m] for m in syn.MEASURES
