@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from . import io
 from .errors import UserError
 
 KEPT = Path(".dvc") / "tmp" / "attn-circuits-last-run"  # git-ignored (.dvc/.gitignore: /tmp)
@@ -90,7 +91,7 @@ def keep(root: str | Path = ".") -> bool:
     for rel in files:
         (fresh / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, fresh / rel)
-    (fresh / MANIFEST).write_text(json.dumps({"files": files, "time": time.time()}))
+    io.write_json(fresh / MANIFEST, {"files": files, "time": time.time()})
     # the kept copy is replaced only once the new one is whole
     old = kept.with_name(f"{kept.name}.old")
     shutil.rmtree(old, ignore_errors=True)

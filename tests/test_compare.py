@@ -11,7 +11,6 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import synthetic_seeds as syn
@@ -529,25 +528,23 @@ def test_stage_summary_without_agreement_is_named(tmp_path, capsys):
 
 
 def test_figures_show_every_seed():
+    from matplotlib.collections import PathCollection
+
     from pipeline.present.figures import compare as compare_figures
 
     inputs = [syn.seed_inputs(s) for s in (0, 1, 2)]
     inputs[2].agreement = json.loads(json.dumps(syn.AGREEMENT))
-    inputs[2].agreement["pattern_effect"]["ranking"]["K"]["true"]["pr_auc"] = 0.9
+    inputs[2].agreement["pattern_effect"]["interaction"]["K"]["true"] = 0.9
     result = compare.compare(inputs, CFG, EDGE, FDR)
     fig = compare_figures.claims_figure(result.claims, result.stats, 0.95)
-    c_axis = fig.axes[4]
-    dots = np.concatenate(
-        [
-            c.get_offsets()
-            for c in c_axis.collections
-            if hasattr(c, "get_offsets") and len(c.get_offsets()) == 3
-        ]
-    )
-    # (c): PR-AUC per measure, a dot per seed; the corrected score's third seed at 0.9
-    assert sorted(dots[:, 1]) == pytest.approx(
-        sorted([0.8, 0.8, 0.9, *[syn.PR_AUC[v] for v in syn.MEASURES[1:]] * 3])
-    )
+    [c_axis] = [ax for ax in fig.axes if ax.get_title().startswith("(c)")]
+    dots = [c.get_offsets()[:, 1].tolist() for c in c_axis.collections if isinstance(c, PathCollection)]
+    # (c), (c_inv), (c_proj): a dot per seed; the corrected score's third seed at 0.9 - 0.2
+    assert [sorted(d) for d in dots] == [
+        pytest.approx([0.3, 0.3, 0.7]),
+        pytest.approx([0.2] * 3),
+        pytest.approx([0.1] * 3),
+    ]
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -13,6 +13,7 @@ import pytest
 from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.colors import to_rgba
 
+from pipeline.compare.claims import CLAIMS
 from pipeline.present.figures import compare
 from pipeline.tables import HYPOTHESES, MEASURES, ROLES
 
@@ -103,7 +104,7 @@ def test_a_panel_with_no_seeds_value_says_why_and_no_threshold_draws_no_line():
     fig, ax = plt.subplots()
     compare.dots_with_ci(ax, claims, stats, [{"claim": "z", "statistic": "z"}], ["z"])
     (note,) = ax.texts
-    assert note.get_text() == "no seed has the heads\nthis needs"
+    assert note.get_text()  # why there is nothing to show (its words are the figure's)
     assert note.get_position() == (0.5, 0.5) and same_colour(note.get_color(), "0.4")
     assert (note.get_horizontalalignment(), note.get_verticalalignment()) == ("center", "center")
     fig.canvas.draw()
@@ -125,16 +126,18 @@ def test_one_seed_sits_on_its_column():
 # --- the claims figure -------------------------------------------------------------------
 
 ROTATIONS = HYPOTHESES["rotated"]
-CLAIM_PANELS = [
-    [{"claim": "a", "statistic": "a", "hypothesis": h} for h in HYPOTHESES],
-    [{"claim": "b", "statistic": "b"}, {"claim": "b_inv", "statistic": "b_inv"}],
-    [{"claim": c, "statistic": c, "variant": r} for c in ("m", "m_inv") for r in ROTATIONS],
-    [{"claim": "d", "statistic": "d", "hypothesis": h} for h in HYPOTHESES],
-    [
-        {"claim": "c", "statistic": "pr_auc", "kind": "K", "variant": v, "effect": "pattern_effect"}
-        for v in MEASURES
-    ],
-]
+PANELS = [name for name, c in CLAIMS.items() if c.restates is None]  # the registry's own claims
+
+
+def selections(name: str) -> list[dict]:
+    """What panel `name` shows: each verdict side of the claim, then of each of its restatements."""
+    whos = (name, *(n for n, c in CLAIMS.items() if c.restates == name))
+    return [
+        {"claim": who, "statistic": who, column: side} for who in whos for column, side in CLAIMS[who].sides()
+    ]
+
+
+CLAIM_PANELS = [selections(name) for name in PANELS]
 
 
 @pytest.fixture
@@ -145,46 +148,36 @@ def claims_fig():
 
 
 def test_claims_figure_shows_each_claims_selections_in_its_panel(claims_fig):
+    """A panel per claim of the registry that is not a restatement, in the registry's order: its
+    sides and its restatements' (each its own values), the claim's threshold dashed."""
     axes = claims_fig.axes
-    assert len(axes) == 6
-    for p, columns in enumerate(CLAIM_PANELS):
+    for p, (name, columns) in enumerate(zip(PANELS, CLAIM_PANELS, strict=True)):
         drawn = panel(axes[p])
-        assert {k: drawn[k] for k in ("dots", "means", "cis")} == expected(p, len(columns))
+        assert {k: drawn[k] for k in ("dots", "means", "cis")} == expected(p, len(columns)), name
         assert not axes[p].texts
-    assert [panel(ax)["thresholds"] for ax in axes[:5]] == [[0.0], [0.0], [0.0], [0.5], []]
-    hypotheses = ["rotated\ndenominators", "true\ndenominators"]
-    assert panel(axes[0])["ticks"] == hypotheses and panel(axes[3])["ticks"] == hypotheses
-    assert panel(axes[1])["ticks"] == ["corrected", "basis-\ninvariant"]
-    assert panel(axes[2])["ticks"] == ["corr.\n- BCDA", "corr.\n- DABC", "inv.\n- BCDA", "inv.\n- DABC"]
-    assert panel(axes[4])["ticks"] == [compare.VARIANT_LABELS[v] for v in MEASURES]
+        threshold = CLAIMS[name].threshold
+        assert drawn["thresholds"] == ([] if threshold is None else [threshold]), name
+        assert len(drawn["ticks"]) == len(columns)
 
 
-def test_claims_figure_titles_each_panel_and_gives_the_sixth_to_the_legend(claims_fig):
+def test_claims_figure_titles_each_panel_with_its_registry_label_and_gives_the_next_to_the_legend(claims_fig):
     axes = claims_fig.axes
-    assert [ax.get_title() for ax in axes] == [
-        "(a) K induction <- prev-token selectivity:\noriginal - corrected",
-        "(b) K induction <- recent-window:\ndiscoveries",
-        "(m) more K composition: discoveries,\ncorrected - each rotation",
-        "(d) the paper's plotting draws only K\nedges, from one layer-0 head (1 = yes)",
-        "(c) K, induction score: PR-AUC of the\ncausal edges (beyond batch noise)",
-        "",
-    ]
-    assert [ax.title.get_fontsize() for ax in axes[:5]] == [9] * 5
-    assert not axes[5].axison
-    legend = axes[5].get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == ["seed", "mean", "95% CI"]
-    assert [t.get_fontsize() for t in legend.get_texts()] == [11] * 3
-    assert not legend.get_frame_on()
-    assert claims_fig._suptitle.get_text() == "The errata's claims across 3 seed(s)"
-    assert tuple(claims_fig.get_size_inches()) == (12.0, 7.4)
+    titles = [" ".join(ax.get_title().split()) for ax in axes[: len(PANELS)]]
+    assert titles == [" ".join(f"({name}) {CLAIMS[name].label}".split()) for name in PANELS]
+    legend_cell = axes[len(PANELS)]
+    assert not legend_cell.axison and legend_cell.get_legend() is not None
+    assert [t.get_text() for t in legend_cell.get_legend().get_texts()] == ["seed", "mean", "95% CI"]
+    assert all(not ax.axison and not ax.has_data() for ax in axes[len(PANELS) + 1 :])
+    assert str(3) in claims_fig._suptitle.get_text()  # the seeds it shows
 
 
 def test_claims_figure_labels_every_panels_interval_with_the_level_asked():
     """At ci = 0.9 each panel's interval, and so the legend, says 90% (not dots_with_ci's default 95%)."""
     fig = compare.claims_figure(*tables(CLAIM_PANELS), 0.9)
     axes = fig.axes
-    assert [ax.get_legend_handles_labels()[1] for ax in axes[:5]] == [["seed", "mean", "90% CI"]] * 5
-    assert [t.get_text() for t in axes[5].get_legend().get_texts()] == ["seed", "mean", "90% CI"]
+    n = len(PANELS)
+    assert [ax.get_legend_handles_labels()[1] for ax in axes[:n]] == [["seed", "mean", "90% CI"]] * n
+    assert [t.get_text() for t in axes[n].get_legend().get_texts()] == ["seed", "mean", "90% CI"]
     plt.close(fig)
 
 
@@ -251,9 +244,9 @@ def test_timing_figure_shows_each_measures_lag_and_claim_t_per_rotation():
     per_rotation = [{"claim": "t", "statistic": "t", "variant": r} for r in ROTATIONS]
     fig = compare.timing_figure(*tables([lags, per_rotation]), 0.8)
     left, right = fig.axes
-    for p, ax in enumerate((left, right)):
+    for p, (ax, n) in enumerate(((left, len(MEASURES)), (right, len(ROTATIONS)))):
         drawn = panel(ax)
-        assert {k: drawn[k] for k in ("dots", "means", "cis")} == expected(p, 2 + 4 * (1 - p))
+        assert {k: drawn[k] for k in ("dots", "means", "cis")} == expected(p, n)
         assert drawn["thresholds"] == [0.0]
         assert ax.get_ylabel() == "steps" and ax.title.get_fontsize() == 9
     assert panel(left)["ticks"] == [compare.VARIANT_LABELS[m] for m in MEASURES]

@@ -166,14 +166,19 @@ def test_a_block_called_without_cache_keeps_no_head_results_and_adds_what_the_ca
     torch.testing.assert_close(cached.resid, by_heads, rtol=0, atol=1e-12)
 
 
-def test_a_role_below_a_placebo_set_does_not_serve_held_out_text():
-    """One of three placebo sets at or above the role: p = (1 + 1) / (1 + 3) = 0.5, not the smallest."""
-    sets = [[(0, 0)], [(0, 1)], [(1, 0)]]
-    cfg = HeadsConfig(placebo_sets=3, min_effect=0.01)
-    out = heads._placebo(sets, [[0.5, 0.1, 0.1]], {"heldout_loss_effect": [0.3]}, cfg)
-    assert out["placebo_p"] == 0.5 and out["serves_heldout"] is False
-    top = heads._placebo(sets, [[0.2, 0.1, 0.1]], {"heldout_loss_effect": [0.3]}, cfg)
-    assert top["placebo_p"] == 0.25 and top["serves_heldout"] is True
+def test_a_role_serves_held_out_text_only_where_few_enough_placebo_sets_reach_it():
+    """39 placebo sets, the role's effect 0.3: p = (1 + sets at or above it) / 40, p_lower the same
+    from below; it serves at p <= heads.SERVES_LEVEL (0.05: at most one set reaching it)."""
+    sets = [[(0, i)] for i in range(39)]
+    cfg = HeadsConfig(placebo_sets=39, min_effect=0.01)
+    role = {"heldout_loss_effect": [0.3]}
+    for above, p, serves in ((0, 1 / 40, True), (1, 2 / 40, True), (2, 3 / 40, False)):
+        effects = [0.5] * above + [0.1] * (39 - above)
+        out = heads._placebo(sets, [effects], role, cfg, exact=True)
+        assert (out["placebo_p"], out["serves_heldout"], out["placebo_exact"]) == (p, serves, True)
+        assert out["placebo_p_lower"] == (1 + 39 - above) / 40
+    below_min = heads._placebo(sets, [[0.0] * 39], {"heldout_loss_effect": [0.005]}, cfg, exact=False)
+    assert below_min["placebo_p"] == 1 / 40 and below_min["serves_heldout"] is False  # under min_effect
 
 
 def test_a_snapshot_file_missing_from_the_hugging_face_cache_is_refused_with_the_download_command(
