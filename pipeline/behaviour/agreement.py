@@ -104,10 +104,13 @@ def spearman(effects: pd.DataFrame, scores: pd.DataFrame, effect: str) -> dict[s
     return out
 
 
+SNAP = 1e-9  # pair parts are rounded to this fraction of the largest |log value| of their layer pair
+
+
 def pair_part(frame: pd.DataFrame, column: str) -> np.ndarray:
     """log `column` of each row of `frame` (PAIR columns) minus its fit by writer + reader terms
     within its layer pair (src_layer, dst_layer): least squares over the rows where the log is
-    defined (a value <= 0 or NaN is left out, NaN here). Exactly unchanged when `column` is
+    defined (a value <= 0 or NaN is left out, NaN here). Unchanged (to `SNAP`) when `column` is
     multiplied by any positive function of the writer alone or of the reader alone."""
     x = frame[column].to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -126,7 +129,11 @@ def pair_part(frame: pd.DataFrame, column: str) -> np.ndarray:
         design[np.arange(len(rows)), 1 + writers] = 1.0
         design[np.arange(len(rows)), 2 + writers.max() + readers] = 1.0
         coef, *_ = np.linalg.lstsq(design, y[rows], rcond=None)
-        out[rows] = y[rows] - design @ coef
+        # residuals equal in exact arithmetic (a 2 x 2 layer pair's are +-e) differ in their last
+        # bits by the order of the sums: snapped to a grid, they tie, and their ranks do not
+        # depend on the machine or on how the values were read
+        grid = SNAP * max(1.0, float(np.abs(y[rows]).max()))
+        out[rows] = np.round((y[rows] - design @ coef) / grid) * grid
     return out
 
 
