@@ -545,8 +545,11 @@ def threshold_table(stats: pd.DataFrame, formats: Formats | None = None) -> str:
             ])  # fmt: skip
     if not rows:
         return ""
+    # a column per measure: too many to keep each interval on the mean's line, so a cell may break
+    # between the mean and its interval, never inside the interval
+    rows = [[*r[:2], *(c.replace(", ", ",&nbsp;") for c in r[2:])] for r in rows]
     head = ["effect", "causal when the effect reaches", "causal edges", "role-only baseline"]
-    return html_table([*head, *map(ident, MEASURES)], rows, [1], list(range(2, 4 + len(MEASURES))))
+    return html_table([*head, *map(ident, MEASURES)], rows, list(range(1, 4 + len(MEASURES))))
 
 
 def describe(claim: str, statistic: str) -> str:
