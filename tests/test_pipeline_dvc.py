@@ -32,6 +32,7 @@ ARTIFACTS = {
         "composition_V.png",
     ),
 }
+FOLDER = {"calibrate": "calibration"}  # a stage whose folder is not its name
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def test_repro_produces_every_artifact_for_every_seed(repo):
     for seed in (0, 1):
         for stage, names in ARTIFACTS.items():
             for name in names:
-                artifact = path / "outputs" / stage / f"seed{seed}" / name
+                artifact = path / "outputs" / FOLDER.get(stage, stage) / f"seed{seed}" / name
                 assert artifact.is_file() and artifact.stat().st_size > 0, artifact
     assert (path / "outputs" / "report" / "index.html").is_file()
     assert json.loads((path / "outputs/tokenizer/manifest.json").read_text()) == {
