@@ -192,5 +192,8 @@ def test_the_projection_kernel_is_transformer_lens_4s_head_affinity(bridge_class
     for kind in ("Q", "K", "V"):
         theirs = attention_head_subspace_affinity(bridge, target_role=kind).normalized.double()
         mine = ours[ours["kind"] == kind]
-        want = theirs[mine["src_layer"], mine["src_head"], mine["dst_layer"], mine["dst_head"]]
+        index = [
+            torch.as_tensor(mine[c].to_numpy()) for c in ("src_layer", "src_head", "dst_layer", "dst_head")
+        ]
+        want = theirs[tuple(index)]
         assert mine["score"].tolist() == pytest.approx(want.tolist(), abs=1e-6), kind
