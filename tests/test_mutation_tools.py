@@ -99,6 +99,24 @@ def test_a_sample_draws_n_per_subpackage_by_its_seed_whatever_has_run():
     assert mutation_score.sample(found, 10, seed=7) == mutation_score.sample(found, 10, seed="7")
 
 
+def test_a_function_moved_to_another_module_keeps_its_mutants_in_the_sample():
+    # module a holds f and g; after a split, g lives in module b of the same subpackage
+    where = mutation_score.ROOT / "mutants/pipeline/circuits"
+    before = {
+        f"pipeline.circuits.a.x_{fn}__mutmut_{i}": ("killed", where / "a.py")
+        for fn in "fg"
+        for i in range(40)
+    }
+    after = {
+        name.replace(".a.x_g", ".b.x_g"): (status, where / ("b.py" if ".x_g" in name else "a.py"))
+        for name, (status, _) in before.items()
+    }
+    picked_before = mutation_score.sample(before, 12, seed="s")
+    picked_after = mutation_score.sample(after, 12, seed="s")
+    assert {n.rsplit(".", 1)[-1] for n in picked_before} == {n.rsplit(".", 1)[-1] for n in picked_after}
+    assert any(".b.x_g" in n for n in picked_after)
+
+
 def test_a_samples_run_tests_every_mutant_not_caught_yet():
     found = {
         "a": ("suspicious", None),

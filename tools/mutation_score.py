@@ -26,8 +26,8 @@ could tell apart that the tests do.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
-import random
 import sys
 from collections import Counter
 from pathlib import Path
@@ -124,14 +124,24 @@ def table(found: dict, interval: bool = False, sizes: dict[str, int] | None = No
 
 def sample(found: dict, n: int, seed: int | str) -> dict:
     """N mutants per subpackage (all of a smaller one), uniformly at random by the seed: the same
-    code gives the same sample on every machine, whatever has run."""
+    code gives the same sample on every machine, whatever has run. A mutant's place in the draw is a
+    hash of the seed and its name within its module (`x_spectral_blocks__mutmut_3`), not of its
+    module: a function moved to another module of its subpackage keeps its mutants in the sample, so
+    a sample drawn before a split of modules and after it tests the same mutants."""
     by_group: dict[str, list[str]] = {}
     for name, (_, path) in found.items():
         by_group.setdefault(group_of(path), []).append(name)
     picked = set()
-    for group, names in by_group.items():
-        picked.update(random.Random(f"{group}-{seed}").sample(sorted(names), min(n, len(names))))
+    for names in by_group.values():
+        picked.update(sorted(names, key=lambda name: (draw(seed, name), name))[:n])
     return {name: found[name] for name in picked}
+
+
+def draw(seed: int | str, name: str) -> str:
+    """A mutant's rank in the seed's draw: the hash of the seed and the mutant's name less its
+    module path (mutmut names a mutant `<module>.x_<function>__mutmut_<n>`; a method's name joins
+    class and method with a character that is not a dot)."""
+    return hashlib.sha256(f"{seed}:{name.rsplit('.', 1)[-1]}".encode()).hexdigest()
 
 
 def to_run(found: dict) -> list[str]:
