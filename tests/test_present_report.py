@@ -34,6 +34,7 @@ from pipeline.compare.formats import Format, Formats
 from pipeline.errors import UserError
 from pipeline.present import figures, report
 from pipeline.present.environment import ENVIRONMENT_NOTE
+from pipeline.present.environment import environment as environment_of
 from pipeline.present.figures import channels as channel_figures
 from pipeline.tables import MEASURES
 from stages import compare as compare_stage
@@ -240,7 +241,9 @@ def test_page_shows_claims_tables_config_and_environment(page):
         "induction &lt;- previous_<wbr>token" in text and "recent_<wbr>window" in text
     )  # composition and roles tables
     assert "dpi: 40" in text  # the config
-    assert f"<td>{importlib.metadata.version('torch')}</td>" in text and "git revision" in text
+    environment = rows_of(text.split('id="environment"', 1)[1])
+    assert [r[0] for r in environment] == list(environment_of(None))  # every row of the machine's table
+    assert ["torch", importlib.metadata.version("torch")] in environment
 
 
 def test_each_seed_shows_its_channel_figure_with_its_caption_after_the_errata_diagram(page):
