@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pipeline import io, params
 from pipeline.cli import run_cli, stage_parser
-from pipeline.present import report
+from pipeline.present import environment, report
 from pipeline.tables import CLAIMS_COLUMNS, GROUP_COLUMNS, STATS_COLUMNS, read_csv
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         page = report.render(
             title=cfg.analysis.report.title,
             config_text=Path(args.params).read_text(),
-            env=report.environment(cfg.train.threads),
+            env=environment.environment(cfg.train.threads),
             summary=io.read_json(c / "verdicts.json"),
             ci=cfg.analysis.compare.ci,
             stats=read_csv(c / "stats.csv", STATS_COLUMNS),

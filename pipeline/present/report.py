@@ -8,26 +8,20 @@ MEASURE_WORDS, the figure modules' CAPTIONS, the verdict and calibration rules),
 Images are embedded as data: URIs and the style is inline; the page has no script and no link
 outside itself, so it reads the same offline, from a mail attachment or a USB stick.
 
-Numbers have one format per statistic (`Formats`): its decimals come from its scale, every
-interval is clipped to the statistic's range (`DOMAINS`: PR-AUC to [0, 1], Spearman rho to
-[-1, 1], counts to >= 0), and no zero carries a sign. Every figure has a caption and an alt text
-that say what it shows (`captions`: the figure modules' CAPTIONS).
+Numbers are printed in each statistic's one format (`compare.formats.Formats`: its decimals
+from its scale, every interval clipped to the statistic's range). Every figure has a caption and
+an alt text that say what it shows (`captions`: the figure modules' CAPTIONS).
 
-`render` is pure (tables and bytes in, text out). `environment` describes the machine
-and commit building the page; it is the only part that is not a function of the
-pipeline's outputs and config (see ENVIRONMENT_NOTE).
+`render` is pure (tables and bytes in, text out); the environment table it is given
+(`present.environment`) is the only part that is not a function of the pipeline's outputs and
+config.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import importlib.metadata
 import math
-import os
-import platform
-import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +32,11 @@ from .. import io
 from ..circuits import significance
 from ..compare import calibration
 from ..compare.claims import CLAIMS, HYPOTHESIS_LABELS, NONE, STATISTICS
+from ..compare.formats import CLIPPING, Format, Formats, fixed, missing, places
 from ..compare.stats import VERDICT_WORDS
 from ..errors import UserError
 from ..tables import CAUSAL_THRESHOLDS, DIMENSIONS, KINDS, MEASURE_WORDS, MEASURES, threshold_key
+from .environment import ENVIRONMENT_NOTE
 from .figures import Caption
 from .figures import channels as channel_figures
 from .figures import compare as compare_figures
@@ -55,24 +51,6 @@ MIME = {
     ".jpeg": "image/jpeg",
     ".gif": "image/gif",
 }
-PACKAGES = (
-    "torch",
-    "numpy",
-    "pandas",
-    "scipy",
-    "matplotlib",
-    "hydra-core",
-    "omegaconf",
-    "dvc",
-    "safetensors",
-    "transformer-lens",
-)
-ENVIRONMENT_NOTE = (
-    "This table describes the machine and the git commit that built this page, not necessarily those "
-    "that trained the models (DVC rebuilds the page only when its inputs change, and may restore it "
-    "from its cache). It is the only part of the page that depends on the machine; nothing on the page "
-    "records the time, so the same outputs, config, commit and machine give the same bytes."
-)
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 1.5em auto; \
 padding: 0 1em; color: #222; }
@@ -178,195 +156,7 @@ def read_images(directory: Path) -> list[Image]:
     return images
 
 
-def environment(train_threads: int | None, cwd: str | Path = ".") -> dict[str, str]:
-    """Versions, threads and git revision of the process building the report.
-
-    Versions come from package metadata: nothing is imported (torch alone takes seconds).
-    """
-    env = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            env[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            env[name] = "not installed"
-    env["platform"] = f"{platform.system()} {platform.machine()}"
-    visible = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    env["cpus (visible / total)"] = f"{visible} / {os.cpu_count()}"
-    env["torch threads (train.threads)"] = (
-        str(train_threads) if train_threads else "torch's default (one per physical core)"
-    )
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # they change torch's default
-        env[var] = os.environ.get(var, "unset")
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=30
-        )
-        env["git revision"] = rev.stdout.strip() if rev.returncode == 0 else "unknown (not a git checkout)"
-    except (OSError, subprocess.TimeoutExpired):
-        env["git revision"] = "unknown (git not available)"
-    return env
-
-
-# --- numbers -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Domain:
-    """The values a statistic can take: its range, and whether each seed's value is a whole
-    number (a count, a step); the mean over seeds of either is a fraction."""
-
-    lo: float = -math.inf
-    hi: float = math.inf
-    whole: bool = False
-
-    @property
-    def bounded(self) -> bool:
-        return math.isfinite(self.lo) and math.isfinite(self.hi)
-
-    def clip(self, lo: float, hi: float) -> tuple[float, float]:
-        """An interval inside the range. The t interval is symmetric about the mean and knows no
-        bound, so a PR-AUC of 0.84 over three seeds can reach 1.03; the value itself cannot. Clipping
-        never changes whether the interval lies above a threshold inside the range (a verdict)."""
-        return (lo if _missing(lo) else max(lo, self.lo), hi if _missing(hi) else min(hi, self.hi))
-
-
-UNIT = Domain(0.0, 1.0)  # fractions, rates, shares, PR-AUC and ROC-AUC, p-values
-INDICATOR = Domain(0.0, 1.0, whole=True)  # 0 or 1 per seed; its mean, the fraction of seeds with 1
-CORRELATION = Domain(-1.0, 1.0)  # Spearman's rho, selectivity ((T - O) / (|T| + |O|))
-DIFFERENCE = Domain(-2.0, 2.0)  # one of those minus another
-COUNT = Domain(0.0, whole=True)  # pairs, edges, heads, discoveries, steps
-WHOLE = Domain(whole=True)  # a difference of counts or of steps
-NONNEGATIVE = Domain(0.0)
-REAL = Domain()
-
-# Every statistic of the long table (pipeline/compare/claims.py STATISTICS, and each claim's own)
-# and the values it can take: the one place that decides how its intervals are clipped and whether
-# its values are whole. `tests/test_report.py` checks that every statistic is here.
-DOMAINS: dict[str, Domain] = {
-    # the claims' own numbers
-    "a": DIFFERENCE, "b": COUNT, "b_inv": COUNT, "c": DIFFERENCE, "c_inv": DIFFERENCE, "c_proj": DIFFERENCE,
-    "d": INDICATOR, "e": REAL, "m": WHOLE, "m_inv": WHOLE, "t": WHOLE,
-    # (a), (b)
-    "selectivity": CORRELATION, "relative": REAL, "b_absent": INDICATOR, "b_best_raw_z": REAL,
-    # (m)
-    "discoveries": COUNT, "m_kind": WHOLE, "placebo_rate": UNIT, "raw_z_above_3": COUNT,
-    "detection_limit": REAL,
-    # (d)
-    "drawn": COUNT, "layer0_k_sources": COUNT, "only_k_one_source": INDICATOR,
-    # (c), and each of its `_at_<threshold>` statistics
-    "pr_auc": UNIT, "roc_auc": UNIT, "role_pr_auc": UNIT, "causal_edges": COUNT, "causal_fraction": UNIT,
-    "top_source": UNIT, "spearman": CORRELATION, "interaction": CORRELATION, "main_share": UNIT,
-    "c_raw": DIFFERENCE,
-    # (e)
-    "alignment": REAL, "other_alignment": REAL,
-    "excess": REAL, "excess_alignment": REAL, "excess_anisotropy": REAL, "output_query": REAL,
-    "pairs": COUNT, "effective_channels": Domain(1.0), "top_share": UNIT, "channel_discoveries": COUNT,
-    "causal_share": NONNEGATIVE,
-    # (t)
-    "phase_step": COUNT, "clear_step": COUNT, "lag": WHOLE, "z_growth": REAL, "z_growth_ratio": REAL,
-}  # fmt: skip
-# the rows that are not a claim's: training's final values (a name that means another thing in
-# another claim), the role ablation's by their ending (one statistic per ablated role), the roles'
-CLAIM_DOMAINS: dict[str, dict[str, Domain]] = {
-    "training": {"eval_loss": NONNEGATIVE, "induction": UNIT, "prev_token": UNIT},
-}
-SUFFIX_DOMAINS = {
-    "_loss_effect": REAL, "_placebo_p": UNIT, "_placebo_p_lower": UNIT, "_serves_heldout": INDICATOR,
-}  # fmt: skip
-WHOLE_CLAIMS = ("roles",)  # every statistic a count (heads with the role)
-AT_THRESHOLD = re.compile(r"_at_[0-9.]+$")  # claim (c) again at a threshold: the same statistic
-
-
-def base_statistic(statistic: str) -> str:
-    """`pr_auc_at_0.05` -> `pr_auc`: a statistic at a threshold is the same statistic."""
-    return AT_THRESHOLD.sub("", statistic)
-
-
-def domain(claim: str, statistic: str, default: Domain | None = REAL) -> Domain | None:
-    """The values `statistic` of `claim` can take (DOMAINS); `default` for one not listed."""
-    if claim in WHOLE_CLAIMS:
-        return COUNT
-    if statistic in CLAIM_DOMAINS.get(claim, {}):
-        return CLAIM_DOMAINS[claim][statistic]
-    for end, found in SUFFIX_DOMAINS.items():
-        if claim == "role_ablation" and statistic.endswith(end):
-            return found
-    return DOMAINS.get(base_statistic(statistic), default)
-
-
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-SIGNIFICANT = 3  # digits of a statistic's largest number; its other numbers get as many decimals
-MAX_PLACES = 6
-
-
-def places(scale: float, whole: bool = False) -> int:
-    """Decimals for the numbers of one statistic whose largest magnitude is `scale`: three
-    significant digits there (0.84 -> 0.840; 12.3; 1234), so a statistic's numbers share one
-    format whatever their own size. The mean of whole numbers: a tenth (none from 100 on)."""
-    if whole:
-        return 0 if scale >= 100 else 1
-    if not (scale > 0 and math.isfinite(scale)):
-        return 2
-    return min(MAX_PLACES, max(0, SIGNIFICANT - 1 - math.floor(math.log10(scale))))
-
-
-def fixed(value, decimals: int) -> str:
-    """`value` to `decimals` places; a dash when missing; never a signed zero ("-0.00": a small
-    negative number rounded, or -0.0, is just zero at this precision)."""
-    if _missing(value):
-        return "–"
-    if isinstance(value, bool):
-        return str(value)
-    text = f"{float(value):.{decimals}f}"
-    return text.lstrip("-") if float(text) == 0 else text
-
-
-@dataclass(frozen=True)
-class Format:
-    """How every number of one statistic is printed."""
-
-    domain: Domain
-    places: int  # decimals of the mean and its interval (and of each seed's value, unless whole)
-
-    def value(self, x) -> str:
-        """One seed's value: a whole number without decimals."""
-        return fixed(x, 0 if self.domain.whole else self.places)
-
-    def mean(self, x) -> str:
-        return fixed(x, self.places)
-
-    def interval(self, mean, lo, hi) -> str:
-        """ "0.84 [0.65, 1.00]": the mean and its interval, clipped to the statistic's range."""
-        if _missing(lo) or _missing(hi):
-            return self.mean(mean)
-        lo, hi = self.domain.clip(lo, hi)
-        return f"{self.mean(mean)} [{self.mean(lo)}, {self.mean(hi)}]"
-
-
-class Formats:
-    """One Format per statistic (claim and statistic, a threshold's alike), wherever on the page
-    its numbers appear: its domain, and its decimals. A bounded statistic's come from its range
-    (two for [0, 1], [-1, 1] and [-2, 2]: PR-AUC reads 0.84 and 1.00 in every row and run, the
-    role-only ranker's beside it too); an unbounded one's from its largest mean or interval end
-    over every row of stats.csv (each kind, variant and effect)."""
-
-    def __init__(self, stats: pd.DataFrame):
-        scale: dict[tuple[str, str], float] = {}
-        for r in stats.itertuples(index=False):
-            key = (r.claim, base_statistic(r.statistic))
-            ends = domain(r.claim, r.statistic).clip(r.lo, r.hi)
-            finite = [abs(float(x)) for x in (r.mean, *ends) if not _missing(x) and math.isfinite(x)]
-            scale[key] = max([scale.get(key, 0.0), *finite])
-        self._scale = scale
-
-    def __call__(self, claim: str, statistic: str) -> Format:
-        d = domain(claim, statistic)
-        if d.bounded:
-            return Format(d, places(max(abs(d.lo), abs(d.hi))))
-        return Format(d, places(self._scale.get((claim, base_statistic(statistic)), 0.0), d.whole))
+# --- numbers in tables ---------------------------------------------------------------
 
 
 STRUCTURAL = 1e-6  # below this fraction of its column's largest value, a measurement is zero
@@ -380,11 +170,11 @@ def column(values: pd.Series) -> list[str]:
     if values.dtype == bool:
         return ["yes" if v else "" for v in values]
     if not pd.api.types.is_float_dtype(values):
-        return [ident(v) if not _missing(v) else "–" for v in values]
+        return [ident(v) if not missing(v) else "–" for v in values]
     finite = values[values.notna() & values.abs().lt(math.inf)].abs()
     scale = float(finite.max()) if len(finite) else 0.0
     decimals = places(scale)
-    return ["–" if _missing(v) or abs(v) <= STRUCTURAL * scale else fixed(v, decimals) for v in values]
+    return ["–" if missing(v) or abs(v) <= STRUCTURAL * scale else fixed(v, decimals) for v in values]
 
 
 def _threshold(value) -> str:
@@ -626,7 +416,7 @@ def cross_seed_table(claims: pd.DataFrame, stats: pd.DataFrame, formats: Formats
         for r in rows.to_dict("records"):
             fmt = formats(claim, r["statistic"])
             per_seed = ", ".join(fmt.value(r[s]) for s in seeds)
-            n = "–" if _missing(r["n"]) else str(int(r["n"]))
+            n = "–" if missing(r["n"]) else str(int(r["n"]))
             body.append([
                 *(ident(r[d]) for d in shown), html.escape(describe(claim, r["statistic"])), per_seed, n,
                 fmt.interval(r["mean"], r["lo"], r["hi"]),
@@ -759,13 +549,6 @@ def render(
     leading = [img for img in compare_images if img.stem == "claims"]
     others = [img for img in compare_images if img.stem != "claims"]
     first = next((img for imgs in seed_images.values() for img in imgs if img.stem == "errata_diagram"), None)
-    clipped = (
-        "Intervals are clipped to the range the statistic can take (PR-AUC, ROC-AUC, shares, rates and "
-        "0/1 indicators to [0, 1], Spearman's rho and selectivity to [-1, 1], their differences to "
-        "[-2, 2], counts and steps to 0 or more): the t interval is symmetric about the mean and knows "
-        "no bound. Every number of a statistic has the same decimals (three significant digits at its "
-        "largest); counts per seed are whole."
-    )
     c = CLAIMS["c"]
     parts = [
         "<!DOCTYPE html>",
@@ -780,7 +563,7 @@ def render(
         '<h2 id="claims">Verdicts: the errata\'s claims</h2>',
         claims_table(summary, ci, formats),
         f'<p class="note">Intervals: {ci:.0%} Student t interval of the mean over seeds (valid for a '
-        f"handful of seeds). {clipped} Verdict: {html.escape(summary.get('rule', ''))}. "
+        f"handful of seeds). {CLIPPING} Verdict: {html.escape(summary.get('rule', ''))}. "
         f"{verdict_legend()}.</p>",
         f'<p class="note">{html.escape(significance.DESCRIPTION)}</p>',
         '<p class="note">The measures: '
@@ -827,7 +610,7 @@ def render(
         '<h2 id="across-seeds">Every statistic across seeds</h2>',
         f"<p>Every per-seed statistic (claims.csv, one long table), then its mean and {ci:.0%} interval "
         "over seeds (stats.csv; n: seeds where it is defined), folded by claim. A dimension column is "
-        f"shown where it applies to a row of the claim ('-': not to this row). {clipped}</p>",
+        f"shown where it applies to a row of the claim ('-': not to this row). {CLIPPING}</p>",
         cross_seed_table(claims, stats, formats),
         '<h2 id="config">Config (params.yaml)</h2>',
         f"<details><summary>params.yaml</summary><pre>{html.escape(config_text)}</pre></details>",

@@ -1,11 +1,14 @@
-"""The head figures on tables built by hand: each attention panel shows its own head's pattern
-under its role, the dotted line on the induction targets worked out by hand, the copying vs QK
-scatter puts each defined head at its two scores in its role's colour and names the undefined
-ones inside the axes, and the ablation panels plot |effect| against score minus baseline."""
+"""The head figures (pipeline/present/figures/heads.py) on tables built by hand: each attention
+panel shows its own head's pattern under its role, the dotted line on the induction targets
+worked out by hand, the copying vs QK scatter puts each defined head at its two scores in its
+role's colour and names the undefined ones inside the axes, and the ablation panels plot
+|effect| against score minus baseline, with tick labels that never overlap whatever the data's
+range."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -82,11 +85,11 @@ def test_without_a_repeat_length_no_line_is_drawn():
 
 def test_rows_are_labelled_by_layer_and_the_figure_says_what_sequence_it_shows(patterns):
     _, fig = patterns
-    assert [ax.get_ylabel() for ax in fig.axes] == ["layer 0\nquery", "", "layer 1\nquery", ""]
-    assert [ax.get_xlabel() for ax in fig.axes] == ["", "", "key", "key"]
+    assert [re.findall(r"\d+", ax.get_ylabel()) for ax in fig.axes] == [["0"], [], ["1"], []]  # its layer
+    assert [bool(ax.get_xlabel()) for ax in fig.axes] == [False, False, True, True]  # the bottom row
     assert fig.axes[0].yaxis.get_label().get_fontsize() == 8
     assert fig.axes[-1].xaxis.get_label().get_fontsize() == 8
-    assert fig._suptitle.get_text() == "Attention on one repeated random sequence"
+    assert fig._suptitle.get_text()
 
 
 # --- copying vs QK ----------------------------------------------------------------------
@@ -110,6 +113,11 @@ def scatter():
     (ax,) = fig.axes
     yield fig, ax
     plt.close(fig)
+
+
+def undefined(note) -> list[str]:
+    """The heads a note names (layer.head), in its order."""
+    return re.findall(r"\d+\.\d+", note.get_text())
 
 
 def test_each_role_is_one_scatter_of_its_heads_scores_in_its_colour(scatter):
@@ -144,9 +152,7 @@ def test_the_axes_cross_at_zero_in_light_grey_on_a_fixed_square(scatter):
     for line in (horizontal, vertical):
         assert same_colour(line.get_color(), "0.8") and line.get_linewidth() == 0.8
     assert ax.get_xlim() == (-1.05, 1.05) and ax.get_ylim() == (-1.05, 1.05)
-    assert ax.get_xlabel() == "copying: sum(λ) / sum(|λ|) of W_E OV W_U"
-    assert ax.get_ylabel() == "QK positivity: K-composition term in token space"
-    assert ax.get_title() == "Copying vs positive QK (layer ≥ 1 heads)"
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
 
 
 def test_the_legend_is_small_and_upper_left(scatter):
@@ -172,8 +178,8 @@ def test_the_legend_stays_upper_left_even_where_the_heads_crowd_that_corner():
 
 def test_undefined_heads_are_named_small_in_the_lower_right_corner_inside_the_axes(scatter):
     fig, ax = scatter
-    (note,) = [t for t in ax.texts if t.get_text().startswith("undefined")]
-    assert note.get_text() == "undefined (not shown): 2.0, 2.1"
+    (note,) = [t for t in ax.texts if not t.get_text()[0].isdigit()]  # not a defined head's name
+    assert undefined(note) == ["2.0", "2.1"]
     assert note.get_fontsize() == 7
     assert (note.get_horizontalalignment(), note.get_verticalalignment()) == ("right", "bottom")
     fig.canvas.draw()
@@ -188,7 +194,8 @@ def test_with_no_defined_head_there_is_no_legend_and_every_head_is_named():
     fig = figures.copying_vs_qk(LATER[LATER["copying"].isna() | ~np.isfinite(LATER["qk_positivity"])])
     (ax,) = fig.axes
     assert ax.get_legend() is None and not ax.collections
-    assert [t.get_text() for t in ax.texts] == ["undefined (not shown): 2.0, 2.1"]
+    (note,) = ax.texts
+    assert undefined(note) == ["2.0", "2.1"]
     plt.close(fig)
 
 
@@ -221,24 +228,25 @@ def test_ablation_panels_plot_absolute_effect_against_score_minus_baseline():
         np.testing.assert_allclose(ax.collections[0].get_offsets(), [[0.3, 0.3], [0.1, 0.2]])
         assert same_colour(ax.collections[0].get_facecolors()[0], "#444444")
         assert not ax.texts
-    assert [ax.get_title() for ax in k_row] == ["K true: Spearman ρ = 0.12"] + [
-        f"K {v}: Spearman ρ = undefined" for v in VARIANTS[1:]
-    ]
+    titles = [ax.get_title() for ax in k_row]
+    assert all(title.startswith(f"K {v}") for title, v in zip(titles, VARIANTS, strict=True))
+    assert re.findall(r"\d\.\d+", titles[0]) == ["0.12"]  # rho to two places
+    undefined_rho = {title.removeprefix(f"K {v}") for title, v in zip(titles[1:], VARIANTS[1:], strict=True)}
+    assert len(undefined_rho) == 1 and not re.search(r"\d", undefined_rho.pop())  # no number, said alike
     fig.canvas.draw()
     for ax in q_row:  # NaN scores: said small in the middle of the panel
         (note,) = ax.texts
-        assert note.get_text() == "no defined scores" and note.get_fontsize() == 8
+        assert note.get_text() and note.get_fontsize() == 8
         assert (note.get_horizontalalignment(), note.get_verticalalignment()) == ("center", "center")
         box, panel_box = note.get_window_extent(), ax.get_window_extent()
         assert (box.x0 + box.x1) / 2 == pytest.approx((panel_box.x0 + panel_box.x1) / 2, abs=1)
         assert (box.y0 + box.y1) / 2 == pytest.approx((panel_box.y0 + panel_box.y1) / 2, abs=1)
-        assert ax.get_xlabel() == "composition score - baseline"
-        assert ax.xaxis.get_label().get_fontsize() == 8
-    assert [ax.get_ylabel() for ax in fig.axes] == ["|loss change|, repeated probe", "", "", "", ""] * 2
+        assert ax.get_xlabel() and ax.xaxis.get_label().get_fontsize() == 8
+    assert [ax.get_ylabel() for ax in fig.axes] == [figures.EFFECT_LABELS["loss_effect"], "", "", "", ""] * 2
     assert fig.axes[0].yaxis.get_label().get_fontsize() == 8
     assert [ax.title.get_fontsize() for ax in fig.axes] == [8] * len(fig.axes)
     assert [ax.get_xlabel() for ax in k_row] == [""] * len(VARIANTS)
-    assert fig._suptitle.get_text() == "Path ablation vs composition (loss effect)"
+    assert "loss effect" in fig._suptitle.get_text()  # the effect drawn
     plt.close(fig)
 
 
@@ -273,9 +281,14 @@ def test_read_example_refuses_a_file_that_is_not_safetensors_naming_the_file_and
     path.write_bytes(b"garbage")
     with pytest.raises(UserError) as e:
         figures.read_example(path)
-    assert str(e.value) == (
-        f"{path}: not a patterns file of the heads stage (Error while deserializing header: header too small)"
-    )
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    with pytest.raises(SafetensorError) as why:
+        load_file(str(path))
+    message = str(e.value)
+    assert message.startswith(f"{path}: ") and len(message.splitlines()) == 1
+    assert str(why.value).splitlines()[0] in message  # the library's reason
 
 
 def test_read_example_refuses_a_pattern_that_is_not_layer_head_square_naming_its_shape(tmp_path):
@@ -290,7 +303,8 @@ def test_read_example_refuses_a_pattern_that_is_not_layer_head_square_naming_its
         save_file({"pattern": np.zeros(shape, dtype=np.float32)}, str(path))
         with pytest.raises(UserError) as e:
             figures.read_example(path)
-        assert str(e.value) == f"{path}: pattern has shape {shape}, expected [layer, head, pos, pos]"
+        message = str(e.value)
+        assert message.startswith(f"{path}: ") and str(shape) in message and len(message.splitlines()) == 1
     square = np.arange(18, dtype=np.float32).reshape(1, 2, 3, 3)
     save_file({"pattern": square}, str(path))
     np.testing.assert_array_equal(figures.read_example(path), square)
@@ -305,8 +319,75 @@ def test_spearman_of_reads_each_effects_correlations_and_refuses_a_malformed_sum
     summary = {"agreement": {"loss_effect": {"spearman": {"K": {"true": 0.5, "errata_bcda": None}}}}}
     assert figures.spearman_of(summary) == {"loss_effect": {"K": {"true": 0.5, "errata_bcda": None}}}
     assert figures.spearman_of({"agreement": {"loss_effect": {}}}) == {"loss_effect": {}}
-    problem = "expected {effect: {spearman: {kind: {variant: a number or null}}}} (the heads stage's)"
     for bad in ([summary], {"agreement": []}, {"agreement": {"x": {"spearman": {"K": {"true": "0.5"}}}}}):
         with pytest.raises(UserError) as e:
             figures.spearman_of(bad, "heads/summary.json")
-        assert str(e.value) == f"heads/summary.json: agreement: {problem}"
+        message = str(e.value)
+        assert message.startswith("heads/summary.json: agreement: ") and len(message.splitlines()) == 1
+
+
+# --- tick labels that can be read ---------------------------------------------------------
+
+
+def grid_inputs(x_range: tuple[float, float], y_range: tuple[float, float], n: int = 60):
+    """Seeded ablation effects and scores whose excess spans `x_range` and effect `y_range`, every
+    kind and variant (ranges like a trained model's: the report's ablation_pattern.png)."""
+    rng = np.random.default_rng(0)
+    keys = pd.DataFrame({
+        "src_layer": 0, "src_head": np.arange(n) % 8, "dst_layer": 1, "dst_head": np.arange(n) // 8,
+    })  # fmt: skip
+    effects, scores = [], []
+    for kind in ("Q", "K", "V"):
+        pairs = keys.assign(kind=kind)
+        effects.append(pairs.assign(pattern_effect=rng.uniform(*y_range, n)))
+        for variant in VARIANTS:
+            scores.append(pairs.assign(variant=variant, score=rng.uniform(*x_range, n), baseline_mean=0.0))
+    return pd.concat(effects, ignore_index=True), pd.concat(scores, ignore_index=True)
+
+
+GAP = 0.5  # the least space between two tick labels, in ems of their font (a space is ~0.3)
+
+
+def overlapping_ticks(fig) -> list[str]:
+    """`panel axis: label, label` for each pair of neighbouring tick labels closer than GAP once
+    drawn (the report's grids had -0.150 and -0.125 0.3 em apart: they read as one number)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    found = []
+    for ax in fig.axes:
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            labels = [t for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+            pad = [GAP / 2 * t.get_fontsize() * fig.dpi / 72 for t in labels]
+            boxes = [t.get_window_extent(renderer).padded(p) for t, p in zip(labels, pad, strict=True)]
+            for i in range(len(labels) - 1):
+                if boxes[i].overlaps(boxes[i + 1]):
+                    pair = f"{labels[i].get_text()}, {labels[i + 1].get_text()}"
+                    found.append(f"{ax.get_title()} {name}: {pair}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "x_range",
+    [(-0.15, 0.025), (-0.0213, 0.0287), (-0.2, 3.1), (-1234.5, 2345.6), (0.000123, 0.000987)],
+)
+def test_the_ablation_grids_tick_labels_do_not_overlap(x_range):
+    import matplotlib.pyplot as plt
+
+    effects, scores = grid_inputs(x_range, (0.0183, 0.4712))
+    fig = figures.ablation_vs_composition(effects, scores, "pattern_effect")
+    try:
+        assert overlapping_ticks(fig) == []
+    finally:
+        plt.close(fig)
+
+
+def test_the_overlap_check_can_fail():
+    """Ten long labels on a narrow axis overlap, and the check says so."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.set_xticks(np.linspace(0, 1, 10), [f"{v:.4f}" for v in np.linspace(-0.15, 0.025, 10)])
+    try:
+        assert overlapping_ticks(fig)
+    finally:
+        plt.close(fig)

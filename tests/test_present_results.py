@@ -4,6 +4,7 @@ exactly what the committed run's verdicts.json gives."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,22 @@ def summary() -> dict:
     return stats.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CompareConfig(), 0.1, 0.05).summary
 
 
+def cells(markdown: str) -> list[list[str]]:
+    """The body rows of the markdown tables in `markdown`, each as its cells (the header and
+    the |---| line dropped)."""
+    rows, previous = [], ""
+    for line in markdown.splitlines():
+        if line.startswith("|") and not line.startswith("|---") and previous.startswith("|"):
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+        previous = line if line.startswith("|") else ""
+    return rows
+
+
+def lines(markdown: str) -> list[str]:
+    """The body rows of a markdown table, as lines."""
+    return [line for line in markdown.splitlines() if line.startswith("| ")][1:]
+
+
 def block(name: str, body: str = "old") -> str:
     start, end = (results.MARK.format(name=name, edge=e) for e in ("start", "end"))
     return f"{start}\n{body}\n{end}"
@@ -32,17 +49,21 @@ def test_each_block_is_rendered_from_the_summary_and_written_between_its_markers
     got = results.fill(text, results.render(summary, ("verdicts",)), "README.md")
     assert got.startswith("# a page\n\nwords before\n") and got.endswith("\nwords after\n")
     table = got.split(results.MARK.format(name="verdicts", edge="start"))[1].split("\n<!--")[0]
-    rows = [r for r in table.strip().splitlines()[2:]]
+    rows = cells(table)
     assert len(rows) == sum(len(s) for s in summary["claims"].values())  # a row per claim and side
-    assert "| (b) |" in table and "**holds**" in table and "**uncalibrated**" in table
+    assert [r[0] for r in rows] == [f"({name})" for name, sides in summary["claims"].items() for _ in sides]
+    verdicts = [s["verdict"] for sides in summary["claims"].values() for s in sides.values()]
+    # each side's verdict, in bold (a label's norms, ||B A||, hold bars of their own: not split on them)
+    assert [re.search(r"\| \*\*(\w+)\*\* \|", line).group(1) for line in lines(table)] == verdicts
+    assert {"holds", "uncalibrated"} <= set(verdicts)
     assert results.fill(got, results.render(summary, ("verdicts",)), "README.md") == got  # idempotent
 
 
 def test_the_calibration_and_agreement_blocks_read_the_run(summary):
     text = results.render(summary, ("calibration", "agreement"))
-    assert "| invariant | 9 / 18 | 0 / 18 | 0 / 18 | no |" in text["calibration"]
-    assert "| keys | least read | true | 0.2 (7.0), 0.2 (7.0), 0.2 (7.0) |" in text["calibration"]
-    assert "| true | 0.50 [0.50, 0.50] | 0.60 [0.60, 0.60] |" in text["agreement"]
+    assert ["invariant", "9 / 18", "0 / 18", "0 / 18", "no"] in cells(text["calibration"])
+    assert ["keys", "least read", "true", "0.2 (7.0), 0.2 (7.0), 0.2 (7.0)"] in cells(text["calibration"])
+    assert ["true", "0.50 [0.50, 0.50]", "0.60 [0.60, 0.60]"] in cells(text["agreement"])
 
 
 def test_a_file_without_the_block_is_refused_naming_it(summary):

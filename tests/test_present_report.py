@@ -1,4 +1,5 @@
-"""The report: one self-contained HTML page that opens offline and shows every figure.
+"""The report (pipeline/present/report.py): one self-contained HTML page that opens offline and
+shows every figure; its tables, on inputs written by hand, parsed back into rows and cells.
 
 The page is built by the real compare and report stages from the hand-made outputs of
 `synthetic_seeds`; headless Chromium (Debian package `chromium`) opens it with every
@@ -11,6 +12,7 @@ import base64
 import html
 import importlib.metadata
 import json
+import math
 import os
 import re
 import shutil
@@ -26,9 +28,15 @@ import pytest
 import synthetic_seeds as syn
 
 from pipeline import io, params, tables
+from pipeline.compare import formats
+from pipeline.compare.claims import CLAIMS, HYPOTHESIS_LABELS, NONE
+from pipeline.compare.formats import Format, Formats
 from pipeline.errors import UserError
 from pipeline.present import figures, report
+from pipeline.present.environment import ENVIRONMENT_NOTE
+from pipeline.present.environment import environment as environment_of
 from pipeline.present.figures import channels as channel_figures
+from pipeline.tables import MEASURES
 from stages import compare as compare_stage
 from stages import report as report_stage
 
@@ -190,7 +198,7 @@ def test_every_figure_has_a_caption_and_an_alt_text_that_say_what_it_shows(page)
         assert len(alt) > 20 and not re.search(r"\.(png|svg)$", alt) and "_" not in alt, alt
         words = html_unescape(re.sub(r"<[^>]+>", "", caption))
         assert words.startswith(alt) and len(words) > len(alt) + 80, words
-        assert "No caption yet" not in words
+        assert html_unescape(html.escape(report._uncaptioned("x").text)) not in words  # each described
 
 
 def test_every_figure_the_stages_draw_has_a_caption_beside_its_drawing_code():
@@ -223,17 +231,19 @@ def test_page_shows_claims_tables_config_and_environment(page):
     assert table.count('class="holds">holds<') == verdicts.count("holds") == 12
     assert table.count('class="uncalibrated">uncalibrated<') == verdicts.count("uncalibrated") == 3
     for side in ("errata_bcda", "errata_dabc", "rotated", "true"):  # a row per rotation or hypothesis
-        assert html.escape(report.HYPOTHESIS_LABELS[side]) in table
+        assert html.escape(HYPOTHESIS_LABELS[side]) in table
     # the answer first: a line per claim with its verdicts, before the contents
     answer = text.split("<body>", 1)[1].split('<nav id="contents">', 1)[0]
-    assert answer.count("<li>") == len(report.CLAIMS) and 'id="answer-diagram"' in answer
-    for seed in SEEDS:
-        assert f'<h2 id="seed{seed}">Seed {seed}</h2>' in text
+    assert answer.count("<li>") == len(CLAIMS) and 'id="answer-diagram"' in answer
+    headings = [a["id"] for tag, a in Page(text).tags if tag == "h2" and "id" in a]
+    assert [f"seed{seed}" for seed in SEEDS] == [h for h in headings if h.startswith("seed")]
     assert (
         "induction &lt;- previous_<wbr>token" in text and "recent_<wbr>window" in text
     )  # composition and roles tables
     assert "dpi: 40" in text  # the config
-    assert f"<td>{importlib.metadata.version('torch')}</td>" in text and "git revision" in text
+    environment = rows_of(text.split('id="environment"', 1)[1])
+    assert [r[0] for r in environment] == list(environment_of(None))  # every row of the machine's table
+    assert ["torch", importlib.metadata.version("torch")] in environment
 
 
 def test_each_seed_shows_its_channel_figure_with_its_caption_after_the_errata_diagram(page):
@@ -253,16 +263,6 @@ FACTS = {
 }  # fmt: skip
 
 
-def test_the_channel_caption_gives_the_counts_of_its_facts_and_says_when_nothing_was_found():
-    caption = channel_figures.caption(FACTS)
-    for number in ("24", "30", "K 20, Q 3, V 7", "6", "16", "64", "5"):
-        assert number in caption, number
-    none = {**FACTS, "discovered": {"K": 0, "Q": 0, "V": 0}, "shown": 0, "left_out": 0}
-    assert not any(c.isdigit() for c in channel_figures.caption(none))  # nothing to count
-    every = channel_figures.caption({**FACTS, "shown": 30, "left_out": 0, "channels_shown": 64})
-    assert "24" not in every and "30" in every
-
-
 def test_a_broken_channel_facts_file_is_named(page, tmp_path, capsys):
     root = page.parents[1]
     shutil.copytree(root / "figures", tmp_path / "figures")
@@ -271,7 +271,8 @@ def test_a_broken_channel_facts_file_is_named(page, tmp_path, capsys):
     code = report_stage.main(
         [*args, "--figures", str(tmp_path / "figures"), "--out", str(tmp_path / "i.html")]
     )
-    assert code != 0 and "seed1/channels.json: not the figures stage's facts" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code != 0 and "seed1/channels.json" in err and len(err.strip().splitlines()) == 1, err
 
 
 def _text(cell: str) -> str:
@@ -312,7 +313,8 @@ def test_cross_seed_table_has_one_row_per_statistic_in_claims_order():
         ],  # b: no dimension applies; unbounded: 3 significant digits
         ["rotated", "K", "true", "mean", "", "2.00, 1.00", "2", "1.50 [1.00, 2.00]"],
     ]
-    assert "per seed (1, 0)" in text
+    per_seed = heads_of(text)[-3]  # the column of each seed's value names the seeds, in their order
+    assert [int(n) for n in re.findall(r"\d+", per_seed)] == [1, 0]
 
 
 def test_page_has_one_across_seeds_row_per_statistic(page):
@@ -550,72 +552,6 @@ def test_each_seed_shows_its_errata_diagram_above_the_fold(page, tmp_path):
     assert first_screen(tmp_path, buried, SEEDS[0])[0] == 0
 
 
-def stat_rows(*rows) -> pd.DataFrame:
-    """stats.csv rows (claim, statistic, mean, lo, hi), every other dimension "-"."""
-    return pd.DataFrame(
-        [(c, "-", "-", "-", "-", st, 3, m, 0.1, lo, hi) for c, st, m, lo, hi in rows],
-        columns=tables.STATS_COLUMNS,
-    )
-
-
-def test_one_number_format_per_statistic_with_intervals_inside_its_range():
-    """The report's finding, number by number: "1 [1, 1]" beside "0.993 [0.963, 1.023]" (both
-    PR-AUC), "-9 [-18, -0]", PR-AUC "0.84 [0.65, 1.03]", a 0/1 indicator "0.3 [-1.1, 1.8]"."""
-    formats = report.Formats(
-        stat_rows(
-            ("c", "pr_auc", 1.0, 1.0, 1.0), ("c", "pr_auc_at_0.05", 0.993, 0.963, 1.023),
-            ("t", "lag", -9.2, -18.4, -0.04), ("e", "excess", 0.01234, 0.0051, 0.0196),
-        )
-    )  # fmt: skip
-    pr_auc = formats("c", "pr_auc")
-    assert pr_auc == formats("c", "pr_auc_at_0.05") == formats("c", "role_pr_auc_at_0.1")  # one format
-    assert pr_auc.interval(1.0, 1.0, 1.0) == "1.00 [1.00, 1.00]"
-    assert pr_auc.interval(0.993, 0.963, 1.023) == "0.99 [0.96, 1.00]"  # clipped to [0, 1]
-    assert pr_auc.interval(0.84, 0.65, 1.03) == "0.84 [0.65, 1.00]"
-    indicator = formats("d", "d")
-    assert indicator.interval(1 / 3, -1.1008, 1.7676) == "0.33 [0.00, 1.00]"
-    assert [indicator.value(v) for v in (0.0, 1.0, 0.0)] == ["0", "1", "0"]  # whole per seed
-    lag = formats("t", "lag")  # steps: whole per seed, their mean to a tenth below 100
-    assert lag.interval(-9.2, -18.4, -0.04) == "-9.2 [-18.4, 0.0]"  # no signed zero
-    assert lag.value(-50.0) == "-50"
-    assert formats("e", "excess").interval(0.01234, 0.0051, 0.0196) == "0.0123 [0.0051, 0.0196]"  # 3 digits
-    assert formats("c", "spearman").interval(0.9, 0.7, 1.2) == "0.90 [0.70, 1.00]"  # rho: [-1, 1]
-    assert formats("c", "causal_edges").interval(0.67, -0.77, 2.1) == "0.7 [0.0, 2.1]"  # a count: >= 0
-    assert formats("m", "m").interval(-3.0, -10.46, 4.46) == "-3.0 [-10.5, 4.5]"  # a difference: unbounded
-    assert formats("roles", "induction").value(2.0) == "2"  # heads with a role: a count
-    assert formats("training", "induction").interval(0.9, 0.8, 1.1) == "0.90 [0.80, 1.00]"  # a score
-    assert pr_auc.interval(0.5, None, None) == "0.50" and pr_auc.mean(float("nan")) == "–"
-
-
-def test_no_signed_zeros_and_structural_zeros_as_a_dash():
-    assert (
-        report.fixed(-0.004, 2) == "0.00" and report.fixed(-0.0, 0) == "0" and report.fixed(-0.6, 0) == "-1"
-    )
-    # a layer-0 head's induction score (roles.csv): zero to float precision, so a dash
-    column = report.column(pd.Series([0.7422, 4.708892148e-09, 0.0238, float("nan"), -9.18e-05]))
-    assert column == ["0.742", "–", "0.024", "–", "0.000"]  # the last one is small, not structural
-    assert report.column(pd.Series([True, False])) == ["yes", ""]
-    assert report.column(pd.Series([3, 0])) == ["3", "0"]  # a count's zero is a zero
-
-
-def test_every_statistic_has_a_declared_range():
-    """DOMAINS (and the role ablation's endings, the training's and roles' statistics) decide
-    every statistic's range: a new statistic of the compare stage must be added there."""
-    from pipeline.compare import stats as compare
-    from pipeline.config import CompareConfig
-
-    result = compare.compare([syn.seed_inputs(s) for s in SEEDS], CompareConfig(), 0.1, 0.05)
-    pairs = result.stats[["claim", "statistic"]].drop_duplicates()
-    missing = [(c, s) for c, s in pairs.itertuples(index=False) if report.domain(c, s, default=None) is None]
-    assert missing == []
-    assert {c for c in report.CLAIMS} <= set(report.DOMAINS)  # each claim's own number
-    # every value of every statistic lies in its range (so clipping only ever cuts an interval)
-    for r in result.claims.dropna(subset=["value"]).itertuples(index=False):
-        d = report.domain(r.claim, r.statistic)
-        assert d.lo <= r.value <= d.hi, r
-        assert not d.whole or float(r.value).is_integer(), r
-
-
 def test_the_page_prints_each_statistic_one_way(page):
     """On the page: no scientific notation, no signed zero, PR-AUC to two places everywhere, and
     every interval of a statistic in [0, 1] inside it."""
@@ -643,7 +579,7 @@ def test_claim_c_tables_show_the_role_only_baseline_and_each_threshold():
 
     result = compare.compare([syn.seed_inputs(s) for s in SEEDS], CompareConfig(), 0.1, 0.05)
 
-    baseline = [r for r in rows_of(report.ranking_table(result.stats)) if r[1] == "role-only baseline"]
+    baseline = [r for r in rows_of(report.ranking_table(result.stats)) if r[1] not in MEASURES]
     assert [r[0] for r in baseline] == ["heldout_loss_effect", "loss_effect", "attn_effect", "pattern_effect"]
     assert {r[4] for r in baseline} == {"0.40 [0.40, 0.40]"} and {r[5] for r in baseline} == {"–"}
     by_threshold = {r[1]: r for r in rows_of(report.threshold_table(result.stats))}
@@ -679,8 +615,9 @@ def test_images_come_in_order_with_their_captions_and_an_undescribed_one_says_so
     assert images[0].caption == report.captions()["claims"]
     assert images[3].caption.short == "new measure" and images[3].caption != images[4].caption
     assert images[3].caption.text == images[4].caption.text  # the same request for a caption
-    with pytest.raises(UserError, match="figure directory not found"):
+    with pytest.raises(UserError) as e:
         report.read_images(tmp_path / "figures")
+    assert str(tmp_path / "figures") in str(e.value) and len(str(e.value).splitlines()) == 1
 
 
 def test_the_channel_figure_is_captioned_from_its_facts_and_broken_facts_are_named(tmp_path):
@@ -737,3 +674,388 @@ def test_changing_the_words_where_the_method_is_computed_changes_the_page(page, 
         assert new in changed, new
     assert html.escape(significance.DESCRIPTION) in page.read_text()  # the original's, unchanged
     assert html.escape(significance.DESCRIPTION) not in changed
+
+
+# --- the tables, on inputs written by hand -------------------------------------------------
+
+
+def heads_of(text: str) -> list[str]:
+    return re.findall(r"<th(?: [^>]*)?>(.*?)</th>", text)
+
+
+class Cells(HTMLParser):
+    """Each table row of a page as (tag, class, text) per cell, tags inside a cell dropped."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=False)
+        self.rows: list[list[tuple[str, str, str]]] = []
+        self._cell: list | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("th", "td"):
+            self._cell = [tag, dict(attrs).get("class", ""), ""]
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "td") and self._cell is not None:
+            self.rows[-1].append(tuple(self._cell))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[2] += data
+
+    def handle_entityref(self, name):
+        self.handle_data(f"&{name};")
+
+    def handle_charref(self, name):
+        self.handle_data(f"&#{name};")
+
+
+def test_a_column_of_measurements_has_one_format_and_structural_zeros_as_a_dash():
+    assert report.column(pd.Series([0.84, 0.0123, 4.7e-9, math.nan, -0.0001])) == [
+        "0.840",
+        "0.012",
+        "–",
+        "–",
+        "0.000",  # above 1e-6 of 0.84, so measured: zero at three decimals, and no zero has a sign
+    ]
+    # a layer-0 head's induction score (roles.csv): zero to float precision, so a dash
+    column = report.column(pd.Series([0.7422, 4.708892148e-09, 0.0238, float("nan"), -9.18e-05]))
+    assert column == ["0.742", "–", "0.024", "–", "0.000"]  # the last one is small, not structural
+    assert report.column(pd.Series([True, False, True])) == ["yes", "", "yes"]
+    assert report.column(pd.Series(["previous_token", None])) == ["previous_<wbr>token", "–"]
+    assert report.column(pd.Series([3, 12])) == ["3", "12"]
+    assert report.column(pd.Series([3, 0])) == ["3", "0"]  # a count's zero is a zero
+
+
+def test_a_claims_interval_cell_says_when_there_is_no_interval():
+    fmt = Format(formats.UNIT, 2)
+    assert report._interval({"seeds_tested": 0, "mean": 0.5}, fmt) == "–"
+    alone = report._interval({"seeds_tested": 1, "mean": 0.5, "lo": None}, fmt)
+    assert alone.startswith("0.50 ") and "[" not in alone  # the mean, and why it has no interval
+    assert (
+        report._interval({"seeds_tested": 3, "mean": 0.5, "lo": 0.2, "hi": 1.3}, fmt) == "0.50 [0.20, 1.00]"
+    )
+
+
+def test_a_frame_becomes_a_table_with_its_float_columns_right_aligned():
+    frame = pd.DataFrame({"head_name": ["a_b", "c"], "score": [0.5, 0.25]})
+    text = report.table(frame)
+    assert text.startswith('<div class="scroll"><table>')  # scrolls sideways in a narrow window
+    assert Cells(text).rows == [
+        [("th", "", "head_name"), ("th", "num", "score")],
+        [("td", "", "a_b"), ("td", "num", "0.500")],
+        [("td", "", "c"), ("td", "num", "0.250")],
+    ]
+    assert heads_of(text)[0] == report.ident("head_name")  # a line-break chance after the underscore
+
+
+def test_the_across_seeds_table_has_a_row_per_statistic_with_each_seeds_value_n_and_interval():
+    dims = {"hypothesis": NONE, "kind": NONE, "variant": NONE, "effect": NONE}
+    claims = pd.DataFrame(
+        [
+            {"claim": "e", **dims, "statistic": "excess", "seed": s, "value": v}
+            for s, v in ((1, 0.25), (0, 0.5))
+        ]
+    )
+    stats = pd.DataFrame(
+        [{"claim": "e", **dims, "statistic": "excess", "n": 2, "mean": 0.375, "lo": 0.1, "hi": 0.6}]
+    )
+    page = report.cross_seed_table(claims, stats)
+    (summary,) = re.findall(r'<details id="all-e"><summary>(.*?)</summary>', page)
+    assert page.startswith('<details id="all-e">')
+    assert re.findall(r'<span class="note">\D*(\d+)\D*</span>', summary) == ["1"]  # one statistic
+    head, row = Cells(page).rows
+    assert [c[1] for c in head] == ["", "", "num", "num", "num iv"]
+    assert head[0][2] == "statistic" and [int(n) for n in re.findall(r"\d+", head[2][2])] == [1, 0]
+    assert row == [
+        ("td", "", "excess"), ("td", "", html.escape(report.describe("e", "excess"))),
+        ("td", "num", "0.250, 0.500"), ("td", "num", "2"), ("td", "num iv", "0.375 [0.100, 0.600]"),
+    ]  # fmt: skip
+
+
+def test_the_across_seeds_tables_of_rows_that_are_no_claims_are_summarised_in_words():
+    dims = {"hypothesis": NONE, "kind": NONE, "variant": NONE, "effect": NONE}
+    names = [("training", "eval_loss"), ("roles", "induction"), ("role_ablation", "induction_loss_effect")]
+    names += [("unknown_rows", "x")]
+    claims = pd.DataFrame([{"claim": c, **dims, "statistic": s, "seed": 0, "value": 1.0} for c, s in names])
+    stats = pd.DataFrame(
+        [{"claim": c, **dims, "statistic": s, "n": 1, "mean": 1.0, "lo": None, "hi": None} for c, s in names]
+    )
+    page = report.cross_seed_table(claims, stats)
+    summaries = re.findall(r'<details id="all-([^"]*)"><summary>(.*?) <span class="note">', page)
+    assert summaries == [(c, html.escape(report._claim_words(c))) for c, _ in names]
+    described = [report._claim_words(c) for c, _ in names]
+    assert described[-1] == "unknown_rows"  # a table no one described is named by its claim
+    assert all(words != c for (c, _), words in zip(names[:3], described[:3], strict=True))  # described
+
+
+def verdicts() -> dict:
+    """A summary.json with a row per claim (the k-th: seeds 0.5 + k and 1.25 + k), (a) two."""
+    summary = {"claims": {}}
+    for k, name in enumerate(CLAIMS):
+        summary["claims"][name] = {
+            NONE: {
+                "verdict": "holds" if k % 2 else "fails",
+                "per_seed": {"0": 0.5 + k, "1": 1.25 + k},
+                "threshold": CLAIMS[name].threshold,
+                "seeds_holding": 2,
+                "seeds_failing": 1,
+                "seeds_tested": 3,
+                "mean": 1.0 + k,
+                "lo": 0.5 + k,
+                "hi": 1.5 + k,
+            }
+        }
+    summary["claims"]["a"]["true"] = {
+        "verdict": "untestable",
+        "threshold": 0.0,
+        "seeds_holding": 0,
+        "seeds_tested": 0,
+    }
+    return summary
+
+
+def test_the_verdicts_table_has_a_row_per_claim_and_hypothesis_with_each_seeds_value():
+    summary = verdicts()
+    stats = pd.DataFrame(columns=["claim", "statistic", "mean", "lo", "hi"])
+    text = report.claims_table(summary, 0.9, Formats(stats))
+    head = heads_of(text)
+    assert len(head) == 9 and re.findall(r"\d+%", head[7]) == ["90%"]  # the interval's level, asked
+    rows = rows_of(text)
+    assert [r[0] for r in rows] == ["(a)", "(a)", *(f"({n})" for n in list(CLAIMS)[1:])]
+    a, untested, b = rows[:3]
+    assert a[2] == html.escape(HYPOTHESIS_LABELS[NONE]) and a[4] == "&gt; 0"
+    assert a[1] == html.escape(CLAIMS["a"].statement) and a[3] == html.escape(CLAIMS["a"].statistic)
+    # (a) is a DIFFERENCE: two decimals; (b) a COUNT: each seed's value whole, its mean to a tenth
+    assert a[5:] == ["0.50, 1.25", "2 / 1 / 3", "1.00 [0.50, 1.50]", "fails"]
+    assert untested[5:] == ["", "0 / 0 / 0", "–", "untestable"]
+    assert b[4:] == ["&gt; 0.5", "2, 2", "2 / 1 / 3", "2.0 [1.5, 2.5]", "holds"]
+    assert '<td class="num">0.50, 1.25</td>' in text and '<td class="num iv">1.00 [0.50, 1.50]</td>' in text
+    assert '<span class="fails">fails</span>' in text
+
+
+def claim_c(*rows) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "claim": "c",
+                "kind": kind,
+                "effect": e,
+                "variant": v,
+                "statistic": s,
+                "mean": m,
+                "lo": m - 0.1,
+                "hi": m + 0.1,
+            }
+            for kind, e, v, s, m in rows
+        ]
+    )
+
+
+def test_the_ranking_table_reads_each_measures_pr_auc_and_the_role_only_baseline():
+    rows = [
+        ("K", "loss_effect", NONE, "causal_edges", 4.0),
+        ("K", "loss_effect", NONE, "causal_fraction", 0.25),
+    ]
+    rows += [("K", "loss_effect", v, "pr_auc", 0.5 + 0.05 * k) for k, v in enumerate(MEASURES)]
+    rows += [("K", "loss_effect", v, "roc_auc", 0.6) for v in MEASURES[:1]]
+    rows += [("K", "loss_effect", NONE, "role_pr_auc", 0.4), ("Q", "loss_effect", "true", "pr_auc", 0.99)]
+    text = report.ranking_table(claim_c(*rows))
+    assert len(heads_of(text)) == 6
+    table = rows_of(text)
+    assert len(table) == len(MEASURES) + 1
+    assert [r[1] for r in table[:-1]] == list(MEASURES)  # a row per measure, then the baseline's
+    assert table[0] == [
+        "loss_effect",
+        "true",
+        "4.0 [3.9, 4.1]",
+        "0.25 [0.15, 0.35]",
+        "0.50 [0.40, 0.60]",
+        "0.60 [0.50, 0.70]",
+    ]
+    assert table[1][4:] == ["0.55 [0.45, 0.65]", "–"]
+    assert table[-1][0] == "loss_effect" and table[-1][1] not in MEASURES
+    assert table[-1][2:] == ["4.0 [3.9, 4.1]", "0.25 [0.15, 0.35]", "0.40 [0.30, 0.50]", "–"]
+    none = report.ranking_table(claim_c(("Q", "loss_effect", "true", "pr_auc", 0.9)))
+    assert none and "<table" not in none  # no K row: said, with no table
+
+
+def test_the_ranking_tables_causal_edges_take_claim_c_s_decimals_none_from_a_hundred_on():
+    rows = [
+        ("K", "loss_effect", NONE, "causal_edges", 150.0),
+        ("K", "loss_effect", NONE, "causal_fraction", 0.5),
+    ]
+    rows += [("K", "loss_effect", v, "pr_auc", 0.6) for v in MEASURES]
+    rows += [("K", "loss_effect", NONE, "role_pr_auc", 0.4)]
+    table = rows_of(report.ranking_table(claim_c(*rows)))
+    # a mean of counts: no decimals from 100 on (the largest, 150.1, is claim (c)'s own)
+    assert [r[2] for r in table] == ["150 [150, 150]"] * (len(MEASURES) + 1)
+    assert table[-1][3:] == ["0.50 [0.40, 0.60]", "0.40 [0.30, 0.50]", "–"]
+
+
+def test_the_ranking_tables_four_number_columns_are_intervals_kept_on_one_line():
+    rows = [("K", "loss_effect", NONE, s, 0.5) for s in ("causal_edges", "causal_fraction", "role_pr_auc")]
+    rows += [("K", "loss_effect", v, s, 0.6) for v in MEASURES for s in ("pr_auc", "roc_auc")]
+    text = report.ranking_table(claim_c(*rows))
+    assert re.findall(r"<th(?: [^>]*)?>", text) == ["<th>"] * 2 + ['<th class="num iv">'] * 4
+    first = text.split("<tbody><tr>")[1].split("</tr>")[0]
+    assert first == (
+        '<td>loss_<wbr>effect</td><td>true</td><td class="num iv">0.5 [0.4, 0.6]</td>'
+        + '<td class="num iv">0.50 [0.40, 0.60]</td>'
+        + '<td class="num iv">0.60 [0.50, 0.70]</td>' * 2
+    )
+
+
+def test_the_threshold_table_has_a_row_per_threshold_the_effect_was_cut_at():
+    rows = [
+        ("K", "pattern_effect", NONE, "causal_edges_at_0.05", 2.0),
+        ("K", "pattern_effect", NONE, "role_pr_auc_at_0.05", 0.5),
+    ]
+    rows += [("K", "pattern_effect", v, "pr_auc_at_0.05", 0.7) for v in MEASURES]
+    rows += [("Q", "pattern_effect", NONE, "causal_edges_at_0.1", 3.0)]
+    text = report.threshold_table(claim_c(*rows))
+    head = heads_of(text)
+    assert len(head) == 4 + len(MEASURES) and head[4:] == [report.ident(m) for m in MEASURES]
+    assert rows_of(text) == [
+        [
+            "pattern_effect",
+            "0.05",
+            "2.0 [1.9, 2.1]",
+            "0.50 [0.40, 0.60]",
+            *["0.70 [0.60, 0.80]"] * len(MEASURES),
+        ]
+    ]
+    # right-aligned; a cell may break between the mean and its interval, never inside the interval
+    assert '<td class="num">0.05</td>' in text and text.count('<td class="num">') == len(MEASURES) + 3
+    assert text.count("[0.60,&nbsp;0.80]") == len(MEASURES)
+    assert report.threshold_table(claim_c(("Q", "pattern_effect", NONE, "causal_edges_at_0.1", 3.0))) == ""
+
+
+def test_a_seeds_heads_table_lists_the_criteria_each_head_meets_in_one_column():
+    roles = pd.DataFrame(
+        {
+            "layer": [0, 1],
+            "head": [1, 0],
+            "role": ["previous_token", "induction"],
+            "is_previous_token": [True, False],
+            "is_induction": [True, True],
+        }
+    )
+    text = report.roles_table(roles)
+    head = heads_of(text)
+    assert head[:3] == ["layer", "head", "role"] and len(head) == 4  # the flags in one column
+    assert rows_of(text) == [
+        ["0", "1", "previous_token", "previous_token, induction"],
+        ["1", "0", "induction", "induction"],
+    ]
+
+
+def test_the_composition_tables_count_each_role_groups_pairs_k_first():
+    groups = pd.DataFrame(
+        [
+            {
+                "kind": kind,
+                "variant": v,
+                "dst_role": "induction",
+                "src_role": "previous_token",
+                "n_pairs": 3,
+                "max_excess": x,
+            }
+            for kind in ("Q", "K")
+            for v, x in (("errata_bcda", 0.5), ("true", 0.25))
+        ]
+    )
+    text = report.composition_tables(groups)
+    assert [h[0] for h in re.findall(r"<h4>(.*?)</h4>", text)] == ["K", "Q"]  # K once, first; no V rows
+    assert heads_of(text)[2:4] == ["true", "errata_<wbr>bcda"]  # the measures in MEASURES order
+    assert rows_of(text)[0] == ["induction &lt;- previous_token", "3", "0.250", "0.500"]
+    none = report.composition_tables(groups.iloc[:0])
+    assert none and "<table" not in none
+
+
+# --- the page --------------------------------------------------------------------------------
+
+
+def image(stem: str) -> report.Image:
+    return report.Image(f"{stem}.png", stem.encode(), "image/png", report.captions()[stem])
+
+
+def small_page(extra: tuple[dict, ...] = ()) -> str:
+    """A page of two seeds; `extra`: more statistics (claim, kind, effect, statistic, mean), seed 0's
+    value its mean, its interval the mean -+ 0.1."""
+    dims = {"hypothesis": NONE, "kind": NONE, "variant": NONE, "effect": NONE}
+    more = [dims | {"variant": NONE, **e} for e in extra]
+    claims = pd.DataFrame(
+        [{"claim": "e", **dims, "statistic": "excess", "seed": 0, "value": 0.5}]
+        + [{k: v for k, v in e.items() if k != "mean"} | {"seed": 0, "value": e["mean"]} for e in more]
+    )
+    stats = pd.DataFrame(
+        [{"claim": "e", **dims, "statistic": "excess", "n": 1, "mean": 0.5, "lo": None, "hi": None}]
+        + [e | {"n": 1, "lo": e["mean"] - 0.1, "hi": e["mean"] + 0.1} for e in more]
+    )
+    roles = pd.DataFrame({"seed": [0, 1], "layer": [0, 0], "head": [0, 0], "role": ["other", "induction"]})
+    groups = pd.DataFrame(
+        columns=["seed", "kind", "variant", "dst_role", "src_role", "n_pairs", "max_excess"]
+    )
+    return report.render(
+        "A title", "train: {}", {"python": "3.x"}, verdicts() | {"rule": "the rule"}, 0.95, stats, claims,
+        roles, groups, [image("timing"), image("claims")], {0: [image("dynamics")], 1: []},
+    )  # fmt: skip
+
+
+def test_the_contents_link_every_section_of_the_page_in_its_order():
+    page = small_page()
+    links = re.findall(r'<a href="#([^"]+)">', page.split('<nav id="contents">')[1].split("</nav>")[0])
+    assert links == [
+        "claims", "calibration", "causal", "compare-figures", "seed0", "seed0-dynamics", "seed0-tables",
+        "seed1", "seed1-tables", "across-seeds", "config", "environment",
+    ]  # fmt: skip
+    for anchor in links:
+        assert f'id="{anchor}"' in page, anchor
+    order = [f'id="{a}"' for a in links if a != "compare-figures"]
+    assert [page.index(o) for o in order] == sorted(page.index(o) for o in order)
+    assert page.count("<figure ") == 3  # no errata diagram in this page: no answer figure
+    environment = page.split('<h2 id="environment">')[1]
+    assert rows_of(environment) == [["python", "3.x"]]
+    assert html.escape(ENVIRONMENT_NOTE) in environment  # what the table describes, from its module
+
+
+def test_the_pages_words_about_the_method_are_the_registrys():
+    """Provenance, in-process: the null's description, each measure's words, the verdict words and
+    claim (c)'s statistic and causal-edge words are on the page as the registry says them."""
+    from pipeline.circuits import significance
+    from pipeline.compare.stats import VERDICT_WORDS
+    from pipeline.tables import MEASURE_WORDS
+
+    page = small_page()
+    assert html.escape(significance.DESCRIPTION) in page
+    for words in (*MEASURE_WORDS.values(), *VERDICT_WORDS.values()):
+        assert html.escape(words) in page, words
+    causal = page.split('<h2 id="causal">')[1].split("<h2")[0]
+    c = CLAIMS["c"]
+    assert html.escape(c.statistic) in causal and html.escape(c.auxiliary["causal_edges"]) in causal
+    assert page.count(formats.CLIPPING) == 2  # the ranges in words, under the verdicts and every statistic
+
+
+def threshold_tables(page: str) -> list[str]:
+    """The page's tables with a column per measure: claim (c) at each threshold."""
+    tables = ["<table>" + t.split("</table>")[0] + "</table>" for t in page.split("<table>")[1:]]
+    return [t for t in tables if heads_of(t)[-len(MEASURES) :] == [report.ident(m) for m in MEASURES]]
+
+
+def test_the_page_shows_the_threshold_table_only_when_an_effect_was_cut_at_a_threshold():
+    assert threshold_tables(small_page()) == []
+    cut = {"claim": "c", "kind": "K", "effect": "pattern_effect"}
+    page = small_page((
+        cut | {"statistic": "causal_edges_at_0.05", "mean": 2.0},
+        cut | {"statistic": "role_pr_auc_at_0.05", "mean": 0.5},
+    ))  # fmt: skip
+    (table,) = threshold_tables(page)
+    assert len(heads_of(table)) == 4 + len(MEASURES)
+    assert rows_of(table) == [
+        ["pattern_effect", "0.05", "2.0 [1.9, 2.1]", "0.50 [0.40, 0.60]", *["–"] * len(MEASURES)]
+    ]
