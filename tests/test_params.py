@@ -192,7 +192,6 @@ def test_the_paper_setup_is_the_papers_shape_on_natural_code_for_one_gpu():
     copies, bf16 on CUDA with a batch of 128, 151M tokens; the analysis on the GPU where present.
     On a machine without CUDA the train stage's setup stops naming train.device."""
     from pipeline.model import train
-    from pipeline.model import train
 
     cfg = params.from_dict(params.compose(["setup=paper"], conf_dir=ROOT / "conf"))
     m, t = cfg.model, cfg.train
