@@ -1,5 +1,6 @@
 """dynamics.run refuses a checkpoint's shape whose analysis cannot fit before it reads the
-checkpoints or the data (pipeline/behaviour/dynamics.py, through heads.require_shape_fits)."""
+checkpoints or the data (pipeline/behaviour/dynamics.py, through heads.require_shape_fits); the
+pair it follows through training."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from pipeline import checkpoint, memory, params
@@ -33,3 +35,16 @@ def test_the_dynamics_library_refuses_a_shape_before_reading_checkpoints_or_data
         dynamics.run(tmp_path, config, cfg, seed=0)
     assert e.value.where == f"{config}: n_ctx" and e.value.value == 10**7
     assert memory.human(8e9) in str(e.value) and "\n" not in str(e.value)  # against the memory given
+
+
+# --- dynamics: the pair followed through training -----------------------------------------
+
+
+def test_the_top_pairs_source_is_in_an_earlier_layer():
+    """The best induction head of layers >= 1 (1.1), and the best previous-token head of the layers
+    before it: 0.1, although 1.0's previous-token score is higher."""
+    from pipeline.behaviour import dynamics
+
+    final = pd.DataFrame({"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "prev_token": [0.2, 0.6, 0.9, 0.0],
+                          "induction": [0.9, 0.0, 0.1, 0.8]})  # fmt: skip
+    assert dynamics.top_pair(final) == {"src": [0, 1], "dst": [1, 1]}

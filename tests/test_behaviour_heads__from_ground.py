@@ -1,7 +1,11 @@
 """The heads analysis's memory estimate (pipeline/behaviour/heads.py, `memory_estimate`): made of
 the model's, the path ablation's and the data's own terms, the larger of the pattern scores and
 the ablation, keyed by the checkpoint's file; and `load_model` refuses a shape before reading
-the checkpoint."""
+the checkpoint.
+
+Known answers for the heads analysis (pipeline/behaviour/heads.py): which head it reads for QK
+positivity, which batches each ablation effect comes from, a score exactly at its role's
+threshold. The fixture is asymmetric where a wrong head would otherwise give the right answer."""
 
 from __future__ import annotations
 
@@ -9,14 +13,20 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import planted
 import pytest
+import torch
 
 from pipeline import memory, params
 from pipeline.behaviour import ablation, heads
-from pipeline.config import DataConfig, HeadsConfig, ModelConfig
+from pipeline.circuits import composition, weights
+from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, ModelConfig, RoleThresholds
 from pipeline.data import datasets
 from pipeline.errors import UserError
 from pipeline.model import tl_checkpoint, transformer
+from pipeline.model.transformer import AttnOnlyTransformer
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ModelConfig(n_heads=2, d_head=4, d_model=16, n_ctx=20, d_vocab=16)
@@ -127,3 +137,104 @@ def test_the_heads_library_refuses_a_shape_before_reading_the_checkpoint(tmp_pat
         heads.load_model(tmp_path / "absent.safetensors", config, cfg.analysis.heads, cfg.data)
     assert e.value.where == f"{config}: n_ctx" and e.value.value == 10**7
     assert memory.human(8e9) in str(e.value) and "\n" not in str(e.value)  # against the memory given
+
+
+LENGTH = 7
+
+
+# --- the heads stage: a previous-token head that is not head 0, and its batches --------------
+
+# layer 0's heads reordered: head 0 is now the duplicate-token head, head 2 the previous-token one
+ORDER = [2, 1, 0]
+
+
+def reordered_state() -> dict[str, torch.Tensor]:
+    state = planted.state_dict()
+    for name in [n for n in state if n.startswith("blocks.0.attn.") and n != "blocks.0.attn.b_O"]:
+        state[name] = state[name][ORDER].clone()
+    return state
+
+
+@pytest.fixture(scope="module")
+def reordered():
+    state = reordered_state()
+    model = AttnOnlyTransformer(planted.CONFIG).to(torch.float64)
+    model.load_state_dict(state)
+    model.eval()
+    hw = weights.from_state_dict(state)
+    scores = composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
+    repeated, heldout = planted.repeated(16, LENGTH, 0), planted.random_tokens(16, planted.N_CTX, 1)
+    cfg = HeadsConfig(eval_sequences=16, repeat_length=LENGTH, window_length=planted.WINDOW)
+    return model, scores, repeated, heldout, heads.analyse_batches(model, hw, repeated, heldout, cfg, scores)
+
+
+def test_qk_positivity_reads_the_best_k_source_when_it_is_not_head_0(reordered):
+    _, scores, _, _, result = reordered
+    by_head = result.table.set_index(["layer", "head"])
+    assert (
+        by_head.loc[(0, 2), "role"] == "previous_token" and by_head.loc[(0, 0), "role"] == "duplicate_token"
+    )
+    # only 0.2 -> 1.0 composes (through keys); every Q score is 0, so a source picked by Q would be
+    # the first head, 0.0, whose output the induction head's keys never read: NaN, not 1
+    assert heads.best_sources(scores)[(1, 0)] == (0, 2)
+    assert by_head.loc[(1, 0), "qk_positivity"] == pytest.approx(1.0)
+    assert by_head.loc[(1, 0), "role"] == "induction" and by_head.loc[(1, 0), "induction"] > 0.99
+
+
+def test_each_ablation_effect_comes_from_its_own_batch(reordered):
+    model, _, repeated, heldout, result = reordered
+    on_probe = ablation.path_ablation(model, repeated, LENGTH)
+    on_text = ablation.path_ablation(model, heldout, None)
+    got = result.ablation
+    assert got[list(ablation.COLUMNS[:5])].equals(on_probe[list(ablation.COLUMNS[:5])])
+    np.testing.assert_array_equal(got["loss_effect"], on_probe["loss_effect"])
+    np.testing.assert_array_equal(got["attn_effect"], on_probe["attn_effect"])
+    np.testing.assert_array_equal(got["heldout_loss_effect"], on_text["loss_effect"])
+    np.testing.assert_array_equal(got["pattern_effect"], on_text["pattern_effect"])  # role-free: held-out
+    assert not np.array_equal(on_probe["pattern_effect"], on_text["pattern_effect"])
+    # the planted edge: cutting 0.2 -> 1.0 through keys costs far more on the probe than on random text
+    edge = (got["kind"] == "K") & (got["src_head"] == 2) & (got["dst_layer"] == 1) & (got["dst_head"] == 0)
+    assert got.loc[edge, "loss_effect"].item() > got.loc[edge, "heldout_loss_effect"].item() + 1.0
+
+
+def test_analyse_ablates_each_held_out_batch_with_its_own_probe(reordered):
+    """`ablation_batches` disjoint held-out batches of `eval_sequences`, batch b with the probe of
+    batch b: each batch's effects are those of its own pair of batches."""
+    model, scores, _, _, _ = reordered
+    n, seed = 4, 5
+    text = planted.random_tokens(3 * n, planted.N_CTX, 2)
+    dataset = datasets.Dataset(train=None, eval=text, heldout=None, manifest={})
+    cfg = HeadsConfig(
+        eval_sequences=n, repeat_length=LENGTH, window_length=planted.WINDOW, ablation_batches=3
+    )
+    hw = weights.from_state_dict(reordered_state())
+    batches = heads.analyse(model, hw, dataset, cfg, seed, scores).batches
+    assert sorted(set(batches["batch"])) == [0, 1, 2]
+    for b in range(3):
+        probe = datasets.repeated_probe(dataset, n, LENGTH, planted.V, seed, batch=b)
+        mine = batches[batches["batch"] == b].reset_index(drop=True)
+        on_probe = ablation.path_ablation(model, probe, LENGTH)
+        on_text = ablation.path_ablation(model, text[b * n : (b + 1) * n], None)
+        np.testing.assert_array_equal(mine["loss_effect"], on_probe["loss_effect"])
+        np.testing.assert_array_equal(mine["heldout_loss_effect"], on_text["loss_effect"])
+
+
+# --- roles: a score exactly at its threshold ---------------------------------------------
+
+
+def test_a_score_at_its_threshold_takes_the_role_and_one_just_below_does_not():
+    thresholds = RoleThresholds()  # previous_token 0.5, recent_window 0.5, induction 0.3, ...
+    rows = []
+    for role, score in heads.ROLE_SCORE.items():
+        at = getattr(thresholds, role)
+        for x in (at, np.nextafter(at, 0.0)):
+            rows.append({name: 0.0 for name in heads.SCORES[:6]} | {score: x})
+    both = {name: 0.0 for name in heads.SCORES[:6]} | {"prev_token": 0.5, "induction": 0.9}
+    table = pd.DataFrame([*rows, both]).assign(layer=0, copying=np.nan, qk_positivity=np.nan)
+    table["head"] = range(len(table))
+    out = heads.classify(table, thresholds)
+    for k, role in enumerate(heads.ROLE_SCORE):
+        assert out.loc[2 * k, "role"] == role and out.loc[2 * k, f"is_{role}"], role
+        assert out.loc[2 * k + 1, "role"] == "other" and not out.loc[2 * k + 1, f"is_{role}"], role
+    # a head that takes both nesting roles is a previous-token head (FIRST's order)
+    assert out.iloc[-1]["role"] == "previous_token" and out.iloc[-1]["is_induction"]
