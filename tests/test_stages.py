@@ -36,7 +36,7 @@ from pipeline.present.figures import heads as heads_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 # stage: {option: (required, type)}; a flag's type is "flag" (store_true); each option's help
-# is a whole sentence (tests/test_help.py)
+# is a whole sentence (tests/test_cli.py)
 OPTIONS = {
     "tokenizer": {"--out": (True, None)},
     "origin": {
