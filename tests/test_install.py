@@ -12,7 +12,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from pipeline.config import CORPORA
+from pipeline.data.corpus import CORPORA
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,8 @@ def test_pyproject_asks_for_a_torch_range_and_constraints_pin_one_inside_it():
     assert torch.specifier.contains("2.11.0") and not torch.specifier.contains("3.0.0")
     pinned = pins()["torch"]
     assert torch.specifier.contains(pinned)
-    assert CORPORA["torch-py"] == ("torch", pinned)  # the default corpus is the pinned wheel's sources
+    # the default corpus is the pinned wheel's sources
+    assert (CORPORA["torch-py"].package, CORPORA["torch-py"].version) == ("torch", pinned)
 
 
 def test_every_make_install_goes_through_the_constraints():
