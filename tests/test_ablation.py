@@ -6,6 +6,7 @@ from __future__ import annotations
 import planted
 import pytest
 import torch
+from ablation_oracles import ablate_path
 from models import random_model
 
 from pipeline.behaviour import ablation
@@ -78,7 +79,7 @@ def test_an_edge_the_reader_cannot_see_has_exactly_no_pattern_effect():
         assert len(invisible) == 3 * (4 + 3)
         assert (invisible["pattern_effect"] == 0).all()
         for row in invisible.itertuples():
-            got = ablation.ablate_path(model, tokens, (0, row.src_head), (1, row.dst_head), row.kind, length)
+            got = ablate_path(model, tokens, (0, row.src_head), (1, row.dst_head), row.kind, length)
             assert got[2] == 0.0
 
 
@@ -127,7 +128,7 @@ def test_fast_path_equals_single_edge_ablation(overrides, chunk, monkeypatch):
     fast = ablation.path_ablation(model, tokens, 5)
     assert len(fast) == 3 * (3 * 3 * 2 + 3 * 3)  # kinds x (pairs 0->1, 0->2, 1->2)
     for row in fast.itertuples():
-        attn, loss, pattern = ablation.ablate_path(
+        attn, loss, pattern = ablate_path(
             model, tokens, (row.src_layer, row.src_head), (row.dst_layer, row.dst_head), row.kind, 5
         )
         assert row.attn_effect == pytest.approx(attn, abs=1e-12)
@@ -151,7 +152,7 @@ def test_fast_path_equals_single_edge_ablation_on_held_out_text(overrides):
     fast = ablation.path_ablation(model, tokens, None)
     assert fast["attn_effect"].isna().all()
     for row in fast.itertuples():
-        _, loss, pattern = ablation.ablate_path(
+        _, loss, pattern = ablate_path(
             model, tokens, (row.src_layer, row.src_head), (row.dst_layer, row.dst_head), row.kind, None
         )
         assert row.loss_effect == pytest.approx(loss, abs=1e-12)
@@ -165,13 +166,6 @@ def test_mean_of_a_constant_output_is_the_output_itself():
     effects = ablation.path_ablation(model, tokens, 4)
     assert effects["attn_effect"].abs().max() < 1e-12 and effects["loss_effect"].abs().max() < 1e-12
     assert effects["pattern_effect"].abs().max() < 1e-12
-
-
-def test_a_source_after_the_destination_is_refused():
-    with pytest.raises(ValueError, match="before"):
-        ablation.ablate_path(
-            random_model("three_layers"), torch.zeros(1, 9, dtype=torch.long), (1, 0), (1, 1), "K", 4
-        )
 
 
 # --- ablating a role's heads together (whether the circuit serves the text) ----------------

@@ -12,16 +12,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from ablation_oracles import ablate_channel, ablate_path
 from models import F64, random_model
+from one_direction import channel_table, one_direction_model
 from test_heads import stage_inputs
 
 from pipeline.behaviour import ablation, channel_check
 from pipeline.circuits import channels, weights
-from pipeline.config import CompositionConfig
 from pipeline.model.transformer import AttnOnlyTransformer
-from pipeline.tables import CHANNELS_COLUMNS
 
-LENGTH = 5
+SPAN = 5
 
 
 def random_cuts(model: AttnOnlyTransformer, edges, seed: int) -> list[ablation.ChannelCut]:
@@ -52,8 +52,8 @@ def test_fast_channel_cut_equals_the_direct_single_edge_cut(overrides, text, chu
     if text:
         tokens, length = torch.randint(0, model.cfg.d_vocab, (6, 11), generator=gen), None
     else:
-        span = torch.randint(0, model.cfg.d_vocab, (6, LENGTH), generator=gen)
-        tokens, length = torch.cat([torch.zeros(6, 1, dtype=torch.long), span, span], 1), LENGTH
+        span = torch.randint(0, model.cfg.d_vocab, (6, SPAN), generator=gen)
+        tokens, length = torch.cat([torch.zeros(6, 1, dtype=torch.long), span, span], 1), SPAN
     cuts = random_cuts(model, EDGES, seed=2)
     fast = ablation.channel_ablation(model, tokens, cuts, length)
     assert list(fast.columns) == ablation.COLUMNS[1:]
@@ -61,7 +61,7 @@ def test_fast_channel_cut_equals_the_direct_single_edge_cut(overrides, text, chu
         (*src, *dst) for src, dst in EDGES
     ]  # the cuts' order
     for row, cut in zip(fast.itertuples(), cuts, strict=True):
-        attn, loss, pattern = ablation.ablate_channel(model, tokens, cut, length)
+        attn, loss, pattern = ablate_channel(model, tokens, cut, length)
         assert row.loss_effect == pytest.approx(loss, abs=1e-12)
         assert row.pattern_effect == pytest.approx(pattern, abs=1e-12)
         if text:
@@ -115,60 +115,9 @@ def test_a_source_after_the_destination_is_refused():
     (cut,) = random_cuts(model, [((1, 0), (1, 1))], seed=0)
     with pytest.raises(ValueError, match="before"):
         ablation.channel_ablation(model, torch.zeros(1, 9, dtype=torch.long), [cut], 4)
-    with pytest.raises(ValueError, match="before"):
-        ablation.ablate_channel(model, torch.zeros(1, 9, dtype=torch.long), cut, 4)
 
 
 # --- planted: K-composition through one direction ------------------------------------------
-
-
-def one_direction_model(weak: float) -> AttnOnlyTransformer:
-    """The tiny random model (no LayerNorm) with the edge 0.0 -> 1.0(K) rebuilt so that it runs
-    through known channels. With u_0 .. u_3 orthonormal in d_model:
-
-        OV^0.0  = 2 p_0 u_0^T + 2 weak p_1 u_1^T     (W_V orthonormal columns p, times 2; W_O rows
-                                                      u_0 and weak u_1): writes along u_0, u_1
-        QK^1.0T = W_K W_Q^T, W_K = [4 u_0, 3 u_1, 2 u_2, u_3], W_Q orthonormal times 2: its keys
-                  read u_0, u_1 (what 0.0 writes) and u_2, u_3 (what 0.0 never writes)
-
-    so writer channel i = reader channel i = u_i (i = 0, 1), and the top channel (0, 0) holds
-    16 / (16 + 9 weak^2) of the pair's squared score (1 for weak = 0: the whole path)."""
-    model = random_model("tiny")
-    gen = torch.Generator().manual_seed(100)
-    D, d = model.cfg.d_model, model.cfg.d_head
-    u = torch.linalg.qr(torch.randn(D, D, generator=gen, dtype=F64))[0]  # [d_model, d_model]
-    p = torch.linalg.qr(torch.randn(D, d, generator=gen, dtype=F64))[0]  # [d_model, d_head]
-    q = torch.linalg.qr(torch.randn(D, d, generator=gen, dtype=F64))[0]
-    W_O = torch.zeros(d, D, dtype=F64)
-    W_O[0], W_O[1] = u[:, 0], weak * u[:, 1]
-    with torch.no_grad():
-        writer, reader = model.blocks[0].attn, model.blocks[1].attn
-        writer.W_V[0], writer.W_O[0] = 2 * p, W_O
-        reader.W_K[0] = u[:, :4] * torch.tensor([4.0, 3.0, 2.0, 1.0], dtype=F64)
-        reader.W_Q[0] = 2 * q
-    return model
-
-
-def channel_table(hw: weights.HeadWeights, discovered: set[tuple[int, int, int, int]]) -> pd.DataFrame:
-    """channels.csv's columns for every later pair of every kind: the top channel and its share
-    from the weights (`channels.channel_summary`), the statistics NaN; `discovered` pairs' K rows
-    pair_discovery (the Q and V rows never are)."""
-    frames = []
-    for kind in ("Q", "K", "V"):
-        c = channels.channels(hw, kind)
-        table = channels.channel_summary(c.normalised(), c.s, c.t, CompositionConfig().channel_tolerance)
-        pair = list(
-            zip(table["src_layer"], table["src_head"], table["dst_layer"], table["dst_head"], strict=True)
-        )
-        table.insert(0, "kind", kind)
-        table["pair_discovery"] = [kind == "K" and p in discovered for p in pair]
-        table["discovery"] = False
-        frames.append(table)
-    table = pd.concat(frames, ignore_index=True)
-    for column in CHANNELS_COLUMNS:
-        if column not in table:
-            table[column] = np.nan
-    return table[list(CHANNELS_COLUMNS)]
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +127,7 @@ def text():
 
 def pair_effect(model: AttnOnlyTransformer, tokens: torch.Tensor) -> float:
     """The whole-path K cut 0.0 -> 1.0's pattern effect."""
-    return ablation.ablate_path(model, tokens, (0, 0), (1, 0), "K", None)[2]
+    return ablate_path(model, tokens, (0, 0), (1, 0), "K", None)[2]
 
 
 @pytest.mark.parametrize("weak", [0.0, 0.25])
@@ -225,12 +174,12 @@ def test_check_batches_writes_a_row_per_pair_and_batch_beside_the_whole_path(tex
     table = channel_table(hw, {(0, 0, 1, 0), (0, 2, 1, 1)})
     probes = [
         torch.cat([torch.zeros(8, 1, dtype=torch.long), s, s], 1)
-        for s in torch.randint(1, 20, (2, 8, LENGTH), generator=torch.Generator().manual_seed(4))
+        for s in torch.randint(1, 20, (2, 8, SPAN), generator=torch.Generator().manual_seed(4))
     ]
     heldout = [text[:32], text[32:]]
     whole = pd.concat(
         [
-            ablation.path_ablation(model, probe, LENGTH).assign(
+            ablation.path_ablation(model, probe, SPAN).assign(
                 heldout_loss_effect=(t := ablation.path_ablation(model, held, None))[
                     "loss_effect"
                 ].to_numpy(),
@@ -240,7 +189,7 @@ def test_check_batches_writes_a_row_per_pair_and_batch_beside_the_whole_path(tex
             for b, (probe, held) in enumerate(zip(probes, heldout, strict=True))
         ]
     )
-    frame = channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole)
+    frame = channel_check.check_batches(model, hw, table, probes, heldout, SPAN, whole)
     assert list(frame.columns) == list(channel_check.COLUMNS)
     assert frame[["batch", "src_head", "dst_head"]].values.tolist() == [
         [0, 0, 0],
@@ -250,22 +199,20 @@ def test_check_batches_writes_a_row_per_pair_and_batch_beside_the_whole_path(tex
     ]
     cuts = dict(zip((0, 2), channel_check.cuts(hw, channel_check.discovered(table)), strict=True))  # by a
     for row in frame.itertuples():
-        path = ablation.ablate_path(
-            model, heldout[row.batch], (0, row.src_head), (1, row.dst_head), "K", None
-        )
+        path = ablate_path(model, heldout[row.batch], (0, row.src_head), (1, row.dst_head), "K", None)
         assert row.path_pattern_effect == pytest.approx(path[2], abs=1e-12)
         cut = cuts[row.src_head]
-        channel = ablation.ablate_channel(model, heldout[row.batch], cut, None)
+        channel = ablate_channel(model, heldout[row.batch], cut, None)
         assert row.channel_pattern_effect == pytest.approx(channel[2], abs=1e-12)
         assert row.channel_heldout_loss_effect == pytest.approx(channel[1], abs=1e-12)
         assert row.channel_attn_effect == pytest.approx(
-            ablation.ablate_channel(model, probes[row.batch], cut, LENGTH)[0], abs=1e-12
+            ablate_channel(model, probes[row.batch], cut, SPAN)[0], abs=1e-12
         )
         assert row.causal_share == pytest.approx(
             row.channel_pattern_effect / row.path_pattern_effect, rel=1e-12
         )
     with pytest.raises(ValueError, match="no whole-path cut"):
-        channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole[whole["batch"] == 0])
+        channel_check.check_batches(model, hw, table, probes, heldout, SPAN, whole[whole["batch"] == 0])
 
 
 def test_summary_known_answers():

@@ -9,7 +9,8 @@ import math
 import pandas as pd
 import pytest
 import torch
-from test_channel_ablation import LENGTH, channel_table, one_direction_model
+from ablation_oracles import ablate_channel
+from one_direction import channel_table, one_direction_model
 
 from pipeline.behaviour import ablation, channel_check, heads
 from pipeline.circuits import weights
@@ -17,6 +18,7 @@ from pipeline.config import HeadsConfig
 from pipeline.data import datasets
 from pipeline.errors import UserError
 
+LENGTH = 5
 T_975_1 = 12.706204736174698  # t_{0.975} with 1 degree of freedom
 
 
@@ -98,10 +100,10 @@ def test_analyse_checks_the_heads_stages_own_batches(planted_check):
         ]
         path = path[path["dst_head"] == row.dst_head]
         assert row.path_pattern_effect == path["pattern_effect"].item()
-        _, loss, moved = ablation.ablate_channel(model, heldout[row.batch], cuts[row.src_head], None)
+        _, loss, moved = ablate_channel(model, heldout[row.batch], cuts[row.src_head], None)
         assert row.channel_pattern_effect == pytest.approx(moved, abs=1e-12)
         assert row.channel_heldout_loss_effect == pytest.approx(loss, abs=1e-12)
-        attn = ablation.ablate_channel(model, probes[row.batch], cuts[row.src_head], LENGTH)[0]
+        attn = ablate_channel(model, probes[row.batch], cuts[row.src_head], LENGTH)[0]
         assert row.channel_attn_effect == pytest.approx(attn, abs=1e-12)
 
 
