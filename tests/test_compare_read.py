@@ -1,17 +1,32 @@
-"""pipeline/compare/read.py: the heads summary's channel_ablation entry, read as documented: {}
-when absent, the entry when it has a list of pairs, else a one-line refusal naming the file."""
+"""pipeline/compare/read.py: reading one seed's stage outputs for the compare stage.
+
+Each table and summary entry read or refused naming the file and the key, and the seed
+directories left over from seeds no longer listed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import synthetic_seeds as syn
 
 from pipeline.compare import read
 from pipeline.errors import UserError
 
 PATH = Path("outputs/heads/seed0/summary.json")
+
+
 REFUSAL = f"{PATH}: channel_ablation: expected {{pairs: [...], median_causal_share}}"
+
+
+def test_stale_seed_dirs(tmp_path):
+    for name in ("seed0", "seed1", "seed10", "seedX"):
+        (tmp_path / "train" / name).mkdir(parents=True)
+    (tmp_path / "train" / "seed3").write_text("a file, not a seed directory")
+    stale = read.stale_seed_dirs([tmp_path / "train", tmp_path / "missing"], [0])
+    assert [p.name for p in stale] == ["seed1", "seed10"]
 
 
 def test_channel_ablation_entry_is_read_or_refused_by_name():
@@ -27,7 +42,6 @@ def test_channel_ablation_entry_is_read_or_refused_by_name():
 
 def test_every_table_of_a_seed_must_have_a_row(tmp_path):
     """A stage's table always has a row: each of the seven, cut to its header, is refused by path."""
-    import synthetic_seeds as syn
 
     dirs = syn.write_stage_outputs(tmp_path, [1])
     tables = [dirs["train"] / "seed1" / "curve.tsv", dirs["heads"] / "seed1" / "heads.csv",
@@ -47,8 +61,6 @@ def test_every_table_of_a_seed_must_have_a_row(tmp_path):
 
 
 def test_a_heads_summary_or_metrics_without_what_compare_reads_is_refused_by_name(tmp_path):
-    import json
-
     import synthetic_seeds as syn
 
     dirs = syn.write_stage_outputs(tmp_path, [1])
@@ -83,7 +95,6 @@ def test_a_heads_summary_or_metrics_without_what_compare_reads_is_refused_by_nam
 def test_a_placebo_table_without_a_column_of_scores_csv_is_refused_by_name(tmp_path):
     """placebo.csv has scores.csv's columns: one without its `z` column is refused in one line
     naming the file, the column and the columns it has."""
-    import pandas as pd
     import synthetic_seeds as syn
 
     dirs = syn.write_stage_outputs(tmp_path, [1])
