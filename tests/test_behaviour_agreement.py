@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from refusals import one_line
 
 from pipeline.behaviour import agreement
 
@@ -153,7 +154,7 @@ def test_a_pair_whose_earlier_head_has_no_role_is_refused_naming_that_head():
     pairs = pd.DataFrame([("K", 0, 0, 1, 0)], columns=agreement.PAIR)
     with pytest.raises(ValueError) as caught:
         agreement.role_scores(pairs, roles)
-    assert str(caught.value) == "no role for head (0, 0)"
+    assert "(1, 0)" not in one_line(caught, "(0, 0)")
 
 
 def test_roc_auc_and_average_precision_read_zero_one_labels_as_booleans():
@@ -287,8 +288,9 @@ def test_role_only_ranker_known_answers():
     # a recent-window source is a circuit source too; a head without a role is refused
     recent = roles.assign(role=roles["role"].replace({"previous_token": "recent_window"}))
     assert agreement.role_scores(k, recent).tolist() == [2, 1, 0, 0, 0, 0]
-    with pytest.raises(ValueError, match=r"no role for head \(1, 1\)"):
+    with pytest.raises(ValueError) as caught:
         agreement.role_scores(k, roles.iloc[:4])
+    one_line(caught, "(1, 1)")
 
 
 def test_pair_part_removes_any_writer_and_reader_factor_exactly():

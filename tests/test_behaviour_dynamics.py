@@ -18,6 +18,7 @@ import pytest
 import tiny_chain
 import torch
 from models import random_model
+from refusals import one_line
 
 from pipeline import checkpoint, params, tables
 from pipeline.behaviour import dynamics, heads, phases
@@ -210,7 +211,8 @@ def test_a_checkpoint_whose_weights_overflow_when_prepared_is_refused_naming_its
     with pytest.raises(UserError) as e:
         dynamics.analyse(entries, tmp_path / "checkpoints", tmp_path / "config.json", tokens, tokens, cfg, 0)
     path = tmp_path / "checkpoints" / checkpoint.step_file(0)
-    assert str(e.value) == f"{path}: blocks.0.attn.b_O: contains NaN or inf"
+    assert e.value.where == f"{path}: blocks.0.attn.b_O"  # the checkpoint's file, then the tensor
+    one_line(e)
 
 
 def test_analyse_loops_over_the_checkpoints_through_the_progress_wrapper(run, cfg):
@@ -247,7 +249,8 @@ def test_non_finite_patterns_or_loss_are_refused_naming_the_checkpoint(run, cfg,
     with pytest.raises(UserError) as e:
         dynamics.analyse(entries, root / "checkpoints", root / "config.json", repeated, heldout, cfg, 4)
     path = root / "checkpoints" / checkpoint.step_file(0)
-    assert str(e.value) == f"{path}: attention patterns or the loss are not finite: weights too large"
+    assert e.value.where == str(path)
+    one_line(e)
 
 
 def test_scores_at_is_the_composition_stages_on_the_runs_seed_and_device(run, cfg, monkeypatch):

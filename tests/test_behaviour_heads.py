@@ -441,9 +441,8 @@ def test_role_ablation_refuses_more_probes_than_held_out_batches():
             for h in range(3)
         ]
     )
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError):  # zip(..., strict=True): one held-out batch per probe
         heads.role_ablation(model, table, [text, text], [text], HeadsConfig(placebo_sets=1), seed=0)
-    assert str(caught.value) == "zip() argument 2 is shorter than argument 1"
 
 
 def test_a_role_serves_held_out_text_only_where_few_enough_placebo_sets_reach_it():

@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from pipeline import params
-from pipeline import params as params_mod
 from pipeline.config import TrainConfig
 from pipeline.errors import UserError
 
@@ -25,7 +24,7 @@ def test_checkpoint_steps_are_the_periodic_the_listed_and_the_last():
 def test_the_shipped_schedules_are_denser_where_induction_forms():
     shipped = ((["setup=synthetic"], (200, 900)), (["setup=code"], (300, 1400)), ([], (950, 1750)))
     for overrides, dense in shipped:
-        t = params_mod.compose(overrides, conf_dir=ROOT / "conf")["train"]
+        t = params.compose(overrides, conf_dir=ROOT / "conf")["train"]
         steps = TrainConfig(steps=t["steps"], save_every=t["save_every"], save_steps=t["save_steps"])
         gaps = pd.Series(steps.checkpoint_steps()).diff().dropna()
         inside = [s for s in steps.checkpoint_steps() if dense[0] <= s <= dense[1]]

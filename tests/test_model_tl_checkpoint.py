@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from models import random_model
+from refusals import one_line
 
 from pipeline import checkpoint
 from pipeline.config import ModelConfig
@@ -23,9 +24,6 @@ STANDARD_LN = ModelConfig(
     n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=20,
     positional_embedding_type="standard", normalization_type="LN",
 )  # fmt: skip
-
-
-BAD_HEADS = "blocks.1.attn.q.weight: shape [8, 16] disagrees with n_heads x d_head = 3 x 4 from "
 
 
 class Bridge:
@@ -51,12 +49,6 @@ STANDARD = ModelConfig(
 
 
 NORMS = [None, "LN"]
-
-
-def one_line(caught) -> str:
-    text = str(caught.value)
-    assert "\n" not in text
-    return text
 
 
 def write_bridge_state(tmp_path, state, config=None):
@@ -85,13 +77,17 @@ def test_a_bridge_whose_shapes_disagree_with_its_config_names_the_config():
     bad = {**bridge_state, "blocks.1.attn.q.weight": torch.zeros(8, 16)}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.bridge_state_dict(Bridge(config, bad))
-    assert str(caught.value) == f"bridge.state_dict(): {BAD_HEADS}bridge.cfg"
+    # the state dict and the weight, its shape, the config's heads and where the config came from
+    heads = ("[8, 16]", "n_heads x d_head = 3 x 4")
+    assert caught.value.where == "bridge.state_dict(): blocks.1.attn.q.weight"
+    assert one_line(caught, *heads).endswith("bridge.cfg")
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_bridge_state(bad, STANDARD_LN, "their/config.json")
-    assert str(caught.value) == f"{BAD_HEADS}their/config.json"
+    assert caught.value.where == "blocks.1.attn.q.weight"
+    assert one_line(caught, *heads).endswith(" their/config.json")
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_bridge_state(bad, STANDARD_LN)  # the default source
-    assert str(caught.value) == f"{BAD_HEADS}config.json"
+    assert one_line(caught, *heads).endswith(" config.json")
 
 
 def test_a_bridge_whose_config_is_refused_names_bridge_cfg():
@@ -101,7 +97,8 @@ def test_a_bridge_whose_config_is_refused_names_bridge_cfg():
     config, bridge_state = tl_checkpoint.bridge_checkpoint(STANDARD_LN, model.state_dict())
     with pytest.raises(UserError) as caught:
         tl_checkpoint.bridge_state_dict(Bridge({**config, "attn_only": False}, bridge_state))
-    assert str(caught.value) == "bridge.cfg: attn_only = False: not an attention-only model (it has MLPs)"
+    assert (caught.value.where, caught.value.value) == ("bridge.cfg: attn_only", False)
+    one_line(caught)
 
 
 def test_a_written_bridge_checkpoint_says_its_format(tmp_path):
@@ -116,7 +113,8 @@ def test_attn_scale_must_be_sqrt_d_head_even_for_one_dimensional_heads():
     assert tl_checkpoint.from_tl_config({**tl_checkpoint.tl_config(one), "attn_scale": 1.0}) == one
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config({**tl_checkpoint.tl_config(one), "attn_scale": 3.0})
-    assert str(caught.value) == "config.json: attn_scale = 3.0: must be sqrt(d_head) = 1"
+    assert (caught.value.where, caught.value.value) == ("config.json: attn_scale", 3.0)
+    one_line(caught, "sqrt(d_head) = 1")
 
 
 def test_a_bridges_positive_attn_scale_is_what_it_divides_by():
@@ -126,7 +124,8 @@ def test_a_bridges_positive_attn_scale_is_what_it_divides_by():
     assert "attn_scale" not in bridge and tl_checkpoint.from_tl_config(bridge) == STANDARD_LN
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config({**bridge, "attn_scale": 0.5})
-    assert str(caught.value) == "config.json: attn_scale = 0.5: must be sqrt(d_head) = 2"
+    assert (caught.value.where, caught.value.value) == ("config.json: attn_scale", 0.5)
+    one_line(caught, "sqrt(d_head) = 2")
 
 
 def test_a_bridge_missing_a_weight_is_refused_naming_its_state_dict_and_the_weight():
@@ -137,7 +136,8 @@ def test_a_bridge_missing_a_weight_is_refused_naming_its_state_dict_and_the_weig
     del bridge_state["unembed.weight"]
     with pytest.raises(UserError) as caught:
         tl_checkpoint.bridge_state_dict(Bridge(config, bridge_state))
-    assert str(caught.value) == "bridge.state_dict(): unembed.W_U: missing from the checkpoint"
+    assert caught.value.where == "bridge.state_dict(): unembed.W_U"
+    one_line(caught)
 
 
 def test_a_state_dict_is_a_bridges_only_with_embed_weight_and_without_embed_w_e():
@@ -152,14 +152,15 @@ def test_a_state_dict_is_a_bridges_only_with_embed_weight_and_without_embed_w_e(
 def test_a_config_json_that_is_not_an_object_is_refused_naming_it():
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config([1, 2])
-    assert str(caught.value) == "config.json: must be a JSON object of HookedTransformerConfig fields"
+    assert caught.value.where == "config.json"
+    one_line(caught)
 
 
 def test_a_config_json_without_a_size_is_refused_naming_the_first_missing_field():
     raw = {k: v for k, v in tl_checkpoint.tl_config(CFG).items() if k not in ("d_model", "n_ctx")}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config(raw, "their/config.json")
-    assert str(caught.value) == "their/config.json: d_model: missing from config.json"
+    one_line(caught)
     assert (caught.value.where, caught.value.problem) == (
         "their/config.json: d_model",
         "missing from config.json",
@@ -180,10 +181,10 @@ def test_a_bad_field_of_a_checkpoint_without_config_json_names_the_checkpoint(tm
     fields = {"positional_embedding_type": "rotary", "normalization_type": None, "attn_only": True}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.read_checkpoint(path, fields)
-    assert str(caught.value) == (  # the file, then the config read off its shapes, then the field
-        f"{path}: the shapes in {path}: positional_embedding_type = 'rotary': "
-        "must be one of standard, shortformer"
-    )
+    # the file, then the config read off its shapes, then the field, its value and the choices
+    assert caught.value.where == f"{path}: the shapes in {path}: positional_embedding_type"
+    assert caught.value.value == "rotary"
+    one_line(caught, "standard, shortformer")
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
@@ -198,7 +199,8 @@ def test_a_checkpoint_tensor_with_nan_or_inf_is_refused_naming_the_file_and_the_
     state["blocks.1.attn.W_V"][1, 3, 2] = bad
     with pytest.raises(UserError) as caught:
         tl_checkpoint.check_state(state, expected, "m.safetensors", "config.json")
-    assert str(caught.value) == "m.safetensors: blocks.1.attn.W_V: contains NaN or inf"
+    assert caught.value.where == "m.safetensors: blocks.1.attn.W_V"
+    one_line(caught)
 
 
 def test_a_transformerlens_state_with_mlp_weights_is_refused_naming_its_first_mlp_key_in_order():
@@ -227,10 +229,11 @@ def test_attn_scale_is_not_judged_against_a_d_head_that_is_not_a_positive_intege
     assert tl_checkpoint._is_sqrt_d_head(2.0, {"d_head": 4}) is True
     assert tl_checkpoint._is_sqrt_d_head(3.0, {"d_head": 4}) is False
     raw = tl_checkpoint.tl_config(CFG)
-    for d_head, problem in ((0, "must be > 0"), (-4, "must be > 0"), (4.0, "must be an integer")):
+    for d_head in (0, -4, 4.0):
         with pytest.raises(UserError) as caught:
             tl_checkpoint.from_tl_config({**raw, "d_head": d_head, "attn_scale": 3.0})
-        assert str(caught.value) == f"config.json: d_head = {d_head!r}: {problem}"
+        assert (caught.value.where, caught.value.value) == ("config.json: d_head", d_head)
+        assert "attn_scale" not in one_line(caught)
 
 
 def test_a_checkpoint_without_config_json_missing_a_sized_weight_is_refused_naming_it():
@@ -243,7 +246,8 @@ def test_a_checkpoint_without_config_json_missing_a_sized_weight_is_refused_nami
         partial = {k: v for k, v in state.items() if k != missing}
         with pytest.raises(UserError) as caught:
             tl_checkpoint.inferred_config(partial, {})
-        assert str(caught.value) == f"{missing}: missing from the checkpoint"
+        assert caught.value.where == missing
+        one_line(caught)
 
 
 @pytest.mark.parametrize("norm", NORMS)
@@ -295,7 +299,8 @@ def test_shortformer_has_no_bridge_form_and_nothing_is_written(tmp_path):
     model = random_model("tiny")  # shortformer: our default
     with pytest.raises(UserError) as caught:
         tl_checkpoint.write_bridge_checkpoint(tmp_path / "bridge", model.cfg, model.state_dict())
-    assert one_line(caught).startswith("positional_embedding_type = 'shortformer': shortformer positions")
+    assert (caught.value.where, caught.value.value) == ("positional_embedding_type", "shortformer")
+    one_line(caught)
     assert not (tmp_path / "bridge").exists()
 
 
@@ -310,35 +315,30 @@ def test_native_attention_scale_is_read_as_the_bridge_computes_it():
         {"use_attn_scale": False, "attn_scale": 5.0},
     ):
         assert tl_checkpoint.from_tl_config({**bridge, **change}) == STANDARD
-    with pytest.raises(UserError, match=r"^config.json: attn_scale = 5.0: must be sqrt\(d_head\) = 2$"):
+    with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config({**bridge, "attn_scale": 5.0})
+    assert (caught.value.where, caught.value.value) == ("config.json: attn_scale", 5.0)
+    one_line(caught, "sqrt(d_head) = 2")
     absent = {k: v for k, v in bridge.items() if k != "normalization_type"}  # the bridge's default: LN
     assert tl_checkpoint.from_tl_config(absent).normalization_type == "LN"
 
 
 @pytest.mark.parametrize(
-    "change,message",
+    "key,value,named",
     [
-        (
-            {"blocks.0.mlp.in.weight": torch.zeros(64, 16)},
-            "blocks.0.mlp.in.weight: not an attention-only model (it has MLP weights)",
-        ),
-        (
-            {"blocks.1.attn.q.weight": torch.zeros(8, 16)},
-            "blocks.1.attn.q.weight: shape [8, 16] disagrees with n_heads x d_head = 3 x 4 from ",
-        ),
-        (
-            {"blocks.0.attn.hook_z": torch.zeros(1)},
-            "blocks.0.attn.hook_z: unexpected key: not a TransformerBridge state dict",
-        ),
+        ("blocks.0.mlp.in.weight", torch.zeros(64, 16), ()),
+        ("blocks.1.attn.q.weight", torch.zeros(8, 16), ("[8, 16]", "n_heads x d_head = 3 x 4")),
+        ("blocks.0.attn.hook_z", torch.zeros(1), ()),
     ],
     ids=["mlp", "heads", "unknown"],
 )
-def test_bad_bridge_state_dicts_are_refused_naming_the_key(tmp_path, change, message):
-    path, config = write_bridge_state(tmp_path, {**bridge_state(), **change})
+def test_bad_bridge_state_dicts_are_refused_naming_the_key(tmp_path, key, value, named):
+    """The file, then the key; a shape that does not split into the config's heads with both."""
+    path, config = write_bridge_state(tmp_path, {**bridge_state(), key: value})
     with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(path, config)
-    assert one_line(caught).startswith(f"{path}: {message}")
+    assert caught.value.where == f"{path}: {key}"
+    one_line(caught, *named)
 
 
 def test_a_hugging_face_config_is_refused_naming_model_type(tmp_path):
@@ -346,15 +346,15 @@ def test_a_hugging_face_config_is_refused_naming_model_type(tmp_path):
     path, config = write_bridge_state(tmp_path, bridge_state(), hf)
     with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(path, config)
-    assert one_line(caught).startswith(
-        f"{config}: model_type = 'gpt2': a Hugging Face transformers config.json"
-    )
+    assert (caught.value.where, caught.value.value) == (f"{config}: model_type", "gpt2")
+    one_line(caught)
 
 
 def test_a_bridge_state_dict_without_config_json_is_refused(tmp_path):
     path, _ = write_bridge_state(tmp_path, bridge_state())
-    with pytest.raises(UserError, match="n_heads cannot be read from its shapes"):
+    with pytest.raises(UserError) as caught:
         tl_checkpoint.read_checkpoint(path, {"positional_embedding_type": "standard"})
+    one_line(caught, path, "n_heads")  # the file, and the size its shapes cannot give
 
 
 def test_a_weight_with_no_bridge_counterpart_is_refused_naming_it():
@@ -364,6 +364,5 @@ def test_a_weight_with_no_bridge_counterpart_is_refused_naming_it():
     state = {**model.state_dict(), "blocks.0.mlp.W_in": torch.zeros(16, 64)}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.bridge_checkpoint(model.cfg, state)
-    assert one_line(caught) == (
-        "blocks.0.mlp.W_in: has no TransformerBridge (native, attention-only) counterpart"
-    )
+    assert caught.value.where == "blocks.0.mlp.W_in"
+    one_line(caught)
