@@ -13,6 +13,7 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 import torch
+from refusals import one_line
 
 from pipeline import io, streams
 from pipeline.config import (
@@ -177,10 +178,13 @@ def test_text_source_reads_the_tokenizer_output_and_holds_out_its_tail(tmp_path)
     train = {tuple(tokens[i : i + 32]) for i in range(cut - 31)}
     batch = ds.train.batch(16, torch.Generator().manual_seed(0))
     assert all(tuple(row.tolist()) in train for row in batch)  # training windows come from before the cut
-    with pytest.raises(UserError, match="model.d_vocab = 100: the tokenizer .* has 400 tokens"):
+    with pytest.raises(UserError) as caught:
         datasets.load(cfg, ModelConfig(d_vocab=100, n_ctx=32), 0, 8, tmp_path / "tok")
-    with pytest.raises(UserError, match=r"too few for n_ctx = 8000 windows"):
+    assert (caught.value.where, caught.value.value) == ("model.d_vocab", 100)
+    one_line(caught, tmp_path / "tok", "400")  # the tokenizer and its size
+    with pytest.raises(UserError) as caught:
         datasets.load(cfg, ModelConfig(d_vocab=400, n_ctx=8000, n_heads=1, d_head=8), 0, 8, tmp_path / "tok")
+    one_line(caught, "n_ctx = 8000")
 
 
 def test_copies_are_written_into_training_windows_only(tmp_path):
@@ -274,36 +278,40 @@ def test_training_never_sees_a_held_out_token(tmp_path, source):
 
 
 @pytest.mark.parametrize(
-    "array,match",
+    "array,named",
     [
-        (np.linspace(0, 1, 1000), "must be integers"),
-        (np.full(1000, 64), r"span \[64, 64\]: must lie in \[0, model.d_vocab = 64\)"),
-        (np.full(1000, -1), "must lie in"),
+        (np.linspace(0, 1, 1000), ["float64"]),  # the dtype found
+        (np.full(1000, 64), ["[64, 64]", "model.d_vocab = 64"]),  # the ids' span, the vocabulary
+        (np.full(1000, -1), ["[-1, -1]", "model.d_vocab = 64"]),
     ],
+    ids=["floats", "too-large", "negative"],
 )
-def test_bad_token_files_are_refused(tmp_path, array, match):
+def test_bad_token_files_are_refused(tmp_path, array, named):
     np.save(tmp_path / "ids.npy", array)
-    with pytest.raises(UserError, match=match):
+    with pytest.raises(UserError) as caught:
         datasets.load(tokens_config(tmp_path), ModelConfig(n_ctx=20), seed=0, n_eval=4)
+    assert caught.value.where.endswith("ids.npy")
+    one_line(caught, *named)
 
 
 def test_token_path_must_exist_inside_data_dir(tmp_path):
-    with pytest.raises(UserError, match="data.tokens.path"):
+    with pytest.raises(UserError) as caught:
         datasets.load(tokens_config(tmp_path, "absent.npy"), MODEL, seed=0, n_eval=4)
-    with pytest.raises(UserError, match="inside data.dir"):
+    assert (caught.value.where, caught.value.value) == ("data.tokens.path", "absent.npy")
+    one_line(caught, "data.dir")
+    with pytest.raises(UserError) as caught:
         datasets.load(tokens_config(tmp_path, "../outside.npy"), MODEL, seed=0, n_eval=4)
-
-
-def test_too_many_topics_is_refused():
-    with pytest.raises(UserError, match="data.synthetic.topics"):
-        synthetic(n=2, topics=65)
+    assert (caught.value.where, caught.value.value) == ("data.tokens.path", "../outside.npy")
+    one_line(caught, "data.dir")
 
 
 def test_an_unchecked_token_source_without_a_path_is_a_user_error():
     """The library refuses what config validation would have (a caller may skip `validate`)."""
     unchecked = DataConfig(source="tokens")  # tokens.path is None
-    with pytest.raises(UserError, match=r"^data.tokens.path: is required when data.source = 'tokens'$"):
+    with pytest.raises(UserError) as caught:
         datasets.load(unchecked, ModelConfig(), seed=0, n_eval=4)
+    assert caught.value.where == "data.tokens.path"
+    one_line(caught, "data.source = 'tokens'")
 
 
 def test_a_token_files_manifest_names_the_file_and_the_split(tmp_path):
@@ -369,7 +377,8 @@ def test_the_probe_may_take_the_whole_held_out_stream_and_no_less():
     for short in (np.arange(4), np.arange(3)):
         with pytest.raises(UserError) as caught:
             datasets.repeated_heldout_spans(short, 3, 4, gen)
-        assert str(caught.value) == f"held-out data: {len(short)} tokens: too few for a probe span of 4"
+        assert caught.value.where == "held-out data"
+        one_line(caught, f"{len(short)} tokens", "4")
 
 
 def test_a_token_path_outside_data_dir_is_refused_with_the_path_as_given(tmp_path):
@@ -380,9 +389,8 @@ def test_a_token_path_outside_data_dir_is_refused_with_the_path_as_given(tmp_pat
     cfg = DataConfig(source="tokens", dir=str(inside), tokens=TokensDataConfig(path="../outside.npy"))
     with pytest.raises(UserError) as caught:
         datasets.load(cfg, SHORT_MODEL, seed=0, n_eval=4)
-    assert str(caught.value) == (
-        f"data.tokens.path = '../outside.npy': must stay inside data.dir = {str(inside)!r}"
-    )
+    assert (caught.value.where, caught.value.value) == ("data.tokens.path", "../outside.npy")
+    one_line(caught, f"data.dir = {str(inside)!r}")
 
 
 def test_one_training_window_and_one_held_out_window_are_enough():
@@ -392,10 +400,8 @@ def test_one_training_window_and_one_held_out_window_are_enough():
     for n_train, n_held in ((8, 8), (9, 7)):
         with pytest.raises(UserError) as caught:
             datasets._require_windows(n_train, n_held, 8, "tokens.npy", "a hint")
-        assert str(caught.value) == (
-            f"tokens.npy: {n_train} training and {n_held} held-out tokens: "
-            "too few for n_ctx = 8 windows (a hint)"
-        )
+        assert caught.value.where == "tokens.npy"
+        one_line(caught, n_train, n_held, "n_ctx = 8", "a hint")
 
 
 def test_text_source_at_the_edge_of_one_window_each_side(tmp_path):
@@ -408,10 +414,8 @@ def test_text_source_at_the_edge_of_one_window_each_side(tmp_path):
     write_tokenized(tmp_path / "tok", np.arange(16, dtype=np.uint16), 8)
     with pytest.raises(UserError) as caught:
         datasets.load(text, SHORT_MODEL, 0, 4, tokenized=tmp_path / "tok")
-    assert str(caught.value) == (
-        f"{tmp_path / 'tok' / 'tokens.npy'}: 8 training and 8 held-out tokens: "
-        "too few for n_ctx = 8 windows (more text, or a smaller model.n_ctx)"
-    )
+    assert caught.value.where == str(tmp_path / "tok" / "tokens.npy")
+    one_line(caught, "8 training", "8 held-out", "n_ctx = 8", "model.n_ctx")  # the counts, and what to change
 
 
 def test_an_unreadable_npy_is_named_with_the_first_200_characters_of_numpys_reason(tmp_path):
@@ -421,19 +425,22 @@ def test_an_unreadable_npy_is_named_with_the_first_200_characters_of_numpys_reas
     text = DataConfig(source="text", dir=str(tmp_path), copies=CopiesConfig(rate=0.0))
     with pytest.raises(UserError) as caught:
         datasets.load(text, SHORT_MODEL, 0, 4, tokenized=tok)
-    assert str(caught.value) == f"{tok / 'tokens.npy'}: not a readable .npy array ({reason})"
+    assert caught.value.where == str(tok / "tokens.npy")
+    one_line(caught, f"({reason})")
     cfg = token_file(tmp_path, CopiesConfig(rate=0.0))
     npy_with_a_long_error(tmp_path / "ids.npy")
     with pytest.raises(UserError) as caught:
         datasets.load(cfg, SHORT_MODEL, 0, 4)
-    assert str(caught.value) == f"{tmp_path / 'ids.npy'}: not a readable .npy array ({reason})"
+    assert caught.value.where == str(tmp_path / "ids.npy")
+    one_line(caught, f"({reason})")
 
 
 def test_the_text_source_without_the_tokenizer_output_is_refused():
     text = DataConfig(source="text", copies=CopiesConfig(rate=0.0))
     with pytest.raises(UserError) as caught:
         datasets.load(text, SHORT_MODEL, seed=0, n_eval=4)
-    assert str(caught.value) == "data.source = 'text': text needs the tokenizer stage's output (--tokenized)"
+    assert (caught.value.where, caught.value.value) == ("data.source", "text")
+    one_line(caught, "--tokenized")  # the argument that gives it
 
 
 def test_synthetic_sequences_are_split_first_ones_held_out_with_a_manifest():
@@ -448,9 +455,8 @@ def test_synthetic_sequences_are_split_first_ones_held_out_with_a_manifest():
     assert ds.eval.shape == (1, N_CTX) and ds.train.rows.shape == (19, N_CTX) and ds.heldout is None
     with pytest.raises(UserError) as caught:
         datasets.load(DataConfig(n_train_sequences=1), SHORT_MODEL, seed=3, n_eval=4)
-    assert str(caught.value) == (
-        "data.n_train_sequences = 1: leaves no training sequences after holding out eval_fraction = 0.05"
-    )
+    assert (caught.value.where, caught.value.value) == ("data.n_train_sequences", 1)
+    one_line(caught, "eval_fraction = 0.05")
 
 
 def test_the_synthetic_probe_is_token_zero_then_a_random_span_twice():
@@ -483,10 +489,8 @@ def test_a_token_file_too_short_for_a_held_out_window_is_refused_naming_the_file
     assert torch.equal(ds.eval, (torch.arange(180, 200) % 50).view(1, 20))
     with pytest.raises(UserError) as caught:
         datasets.load(cfg, ModelConfig(n_ctx=21), seed=0, n_eval=4)
-    assert str(caught.value) == (
-        f"{(tmp_path / 'ids.npy').resolve()}: 180 training and 20 held-out tokens: "
-        "too few for n_ctx = 21 windows (eval_fraction = 0.1)"
-    )
+    assert caught.value.where == str((tmp_path / "ids.npy").resolve())
+    one_line(caught, "180 training", "20 held-out", "n_ctx = 21", "eval_fraction = 0.1")
 
 
 def test_more_topics_than_the_vocabulary_is_refused_naming_both_values():
@@ -500,7 +504,8 @@ def test_more_topics_than_the_vocabulary_is_refused_naming_both_values():
         datasets.synthetic_sequences(
             3, SHORT_MODEL, DataConfig(synthetic=SyntheticDataConfig(topics=65)), rng
         )
-    assert str(caught.value) == "data.synthetic.topics = 65: must be <= model.d_vocab = 64"
+    assert (caught.value.where, caught.value.value) == ("data.synthetic.topics", 65)
+    one_line(caught, "model.d_vocab = 64")
 
 
 def test_a_stream_batch_with_copies_draws_everything_from_its_generator():
