@@ -11,14 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import synthetic_seeds as syn
+from refusals import one_line
 
 from pipeline.compare import read
 from pipeline.errors import UserError
 
 PATH = Path("outputs/heads/seed0/summary.json")
-
-
-REFUSAL = f"{PATH}: channel_ablation: expected {{pairs: [...], median_causal_share}}"
 
 
 def test_stale_seed_dirs(tmp_path):
@@ -37,7 +35,8 @@ def test_channel_ablation_entry_is_read_or_refused_by_name():
     for bad in ({"pairs": "none"}, {"median_causal_share": 0.5}, [1, 2], "pairs"):
         with pytest.raises(UserError) as caught:
             read._channel_ablation({"channel_ablation": bad}, PATH)
-        assert str(caught.value) == REFUSAL
+        assert caught.value.where == f"{PATH}: channel_ablation"
+        one_line(caught, "pairs", "median_causal_share")  # the keys it must hold
 
 
 def test_every_table_of_a_seed_must_have_a_row(tmp_path):
@@ -56,7 +55,8 @@ def test_every_table_of_a_seed_must_have_a_row(tmp_path):
         path.write_text(whole.splitlines(keepends=True)[0])
         with pytest.raises(UserError) as caught:
             read.read_seed(1, *args)
-        assert str(caught.value) == f"{path}: no rows, only a header: not a complete table of its stage"
+        assert caught.value.where == str(path)
+        one_line(caught)
         path.write_text(whole)
 
 
@@ -67,29 +67,29 @@ def test_a_heads_summary_or_metrics_without_what_compare_reads_is_refused_by_nam
     args = (dirs["train"], dirs["composition"], dirs["heads"], dirs["dynamics"])
     summary_path = dirs["heads"] / "seed1" / "summary.json"
     whole = json.loads(summary_path.read_text())
-    roles = (
-        "{role: {heldout_loss_effect, probe_loss_effect, placebo_p, placebo_p_lower, serves_heldout}} "
-        "for induction, previous_token"
-    )
+    roles = ("heldout_loss_effect", "probe_loss_effect", "placebo_p", "placebo_p_lower", "serves_heldout")
+    roles += ("induction", "previous_token")  # each role's keys, and the roles read
     no_placebo = {
         r: {k: v for k, v in s.items() if k != "placebo_p"} for r, s in whole["role_ablation"].items()
     }
-    for changed, refusal in (
-        ({"agreement": None}, "agreement: missing: expected {effect: {spearman, top_source}}"),
-        ({"role_ablation": no_placebo}, f"role_ablation: missing: expected {roles}"),
-        ({"role_ablation": []}, f"role_ablation: missing: expected {roles}"),
+    for changed, key, named in (
+        ({"agreement": None}, "agreement", ("spearman", "top_source")),
+        ({"role_ablation": no_placebo}, "role_ablation", roles),
+        ({"role_ablation": []}, "role_ablation", roles),
     ):
         summary_path.write_text(json.dumps({**whole, **changed}))
         with pytest.raises(UserError) as caught:
             read.read_seed(1, *args)
-        assert str(caught.value) == f"{summary_path}: {refusal}"
+        assert caught.value.where == f"{summary_path}: {key}"
+        one_line(caught, *named)
     summary_path.write_text(json.dumps(whole))
     metrics_path = dirs["train"] / "seed1" / "metrics.json"
     metrics = json.loads(metrics_path.read_text())
     metrics_path.write_text(json.dumps({k: v for k, v in metrics.items() if k != "prev_token"}))
     with pytest.raises(UserError) as caught:
         read.read_seed(1, *args)
-    assert str(caught.value) == f"{metrics_path}: prev_token: missing"
+    assert caught.value.where == f"{metrics_path}: prev_token"
+    one_line(caught)
 
 
 def test_a_placebo_table_without_a_column_of_scores_csv_is_refused_by_name(tmp_path):
@@ -104,4 +104,5 @@ def test_a_placebo_table_without_a_column_of_scores_csv_is_refused_by_name(tmp_p
     placebo.to_csv(path, index=False)
     with pytest.raises(UserError) as caught:
         read.read_seed(1, *args)
-    assert str(caught.value) == f"{path}: missing column 'z' (has {', '.join(placebo.columns)})"
+    assert caught.value.where == str(path)
+    one_line(caught, "'z'", ", ".join(placebo.columns))  # the column missing, and the columns there are
