@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from refusals import one_line
 
 from pipeline import params
 from pipeline.config import TrainConfig
@@ -32,12 +33,15 @@ def test_the_shipped_schedules_are_denser_where_induction_forms():
 
 
 def test_checkpoint_suffix_is_validated():
-    with pytest.raises(UserError, match="train.checkpoint"):
+    with pytest.raises(UserError) as caught:
         params.from_dict(
             params.compose(["train=load", "train.checkpoint=model.ckpt"], conf_dir=ROOT / "conf")
         )
+    one_line(caught, "train.checkpoint", "'model.ckpt'")  # the override's key and value
 
 
 def test_an_unknown_precision_is_refused_by_the_config():
-    with pytest.raises(UserError, match=r"^precision = 'fp16': must be one of float32, tf32, bf16"):
+    with pytest.raises(UserError) as caught:
         TrainConfig(precision="fp16").validate()
+    assert (caught.value.where, caught.value.value) == ("precision", "fp16")
+    one_line(caught, "float32, tf32, bf16")  # the choices

@@ -58,7 +58,8 @@ def test_copying_vs_qk_places_the_induction_head_top_right_and_names_undefined_h
     (ax,) = fig.axes
     points = np.concatenate([c.get_offsets() for c in ax.collections])
     np.testing.assert_allclose(points, [[1.0, 1.0]])  # only 1.0 has both scores defined
-    assert "undefined (not shown): 1.1, 1.2" in [t.get_text() for t in ax.texts]
+    (note,) = [t.get_text() for t in ax.texts if "1.1" in t.get_text()]
+    assert "1.1, 1.2" in note  # the heads left out, named
 
 
 def test_ablation_figure_shows_each_variants_rho(planted_result, planted_scores):
@@ -68,6 +69,8 @@ def test_ablation_figure_shows_each_variants_rho(planted_result, planted_scores)
     rho = {"K": {"true": 0.5, "errata_bcda": None}}
     fig = heads_figures.ablation_vs_composition(planted_result.ablation, scores, "attn_effect", rho, ("K",))
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["K true: Spearman ρ = 0.50"] + [f"K {v}: Spearman ρ = undefined" for v in VARIANTS[1:]]
+    assert len(titles) == len(VARIANTS) and titles[0].startswith("K true") and "0.50" in titles[0]
+    for title, v in zip(titles[1:], VARIANTS[1:], strict=True):  # each variant's panel, its rho undefined
+        assert title.startswith(f"K {v}:") and not any(c.isdigit() for c in title.split(":", 1)[1])
     k_true = fig.axes[0].collections[0].get_offsets()
     assert len(k_true) == 9 and k_true[:, 1].max() > 0.8  # 3 x 3 pairs; the planted edge's induction drop
