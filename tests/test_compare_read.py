@@ -1,7 +1,7 @@
 """pipeline/compare/read.py: reading one seed's stage outputs for the compare stage.
 
 Each table and summary entry read or refused naming the file and the key, and the seed
-directories left over from seeds no longer listed."""
+directories of seeds not listed."""
 
 from __future__ import annotations
 
