@@ -25,13 +25,13 @@ V-ablation cannot change b's pattern, so its attn_effect is 0 (written as exactl
 
 On held-out text (`length` None) the loss and pattern effects are measured: attn_effect is NaN.
 
-Both run through the model's one layer path, `Block.forward`, with its `replace`
+It runs through the model's one layer path, `Block.forward`, with its `replace`
 argument. Fast path (`path_ablation`): head b's pattern and output depend only on b's
 own query, key and value inputs, so feeding the ablated stream to *every* head of layer
 j at once (at one kind) gives each head b exactly its single-edge result. Several
 source heads a are stacked along the batch of one block call. The loss then needs one
 pass through the later layers per b (b's new output, every other head's clean one):
-all b are batched. `ablate_path` is the single-edge reference, through per-head inputs.
+all b are batched. The tests check it against one edge cut at a time, through per-head inputs.
 
 One channel of a K edge (`channel_ablation`; the causal check of the channel shares of
 pipeline/circuits/channels.py). Writer a's OV circuit writes along orthonormal directions w_i,
@@ -75,12 +75,6 @@ COLUMNS = [c for c in ABLATION_COLUMNS if c != "heldout_loss_effect"]
 # elements of one stacked attention result, or of one batch of logits (128 MB in float64): the
 # chunks below and their memory term (`path_ablation_terms`) read it; a test makes it smaller
 _CHUNK = 2**24
-
-
-def _mean_ablated(cache: Cache, src_layer: int, src_head: int, dst_layer: int) -> Tensor:
-    """Layer `dst_layer`'s residual input with head a's write replaced by its per-position batch mean."""
-    write = cache.result[src_layer][:, :, src_head]  # [batch, pos, d_model]
-    return cache.resid_pre[dst_layer] - write + write.mean(0, keepdim=True)
 
 
 def _sources_per_chunk(batch: int, pos: int, n_heads: int, d_model: int) -> int:
@@ -194,58 +188,9 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
     return frame.reset_index(drop=True)  # KINDS order, then heads
 
 
-@torch.no_grad()
-def ablate_path(
-    model: AttnOnlyTransformer,
-    tokens: Tensor,
-    src: tuple[int, int],
-    dst: tuple[int, int],
-    kind: str,
-    length: int | None,
-) -> tuple[float, float, float]:
-    """(attn_effect, loss_effect, pattern_effect) of cutting one edge a -> b(kind), the direct way:
-    per-head inputs to layer j in which only head b's `kind` input reads the ablated stream; the
-    pattern effect written out for head b alone (module doc)."""
-    (i, a), (j, _) = src, dst
-    _require_order(i, j, model.cfg.n_layers)
-    logits, cache = model.run_with_cache(tokens)
-    return _one_head_reads(model, tokens, logits, cache, dst, kind, _mean_ablated(cache, i, a, j), length)
-
-
 def _require_order(i: int, j: int, n_layers: int) -> None:
     if not 0 <= i < j < n_layers:
         raise ValueError(f"the source layer {i} must come before the destination layer {j}")
-
-
-def _one_head_reads(
-    model: AttnOnlyTransformer,
-    tokens: Tensor,
-    logits: Tensor,
-    cache: Cache,
-    dst: tuple[int, int],
-    kind: str,
-    stream: Tensor,
-    length: int | None,
-) -> tuple[float, float, float]:
-    """(attn_effect, loss_effect, pattern_effect) when head b = `dst` alone reads `stream`
-    [batch, pos, d_model] at its `kind` input: per-head inputs to layer j, every other head and
-    b's other inputs clean; `logits` and `cache` the clean pass's."""
-    j, b = dst
-    per_head = cache.resid_pre[j][:, :, None].repeat(
-        1, 1, model.cfg.n_heads, 1
-    )  # [batch, pos, head, d_model]
-    per_head[:, :, b] = stream
-    out = model.blocks[j](cache.resid_pre[j], cache.pos, replace={kind: per_head}, cache=True)
-    loss = next_token_loss(model.logits_from(out.resid, j + 1, cache.pos), tokens)
-    attn_effect = _induction(cache.pattern[j], length)[b] - _induction(out.pattern, length)[b]
-    if kind == "V":  # b's write, [batch, pos, d_model], and how far it moved at each position
-        clean, ablated = cache.result[j][:, :, b], out.result[:, :, b]
-        change, size = (ablated - clean).norm(dim=-1), clean.norm(dim=-1)  # [batch, pos]
-        pattern_effect = torch.where(change == 0, 0.0, change / size).mean()
-    else:  # b's attention rows [batch, query_pos, key_pos]: total variation per row, then the mean
-        clean, ablated = cache.pattern[j][:, b], out.pattern[:, b]
-        pattern_effect = 0.5 * (ablated - clean).abs().sum(-1).mean()
-    return float(attn_effect), float(loss - next_token_loss(logits, tokens)), float(pattern_effect)
 
 
 # --- one channel of a K edge (module doc) -------------------------------------------------------
@@ -340,17 +285,6 @@ def channel_ablation(
     bar.close()
     rows_out = [(*cut.src, *cut.dst, *effect) for cut, effect in zip(cuts, effects, strict=True)]
     return pd.DataFrame(rows_out, columns=COLUMNS[1:])
-
-
-@torch.no_grad()
-def ablate_channel(
-    model: AttnOnlyTransformer, tokens: Tensor, cut: ChannelCut, length: int | None
-) -> tuple[float, float, float]:
-    """(attn_effect, loss_effect, pattern_effect) of one channel cut (`channel_ablation`), the direct
-    way: per-head inputs to layer j in which only head b's keys read the cut stream."""
-    _require_order(cut.src[0], cut.dst[0], model.cfg.n_layers)
-    logits, cache = model.run_with_cache(tokens)
-    return _one_head_reads(model, tokens, logits, cache, cut.dst, "K", _channel_cut(cache, cut), length)
 
 
 @torch.no_grad()

@@ -14,7 +14,7 @@ marked keys coincide, TL = ours x (queries that have such a key) / seq_len: for
 `[first, span, span]` with distinct span tokens, length / (2 length + 1).
 Its induction pattern marks the successor of *every* earlier copy of the query's
 token; `induction` here marks only the copy one span back (the two agree when the
-span's tokens are distinct). tests/test_patterns.py checks both against TL 3.9.
+span's tokens are distinct). tests/test_model_patterns.py checks both against TL 3.9.
 """
 
 from __future__ import annotations

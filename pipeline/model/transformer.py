@@ -236,7 +236,7 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, kernel: str | None = None)
     `kernel` (default: by device): "sdpa", torch's `scaled_dot_product_attention` (flash or
     memory-efficient kernels on CUDA, where the hand-written one leaves most of the chip idle),
     or "manual", `_CausalAttention` (measured faster than "sdpa" on the CPU: docs/benchmarks.md).
-    Both compute the same function; tests/test_model.py checks values and gradients against each
+    Both compute the same function; tests/test_model_transformer.py checks values and gradients against each
     other on the CPU."""
     B, H, T, d_head = q.shape
     if (kernel or ("sdpa" if q.is_cuda else "manual")) == "sdpa":
@@ -260,7 +260,7 @@ class _CausalAttention(torch.autograd.Function):
     - the scale goes on q (small), not on the scores.
 
     Softmax and its backward run in place through the private ops `torch._softmax` and
-    `aten._softmax_backward_data` (public softmax has no `out=`); tests/test_model.py checks
+    `aten._softmax_backward_data` (public softmax has no `out=`); tests/test_model_transformer.py checks
     logits and gradients against the plain `run_with_cache` path, so a torch change shows.
     """
 

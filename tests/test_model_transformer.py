@@ -1,6 +1,7 @@
-"""The model: the fused training forward equals the cached (analysis) forward in logits and
-gradients; positions, causality and per-head replacements behave as documented.
-TransformerLens checks: test_interop.py."""
+"""pipeline/model/transformer.py: the attention-only transformer.
+
+The fused forward pass equal to the cached one (values and gradients), causality, per-head input
+replacements, shortformer positions, and the attention kernels on CPU and CUDA."""
 
 from __future__ import annotations
 
@@ -9,12 +10,28 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from models import random_model
+from refusals import one_line
 
 from pipeline.config import ModelConfig
-from pipeline.model.transformer import next_token_loss
+from pipeline.model import transformer
+from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss
 
 VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"], [True, False]))
+
+
+CFG = ModelConfig(
+    n_layers=2, n_heads=2, d_head=4, d_model=16, n_ctx=16, d_vocab=24, positional_embedding_type="standard"
+)
+
+
+class _OnCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: which kernel causal_attention picks, seen on a CPU."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return True
 
 
 @pytest.mark.parametrize("pos,norm,bias", VARIANTS)
@@ -96,8 +113,9 @@ def test_no_bias_model_keeps_zero_biases_in_its_state_dict():
 
 def test_sequence_longer_than_context_is_refused():
     model = random_model(positional_embedding_type="standard")
-    with pytest.raises(ValueError, match="n_ctx"):
+    with pytest.raises(ValueError) as caught:
         model(torch.zeros(1, model.cfg.n_ctx + 1, dtype=torch.long))
+    one_line(caught, "n_ctx", model.cfg.n_ctx + 1)
 
 
 def test_next_token_loss_is_the_cross_entropy_of_the_following_token():
@@ -154,3 +172,75 @@ def test_the_cuda_kernel_computes_what_the_cpu_kernel_does(shape):
     for a, b in zip(grads["manual"], grads["sdpa"], strict=True):
         assert torch.allclose(a, b, atol=1e-12, rtol=0)
     assert causal_attention(*inputs).equal(causal_attention(*inputs, kernel="manual"))  # the CPU's default
+
+
+def test_a_model_built_on_meta_draws_nothing_and_imports_no_compiler():
+    """`read_checkpoint` builds the model under torch.device("meta") for its names and shapes: no
+    draw there (the global generator is where it was), and torch's compiler is not imported (a
+    meta draw imports torch._dynamo, about a second of every stage that checks a checkpoint). On
+    the CPU the weights are still drawn, Normal(0, 0.8 / sqrt(d_model)), and advance the generator."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from pipeline.config import ModelConfig\n"
+        "from pipeline.model.transformer import AttnOnlyTransformer\n"
+        "torch.manual_seed(0)\n"
+        "before = torch.get_rng_state()\n"
+        "with torch.device('meta'):\n"
+        "    m = AttnOnlyTransformer(ModelConfig(d_model=64, d_head=8, n_heads=2, d_vocab=50, n_ctx=10))\n"
+        "assert m.blocks[0].attn.W_Q.is_meta and torch.equal(torch.get_rng_state(), before)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+    from pipeline.model.transformer import AttnOnlyTransformer
+
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    m = AttnOnlyTransformer(ModelConfig(d_model=64, d_head=8, n_heads=2, d_vocab=500, n_ctx=10))
+    assert not torch.equal(torch.get_rng_state(), before)
+    assert float(m.embed.W_E.detach().std()) == pytest.approx(0.1, rel=0.05)  # 0.8 / sqrt(64), 32,000 draws
+
+
+def test_the_manual_attention_kernel_makes_its_causal_mask_on_the_inputs_device():
+    """On the meta device (standing in for a GPU: shapes, no data), the hand-written kernel runs
+    and answers on that device; a mask made on the CPU could not be added to its scores."""
+    q, k, v = (torch.empty(2, 3, 5, 4, device="meta") for _ in range(3))
+    z = transformer.causal_attention(q, k, v, kernel="manual")
+    assert z.device == torch.device("meta") and tuple(z.shape) == (2 * 5, 3 * 4)
+
+
+def test_causal_attention_takes_the_fused_kernel_on_cuda_and_the_manual_one_on_the_cpu(monkeypatch):
+    calls = []
+    fused = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return fused(*(torch.Tensor(a) if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
+
+    monkeypatch.setattr(transformer.F, "scaled_dot_product_attention", spy)
+    q, k, v = torch.randn(3, 1, 2, 5, 4, generator=torch.Generator().manual_seed(0)).unbind(0)
+    on_cpu = transformer.causal_attention(q, k, v)
+    assert calls == []
+    on_cuda = transformer.causal_attention(q.as_subclass(_OnCuda), k, v)
+    assert calls == [{"is_causal": True}]
+    torch.testing.assert_close(torch.Tensor(on_cuda), on_cpu)
+
+
+def test_a_block_called_without_cache_keeps_no_head_results_and_adds_what_the_cached_path_adds():
+    """Block.forward's default is training's path (cache=False): the fused attention, no per-head
+    result or pattern kept; its output is the cached path's resid + sum_h result^h + b_O."""
+    torch.manual_seed(0)
+    block = AttnOnlyTransformer(CFG).blocks[0].double()
+    resid = torch.randn(2, 5, CFG.d_model, dtype=torch.float64)
+    plain = block(resid)
+    assert plain.result is None and plain.pattern is None
+    cached = block(resid, cache=True)
+    assert cached.result.shape == (2, 5, CFG.n_heads, CFG.d_model)
+    assert cached.pattern.shape == (2, CFG.n_heads, 5, 5)
+    by_heads = resid + cached.result.sum(dim=2) + block.attn.b_O
+    torch.testing.assert_close(plain.resid, by_heads, rtol=0, atol=1e-12)
+    torch.testing.assert_close(cached.resid, by_heads, rtol=0, atol=1e-12)

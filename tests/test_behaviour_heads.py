@@ -1,10 +1,12 @@
-"""Head classification on the planted model (tests/planted.py), the weight-based scores
-against dense float64, reproducibility, and the heads stage end to end."""
+"""pipeline/behaviour/heads.py: head roles, weight-based head scores and the role ablation.
+
+Classification on the planted model (tests/planted.py), copying and QK positivity against dense
+float64, reproducibility and device independence, the placebo sets of the role ablation, and the
+summary's counts."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,17 +15,23 @@ import pytest
 import torch
 from models import random_model
 
-from pipeline import checkpoint, params, tables
 from pipeline.behaviour import agreement, heads
-from pipeline.circuits import composition, significance, weights
-from pipeline.config import CompositionConfig, DataConfig, HeadsConfig, RoleThresholds
+from pipeline.circuits import composition, weights
+from pipeline.config import (
+    CompositionConfig,
+    DataConfig,
+    HeadsConfig,
+    RoleThresholds,
+)
 from pipeline.data import datasets
-from pipeline.model import tl_checkpoint
-from pipeline.tables import ABLATION_COLUMNS, VARIANTS
+from pipeline.tables import ABLATION_COLUMNS, KINDS, ROLES, VARIANTS
 
-ROOT = Path(__file__).resolve().parents[1]
 LENGTH = 7
+
+
 CFG = HeadsConfig(eval_sequences=32, repeat_length=LENGTH, window_length=planted.WINDOW)
+
+
 PLANTED_ROLES = {
     (0, 0): "previous_token", (0, 1): "first_token", (0, 2): "duplicate_token",
     (1, 0): "induction", (1, 1): "current_token", (1, 2): "recent_window",
@@ -44,6 +52,36 @@ def planted_result(planted_scores):
     model, hw = planted.model(), weights.from_state_dict(planted.state_dict())
     repeated, heldout = planted.repeated(32, LENGTH, 0), planted.random_tokens(32, planted.N_CTX, 1)
     return heads.analyse_batches(model, hw, repeated, heldout, CFG, planted_scores)
+
+
+def dense_positivity(M: torch.Tensor) -> float:
+    lam = torch.linalg.eigvals(M)
+    return float(lam.sum().real / lam.abs().sum())
+
+
+def hand_result() -> tuple[heads.HeadsResult, pd.DataFrame]:
+    """Heads 0.0 (previous_token), 1.0 (induction), 1.1 (other); edges 0.0 -> 1.0 with every effect
+    0.3 and 0.0 -> 1.1 with every effect 0.03, the same on three batches; every score 1 into 1.0
+    and 0 into 1.1."""
+    table = pd.DataFrame(
+        {"layer": [0, 1, 1], "head": [0, 0, 1], "role": ["previous_token", "induction", "other"]}
+    )
+    for n, name in enumerate(heads.SCORES):
+        table[name] = [0.1 * n, 0.2 * n, np.nan if name == "copying" else 0.3 * n]
+    edges = [(k, 0, 0, 1, b) for k in KINDS for b in (0, 1)]
+    ablation = pd.DataFrame(edges, columns=list(ABLATION_COLUMNS[:5]))
+    for effect in ABLATION_COLUMNS[5:]:
+        ablation[effect] = [0.3 if b == 0 else 0.03 for *_, b in edges]
+    batches = pd.concat([ablation.assign(batch=b) for b in range(3)], ignore_index=True)
+    scores = pd.DataFrame(
+        [
+            dict(zip(agreement.PAIR, e, strict=True), variant=v, score=float(e[-1] == 0))
+            for e in edges
+            for v in VARIANTS
+        ]
+    )
+    result = heads.HeadsResult(table, ablation, {}, batches, {"induction": {"heads": ["1.0"]}})
+    return result, scores
 
 
 def test_planted_heads_get_their_roles(planted_result):
@@ -73,27 +111,9 @@ def test_planted_copying_and_qk_positivity(planted_result):
     assert by_head.loc[0, "qk_positivity"].isna().all()  # layer 0 reads no earlier head
 
 
-def test_planted_pair_has_the_largest_true_k_composition(planted_scores):
-    scores = planted_scores
-    true_k = scores[(scores["kind"] == "K") & (scores["variant"] == "true")]
-    best = true_k.loc[true_k["score"].idxmax()]
-    assert (best["src_layer"], best["src_head"], best["dst_layer"], best["dst_head"]) == (0, 0, 1, 0)
-    assert best["score"] == pytest.approx(0.25)  # two rank-16 isometries: 1 / sqrt(16)
-    others = true_k.drop(best.name)["score"].dropna()
-    assert len(others) > 0 and others.abs().max() < 1e-12
-
-
 def test_qk_positivity_source_is_the_best_k_composer(planted_scores):
     sources = heads.best_sources(planted_scores)
     assert sources[(1, 0)] == (0, 0) and set(sources) == {(1, 0), (1, 1), (1, 2)}  # layer 0 reads none
-
-
-# --- weight-based scores against dense float64 -------------------------------------
-
-
-def dense_positivity(M: torch.Tensor) -> float:
-    lam = torch.linalg.eigvals(M)
-    return float(lam.sum().real / lam.abs().sum())
 
 
 def test_copying_and_qk_positivity_equal_dense_float64():
@@ -113,9 +133,6 @@ def test_copying_and_qk_positivity_equal_dense_float64():
             QK = hw.W_Q[layer, h] @ hw.W_K[layer, h].T
             M = hw.W_E @ QK @ (hw.W_V[i, a] @ hw.W_O[i, a]).T @ hw.W_E.T  # [d_vocab, d_vocab]
             assert qk[layer, h] == pytest.approx(dense_positivity(M), abs=1e-10)
-
-
-# --- roles ---------------------------------------------------------------------------
 
 
 def test_primary_role_nesting_roles_first_then_highest_score_and_nan_takes_none():
@@ -142,9 +159,6 @@ def test_primary_role_nesting_roles_first_then_highest_score_and_nan_takes_none(
     assert out["is_first_token"].tolist() == [False, True, False, False, False, True, False, False]
     assert out["is_duplicate_token"].tolist() == [False] * 5 + [True, True, True]
     assert out[list(heads.FLAGS)].dtypes.eq(bool).all()
-
-
-# --- determinism -----------------------------------------------------------------------
 
 
 def test_scores_are_invariant_to_the_order_of_the_evaluation_batches():
@@ -185,9 +199,6 @@ def test_analysis_is_reproducible_for_a_seed():
     pd.testing.assert_frame_equal(first.ablation, again.ablation, check_exact=True)
     other = analyse(6)
     assert not np.allclose(first.table["prev_token"], other.table["prev_token"])  # the seed matters
-
-
-# --- summary -------------------------------------------------------------------------
 
 
 def test_summary_counts_roles(planted_result, planted_scores):
@@ -352,142 +363,98 @@ def test_role_ablation_placebo_p_is_uniform_when_the_role_is_any_other_heads():
     assert passed == 0
 
 
-# --- the stage -------------------------------------------------------------------------
+@pytest.mark.parametrize("min_effect, counted", [(0.01, 2), (0.1, 1)])
+def test_summary_records_its_min_effect_and_counts_by_it(min_effect, counted):
+    result, scores = hand_result()
+    got = heads.summarize(result, scores, min_effect)
+    assert got["min_effect"] == min_effect
+    assert got["n_heads"] == 3 and got["roles"] == {
+        r: int(r in ("previous_token", "induction", "other")) for r in ROLES
+    }
+    assert got["heads_by_role"]["induction"] == ["1.0"] and got["heads_by_role"]["other"] == ["1.1"]
+    assert got["max"]["copying"] == pytest.approx(0.2 * heads.SCORES.index("copying"))
+    assert got["role_ablation"] == {"induction": {"heads": ["1.0"]}}
+    top = got["agreement"]["loss_effect"]["top_source"]["K"]["true"]
+    assert top == {"match": counted, "heads": counted}  # later heads whose top effect reaches min_effect
+    causal = got["agreement"]["loss_effect"]["ranking"]["K"]["true"]["causal"]
+    assert causal == counted  # the edges whose effect reaches min_effect (no spread over batches)
+    json.dumps(got, allow_nan=False)
 
 
-def stage_inputs(tmp_path):
-    """The planted model's checkpoint, weights and composition scores, and a params.yaml."""
-    model = planted.model()
-    checkpoint.save_state(tmp_path / "model.safetensors", model.state_dict())
-    (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(planted.CONFIG)))
-    hw = weights.from_state_dict(model.state_dict())
-    weights.save(tmp_path / "heads.safetensors", hw)
-    measured, _ = significance.measured(
-        hw, CompositionConfig(baseline_samples=8, null_samples=4), 0, "shortformer"
+def test_role_ablations_placebo_sets_are_drawn_from_the_runs_seed():
+    """The same seed draws the same placebo sets; another seed, others (the `placebo_sets` stream)."""
+    import torch
+    from models import random_model
+
+    from pipeline.config import HeadsConfig
+
+    model = random_model("tiny", seed=3, n_heads=6, n_ctx=16, d_vocab=32)
+    text = [torch.randint(0, 32, (4, 16), generator=torch.Generator().manual_seed(0))]
+    table = pd.DataFrame(
+        [
+            {"layer": l, "head": h, "role": "induction" if (l, h) == (1, 0) else "other"}
+            for l in (0, 1)
+            for h in range(6)
+        ]
     )
-    tables.split_measures(measured)[0].to_csv(tmp_path / "scores.csv", index=False)
-    overrides = [
-        "setup=synthetic", "model.n_ctx=16", "model.d_vocab=16",
-        "model.n_heads=3", "model.d_head=32", "model.d_model=96",
-        "train.probe_length=7", "analysis.heads.repeat_length=7", "analysis.heads.eval_sequences=16",
-        "data.n_train_sequences=1000",  # 50 held out: three ablation batches of 16
-    ]  # fmt: skip
-    (tmp_path / "params.yaml").write_text(params.dump(params.compose(overrides, conf_dir=ROOT / "conf")))
-    return [
-        "--params", str(tmp_path / "params.yaml"), "--model", str(tmp_path / "model.safetensors"),
-        "--config", str(tmp_path / "config.json"), "--weights", str(tmp_path / "heads.safetensors"),
-        "--scores", str(tmp_path / "scores.csv"), "--seed", "0",
-    ]  # fmt: skip
+    cfg = HeadsConfig(placebo_sets=3)
+
+    def drawn(seed):
+        return heads.role_ablation(model, table, text, text, cfg, seed=seed)["induction"]["placebo_sets"]
+
+    assert drawn(0) == drawn(0)
+    assert len({json.dumps(drawn(s)) for s in range(4)}) > 1
 
 
-@pytest.mark.slow
-def test_stage_writes_the_interface_and_is_byte_identical_on_rerun(tmp_path):
-    from stages import heads as stage
+def test_pattern_scores_example_is_the_first_repeated_sequence_and_its_own_patterns():
+    """The example drawn is sequence 0 of the probe (two different sequences here): its tokens, and
+    each layer's [head, q, k] patterns of that sequence, equal to the model run on it alone."""
+    import torch
+    from models import random_model
 
-    args = stage_inputs(tmp_path)
-    out = tmp_path / "out"
-    assert stage.main([*args, "--out", str(out)]) == 0
-    table = pd.read_csv(out / "heads.csv")
-    assert list(table.columns[:3]) == ["layer", "head", "role"] and list(table.columns) == heads.COLUMNS
-    assert (
-        dict(zip(zip(table["layer"], table["head"], strict=True), table["role"], strict=True))
-        == PLANTED_ROLES
+    model = random_model("tiny")
+    span = torch.randint(1, 20, (2, 4), generator=torch.Generator().manual_seed(1))
+    repeated = torch.cat([torch.zeros(2, 1, dtype=torch.long), span, span], 1)
+    assert not torch.equal(repeated[0], repeated[1])
+    _, example = heads.pattern_scores(model, repeated, repeated, 4, 2)
+    assert torch.equal(example["tokens"], repeated[0])
+    _, alone = model.run_with_cache(repeated[:1])
+    want = torch.stack([p[0] for p in alone.pattern])  # [layer, head, q, k]
+    assert example["pattern"].shape == (2, 3, 9, 9)
+    assert torch.allclose(example["pattern"], want, rtol=0, atol=1e-12)
+
+
+def test_role_ablation_refuses_more_probes_than_held_out_batches():
+    """Probe b goes with held-out batch b: two probes and one held-out batch are refused (zip's
+    strict check), not cut down to one pair."""
+    import torch
+    from models import random_model
+
+    from pipeline.config import HeadsConfig
+
+    model = random_model("tiny")
+    text = torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(0))
+    table = pd.DataFrame(
+        [
+            {"layer": l, "head": h, "role": "induction" if (l, h) == (1, 0) else "other"}
+            for l in (0, 1)
+            for h in range(3)
+        ]
     )
-    ablated = pd.read_csv(out / "ablation.csv")
-    assert list(ablated.columns) == list(ABLATION_COLUMNS)
-    # three disjoint batches (analysis.heads.ablation_batches), ablation.csv their mean
-    batches = pd.read_csv(out / "ablation_batches.csv")
-    assert list(batches.columns) == ["batch", *ABLATION_COLUMNS] and sorted(set(batches["batch"])) == [
-        0,
-        1,
-        2,
-    ]
-    mean = batches.groupby(list(ABLATION_COLUMNS[:5]), sort=False)[list(ABLATION_COLUMNS[5:])].mean()
-    pd.testing.assert_frame_equal(ablated.set_index(list(ABLATION_COLUMNS[:5])), mean)
-    assert batches.groupby("batch")["heldout_loss_effect"].sum().nunique() == 3  # different data each
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["roles"]["induction"] == 1
-    assert summary["agreement"]["loss_effect"]["spearman"]["K"].keys() == set(VARIANTS)
-    rho = summary["agreement"]["loss_effect"]["spearman"]["K"]["true"]
-    assert rho is not None and rho > 0  # the one K edge with an effect is the one that composes
-    example, _ = checkpoint.load_state(out / "patterns.safetensors")
-    assert example["pattern"].shape == (2, 3, 2 * LENGTH + 1, 2 * LENGTH + 1) and example["tokens"].shape == (
-        2 * LENGTH + 1,
-    )
-
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert stage.main([*args, "--out", str(out)]) == 0
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    with pytest.raises(ValueError):  # zip(..., strict=True): one held-out batch per probe
+        heads.role_ablation(model, table, [text, text], [text], HeadsConfig(placebo_sets=1), seed=0)
 
 
-def test_stage_names_a_missing_input_in_one_line(tmp_path, capsys):
-    from stages import heads as stage
-
-    args = stage_inputs(tmp_path)
-    (tmp_path / "scores.csv").unlink()
-    assert stage.main([*args, "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "scores.csv" in err
-    assert not (tmp_path / "out" / "heads.csv").exists()
-
-
-# --- figures -----------------------------------------------------------------------------
-
-
-def test_attention_pattern_panels_are_titled_with_roles(planted_result):
-    from pipeline.present.figures import heads as heads_figures
-
-    pattern = planted_result.example["pattern"].numpy()
-    fig = heads_figures.attention_patterns(pattern, planted_result.table, LENGTH)
-    titles = [ax.get_title() for ax in fig.axes]
-    assert titles == [f"{l}.{h} {role.replace('_', ' ')}" for (l, h), role in PLANTED_ROLES.items()]
-    first = fig.axes[0].images[0].get_array()
-    np.testing.assert_array_equal(first, pattern[0, 0])  # the pattern itself, not a copy of another head's
-
-
-def test_copying_vs_qk_places_the_induction_head_top_right_and_names_undefined_heads(planted_result):
-    from pipeline.present.figures import heads as heads_figures
-
-    fig = heads_figures.copying_vs_qk(planted_result.table)
-    (ax,) = fig.axes
-    points = np.concatenate([c.get_offsets() for c in ax.collections])
-    np.testing.assert_allclose(points, [[1.0, 1.0]])  # only 1.0 has both scores defined
-    assert "undefined (not shown): 1.1, 1.2" in [t.get_text() for t in ax.texts]
-
-
-def test_ablation_figure_shows_each_variants_rho(planted_result, planted_scores):
-    from pipeline.present.figures import heads as heads_figures
-
-    scores = planted_scores
-    rho = {"K": {"true": 0.5, "errata_bcda": None}}
-    fig = heads_figures.ablation_vs_composition(planted_result.ablation, scores, "attn_effect", rho, ("K",))
-    titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["K true: Spearman ρ = 0.50"] + [f"K {v}: Spearman ρ = undefined" for v in VARIANTS[1:]]
-    k_true = fig.axes[0].collections[0].get_offsets()
-    assert len(k_true) == 9 and k_true[:, 1].max() > 0.8  # 3 x 3 pairs; the planted edge's induction drop
-
-
-@pytest.mark.slow
-def test_figures_stage_draws_the_head_figures(tmp_path):
-    from stages import figures as figures_stage
-    from stages import heads as heads_stage
-
-    args = stage_inputs(tmp_path)
-    out = tmp_path / "heads"
-    assert heads_stage.main([*args, "--out", str(out)]) == 0
-    figure_args = [
-        "--params", str(tmp_path / "params.yaml"), "--scores", str(tmp_path / "scores.csv"),
-        "--heads", str(out / "heads.csv"), "--ablation", str(out / "ablation.csv"),
-        "--heads-summary", str(out / "summary.json"), "--patterns", str(out / "patterns.safetensors"),
-    ]  # fmt: skip
-    assert figures_stage.main([*figure_args, "--out", str(tmp_path / "figures")]) == 0
-    names = {p.name for p in (tmp_path / "figures").iterdir()}
-    for base in (
-        "attention_patterns",
-        "copying_vs_qk",
-        "ablation_heldout_loss",
-        "ablation_loss",
-        "ablation_attn",
-        "ablation_pattern",
-    ):
-        assert {f"{base}.png", f"{base}.svg"} <= names
+def test_a_role_serves_held_out_text_only_where_few_enough_placebo_sets_reach_it():
+    """39 placebo sets, the role's effect 0.3: p = (1 + sets at or above it) / 40, p_lower the same
+    from below; it serves at p <= heads.SERVES_LEVEL (0.05: at most one set reaching it)."""
+    sets = [[(0, i)] for i in range(39)]
+    cfg = HeadsConfig(placebo_sets=39, min_effect=0.01)
+    role = {"heldout_loss_effect": [0.3]}
+    for above, p, serves in ((0, 1 / 40, True), (1, 2 / 40, True), (2, 3 / 40, False)):
+        effects = [0.5] * above + [0.1] * (39 - above)
+        out = heads._placebo(sets, [effects], role, cfg, exact=True)
+        assert (out["placebo_p"], out["serves_heldout"], out["placebo_exact"]) == (p, serves, True)
+        assert out["placebo_p_lower"] == (1 + 39 - above) / 40
+    below_min = heads._placebo(sets, [[0.0] * 39], {"heldout_loss_effect": [0.005]}, cfg, exact=False)
+    assert below_min["placebo_p"] == 1 / 40 and below_min["serves_heldout"] is False  # under min_effect

@@ -1,6 +1,7 @@
-"""The calibrate stage's science (pipeline/behaviour/calibration.py): its nulls (chimeras,
-untrained models), the model's own non-composing pairs, planted pairs of fixed sign, and the
-summaries, on small random models and hand-made tables."""
+"""pipeline/behaviour/calibration.py: the calibrate stage's science.
+
+Its nulls (chimeras, untrained models), the model's own non-composing pairs, planted pairs of
+fixed sign, and the summaries, on small random models and hand-made tables."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from pipeline.circuits import significance, weights
 from pipeline.config import CalibrationConfig, CompositionConfig
 from pipeline.tables import MEASURES
 
-PAIR = ["kind", "src_layer", "src_head", "dst_layer", "dst_head"]
 CFG = CompositionConfig(baseline_samples=8, null_samples=8, fdr=0.05)
 
 

@@ -1,5 +1,5 @@
-"""Attention scores: known answers on built patterns, and agreement with TransformerLens 3.9's
-`detect_head` on the planted model (tests/planted.py)."""
+"""pipeline/model/patterns.py: attention-pattern head scores, on known patterns and against
+TransformerLens's detect_head (interop)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from refusals import one_line
 
 from pipeline.model import patterns
 
@@ -24,6 +25,41 @@ def one_hot_pattern(batch: int, T: int, key_of_query) -> torch.Tensor:
     for i in range(T):
         p[:, 0, i, key_of_query(i)] = 1.0
     return p
+
+
+WORDS = ["<bos>"] + [f"t{i}" for i in range(1, planted.V)]  # token 0 is the BOS / first token
+
+
+@pytest.fixture(scope="module")
+def tl_model(tmp_path_factory):
+    """The planted weights in a HookedTransformer with an offline word-level tokenizer."""
+    tl = pytest.importorskip("transformer_lens")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    word_level = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<bos>"))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=word_level, bos_token="<bos>", eos_token="<bos>", pad_token="<bos>"
+    )
+    path = tmp_path_factory.mktemp("tokenizer")
+    fast.save_pretrained(path)  # TransformerLens reloads it by path to add BOS handling
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    c = planted.CONFIG
+    cfg = tl.HookedTransformerConfig(
+        n_layers=c.n_layers, d_model=c.d_model, n_ctx=c.n_ctx, d_head=c.d_head, n_heads=c.n_heads,
+        d_vocab=c.d_vocab, attn_only=True, act_fn=None, normalization_type=None,
+        positional_embedding_type="shortformer", dtype=torch.float64, device="cpu",
+    )  # fmt: skip
+    model = tl.HookedTransformer(cfg, tokenizer=tokenizer)
+    missing, unexpected = model.load_state_dict(planted.state_dict(), strict=False)
+    assert not unexpected and all(k.endswith((".mask", ".IGNORE")) for k in missing)
+    return model.eval()
+
+
+def texts(tokens: torch.Tensor) -> list[str]:
+    """Sequences without their first token: TransformerLens prepends BOS (id 0) itself."""
+    return [" ".join(WORDS[t] for t in row[1:].tolist()) for row in tokens]
 
 
 def test_one_hot_patterns_score_one_on_their_own_score_only():
@@ -116,48 +152,10 @@ def test_scores_are_fractions_and_ignore_the_batch_order(seed, k):
 def test_recent_mass_refuses_a_window_longer_than_the_sequence():
     with pytest.raises(ValueError) as caught:
         patterns.recent_mass(torch.ones(1, 1, 4, 4), 4)
-    assert str(caught.value) == "recent window k = 4 must be in [1, seq_len - 1 = 3]"
+    one_line(caught, "k = 4", "seq_len - 1 = 3")
     with pytest.raises(ValueError) as caught:
         patterns.recent_mass(torch.ones(1, 1, 6, 6), 0)
-    assert str(caught.value) == "recent window k = 0 must be in [1, seq_len - 1 = 5]"
-
-
-# --- TransformerLens 3.9 detect_head as the oracle ------------------------------------
-
-
-WORDS = ["<bos>"] + [f"t{i}" for i in range(1, planted.V)]  # token 0 is the BOS / first token
-
-
-@pytest.fixture(scope="module")
-def tl_model(tmp_path_factory):
-    """The planted weights in a HookedTransformer with an offline word-level tokenizer."""
-    tl = pytest.importorskip("transformer_lens")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    word_level = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<bos>"))
-    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=word_level, bos_token="<bos>", eos_token="<bos>", pad_token="<bos>"
-    )
-    path = tmp_path_factory.mktemp("tokenizer")
-    fast.save_pretrained(path)  # TransformerLens reloads it by path to add BOS handling
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    c = planted.CONFIG
-    cfg = tl.HookedTransformerConfig(
-        n_layers=c.n_layers, d_model=c.d_model, n_ctx=c.n_ctx, d_head=c.d_head, n_heads=c.n_heads,
-        d_vocab=c.d_vocab, attn_only=True, act_fn=None, normalization_type=None,
-        positional_embedding_type="shortformer", dtype=torch.float64, device="cpu",
-    )  # fmt: skip
-    model = tl.HookedTransformer(cfg, tokenizer=tokenizer)
-    missing, unexpected = model.load_state_dict(planted.state_dict(), strict=False)
-    assert not unexpected and all(k.endswith((".mask", ".IGNORE")) for k in missing)
-    return model.eval()
-
-
-def texts(tokens: torch.Tensor) -> list[str]:
-    """Sequences without their first token: TransformerLens prepends BOS (id 0) itself."""
-    return [" ".join(WORDS[t] for t in row[1:].tolist()) for row in tokens]
+    one_line(caught, "k = 0", "seq_len - 1 = 5")
 
 
 @pytest.mark.interop

@@ -1,15 +1,24 @@
-"""Causal path ablation: known answers on the planted model, and the fast all-pairs path
-equal to the direct single-edge ablation through per-head inputs."""
+"""pipeline/behaviour/ablation.py: the batched path, channel and role ablations.
+
+Known answers on the planted model (tests/planted.py); the fast all-pairs path and the batched
+channel cuts equal to the direct one-edge cuts of tests/ablation_oracles.py; a model whose K
+edge runs through one direction (tests/one_direction.py) loses the whole path's effect when that
+channel is cut and none when an orthogonal one is; the role ablation's sets against dense float64."""
 
 from __future__ import annotations
 
+import numpy as np
 import planted
 import pytest
 import torch
-from models import random_model
+from ablation_oracles import ablate_channel, ablate_path
+from models import F64, random_model
+from one_direction import channel_table, one_direction_model
+from refusals import one_line
 
-from pipeline.behaviour import ablation
-from pipeline.model.transformer import next_token_loss
+from pipeline.behaviour import ablation, channel_check
+from pipeline.circuits import channels, weights
+from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss
 
 LENGTH = 7
 
@@ -17,6 +26,30 @@ LENGTH = 7
 @pytest.fixture(scope="module")
 def planted_effects():
     return ablation.path_ablation(planted.model(), planted.repeated(64, LENGTH, seed=0), LENGTH)
+
+
+SPAN = 5
+
+
+def random_cuts(model: AttnOnlyTransformer, edges, seed: int) -> list[ablation.ChannelCut]:
+    """A cut of random unit directions w, k [d_model] for each (src, dst) of `edges`."""
+    gen = torch.Generator().manual_seed(seed)
+    unit = lambda: (v := torch.randn(model.cfg.d_model, generator=gen, dtype=F64)) / v.norm()  # noqa: E731
+    return [ablation.ChannelCut(src, dst, unit(), unit()) for src, dst in edges]
+
+
+# into layer 1 and layer 2, from both earlier layers, two cuts into head 2.1 and two from 0.1
+EDGES = [((0, 1), (1, 2)), ((0, 0), (2, 1)), ((1, 2), (2, 1)), ((0, 2), (1, 0)), ((0, 1), (2, 0))]
+
+
+@pytest.fixture(scope="module")
+def text():
+    return torch.randint(0, 20, (64, 16), generator=torch.Generator().manual_seed(3))
+
+
+def pair_effect(model: AttnOnlyTransformer, tokens: torch.Tensor) -> float:
+    """The whole-path K cut 0.0 -> 1.0's pattern effect."""
+    return ablate_path(model, tokens, (0, 0), (1, 0), "K", None)[2]
 
 
 def test_cutting_the_previous_token_head_from_the_induction_heads_keys_destroys_induction(planted_effects):
@@ -38,9 +71,6 @@ def test_every_other_edge_has_exactly_no_effect(planted_effects):
     assert len(others) == 3 * 3 * 3 - 1
     assert others["attn_effect"].abs().max() < 1e-12 and others["loss_effect"].abs().max() < 1e-12
     assert (others["pattern_effect"] == 0).all()  # b's pattern and output, bit for bit
-
-
-# --- the role-free effect: what the cut does to head b itself -------------------------------
 
 
 @pytest.mark.parametrize("text", [False, True], ids=["probe", "held-out"])
@@ -78,7 +108,7 @@ def test_an_edge_the_reader_cannot_see_has_exactly_no_pattern_effect():
         assert len(invisible) == 3 * (4 + 3)
         assert (invisible["pattern_effect"] == 0).all()
         for row in invisible.itertuples():
-            got = ablation.ablate_path(model, tokens, (0, row.src_head), (1, row.dst_head), row.kind, length)
+            got = ablate_path(model, tokens, (0, row.src_head), (1, row.dst_head), row.kind, length)
             assert got[2] == 0.0
 
 
@@ -127,7 +157,7 @@ def test_fast_path_equals_single_edge_ablation(overrides, chunk, monkeypatch):
     fast = ablation.path_ablation(model, tokens, 5)
     assert len(fast) == 3 * (3 * 3 * 2 + 3 * 3)  # kinds x (pairs 0->1, 0->2, 1->2)
     for row in fast.itertuples():
-        attn, loss, pattern = ablation.ablate_path(
+        attn, loss, pattern = ablate_path(
             model, tokens, (row.src_layer, row.src_head), (row.dst_layer, row.dst_head), row.kind, 5
         )
         assert row.attn_effect == pytest.approx(attn, abs=1e-12)
@@ -151,7 +181,7 @@ def test_fast_path_equals_single_edge_ablation_on_held_out_text(overrides):
     fast = ablation.path_ablation(model, tokens, None)
     assert fast["attn_effect"].isna().all()
     for row in fast.itertuples():
-        _, loss, pattern = ablation.ablate_path(
+        _, loss, pattern = ablate_path(
             model, tokens, (row.src_layer, row.src_head), (row.dst_layer, row.dst_head), row.kind, None
         )
         assert row.loss_effect == pytest.approx(loss, abs=1e-12)
@@ -165,16 +195,6 @@ def test_mean_of_a_constant_output_is_the_output_itself():
     effects = ablation.path_ablation(model, tokens, 4)
     assert effects["attn_effect"].abs().max() < 1e-12 and effects["loss_effect"].abs().max() < 1e-12
     assert effects["pattern_effect"].abs().max() < 1e-12
-
-
-def test_a_source_after_the_destination_is_refused():
-    with pytest.raises(ValueError, match="before"):
-        ablation.ablate_path(
-            random_model("three_layers"), torch.zeros(1, 9, dtype=torch.long), (1, 0), (1, 1), "K", 4
-        )
-
-
-# --- ablating a role's heads together (whether the circuit serves the text) ----------------
 
 
 def test_ablating_the_planted_circuit_raises_the_probe_loss():
@@ -227,8 +247,9 @@ def test_heads_loss_effects_of_many_sets_equal_each_set_alone():
     alone = [ablation.heads_loss_effect(model, tokens, s) for s in sets]
     assert together == alone
     assert len(set(together)) == len(sets)  # different sets, different effects
-    with pytest.raises(ValueError, match="no heads"):
+    with pytest.raises(ValueError) as caught:  # an empty set of heads
         ablation.heads_loss_effects(model, tokens, [[(0, 0)], []])
+    one_line(caught)
 
 
 def test_source_heads_are_stacked_per_block_call_as_many_as_the_memory_bound_allows(monkeypatch):
@@ -259,3 +280,119 @@ def test_pattern_effect_is_half_the_l1_change_of_each_query_row_over_its_keys():
     pattern = torch.tensor([[[[[1.0, 0.0]]]]], dtype=torch.float64)  # [n, batch, head, query, key]
     effect = ablation._pattern_effect("K", pattern, clean, torch.zeros(0), torch.zeros(0))
     assert effect.tolist() == [[0.5]]
+
+
+@pytest.mark.parametrize("chunk", [ablation._CHUNK, 1], ids=["batched", "one-cut-at-a-time"])
+@pytest.mark.parametrize("text", [False, True], ids=["probe", "held-out"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"positional_embedding_type": "standard", "normalization_type": "LN"}],
+    ids=["shortformer", "standard+LN"],
+)
+def test_fast_channel_cut_equals_the_direct_single_edge_cut(overrides, text, chunk, monkeypatch):
+    """The batched cut (every head of layer j reading the cut stream, cuts stacked along the batch)
+    against the direct one (only head b's keys read it), on a three-layer random model: the
+    edges into layer 1 pass through layer 2 on their way to the loss."""
+    monkeypatch.setattr(ablation, "_CHUNK", chunk)
+    model = random_model("three_layers", **overrides)
+    gen = torch.Generator().manual_seed(1)
+    if text:
+        tokens, length = torch.randint(0, model.cfg.d_vocab, (6, 11), generator=gen), None
+    else:
+        span = torch.randint(0, model.cfg.d_vocab, (6, SPAN), generator=gen)
+        tokens, length = torch.cat([torch.zeros(6, 1, dtype=torch.long), span, span], 1), SPAN
+    cuts = random_cuts(model, EDGES, seed=2)
+    fast = ablation.channel_ablation(model, tokens, cuts, length)
+    assert list(fast.columns) == ablation.COLUMNS[1:]
+    assert [tuple(r) for r in fast[["src_layer", "src_head", "dst_layer", "dst_head"]].to_numpy()] == [
+        (*src, *dst) for src, dst in EDGES
+    ]  # the cuts' order
+    for row, cut in zip(fast.itertuples(), cuts, strict=True):
+        attn, loss, pattern = ablate_channel(model, tokens, cut, length)
+        assert row.loss_effect == pytest.approx(loss, abs=1e-12)
+        assert row.pattern_effect == pytest.approx(pattern, abs=1e-12)
+        if text:
+            assert np.isnan(row.attn_effect) and np.isnan(attn)
+        else:
+            assert row.attn_effect == pytest.approx(attn, abs=1e-12)
+    assert fast["pattern_effect"].min() > 1e-5  # every cut moves its reader: not trivially 0
+    assert fast["loss_effect"].abs().max() > 1e-4
+
+
+def test_the_cut_is_the_formula_on_the_readers_keys_alone():
+    """Written out: b's key input is resid - ((write_a - batch mean) . w) (w . k) k, every other
+    input of every head clean; the pattern effect is b's total variation against the clean pass."""
+    model = random_model("tiny")
+    tokens = torch.randint(0, model.cfg.d_vocab, (5, 12), generator=torch.Generator().manual_seed(5))
+    (cut,) = random_cuts(model, [((0, 2), (1, 1))], seed=3)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+        write = cache.result[0][:, :, 2]  # [batch, pos, d_model]
+        centred = write - write.mean(0, keepdim=True)
+        keys = cache.resid_pre[1] - ((centred @ cut.w) * (cut.w @ cut.k))[..., None] * cut.k
+        out = model.blocks[1](cache.resid_pre[1], cache.pos, replace={"K": keys}, cache=True)
+    tv = 0.5 * (out.pattern[:, 1] - cache.pattern[1][:, 1]).abs().sum(-1).mean()
+    got = ablation.channel_ablation(model, tokens, [cut], None)
+    assert got.loc[0, "pattern_effect"] == pytest.approx(float(tv), abs=1e-14)
+    assert float(tv) > 1e-3
+
+
+def test_a_writer_direction_orthogonal_to_the_key_direction_changes_nothing():
+    """w . k = 0 exactly (two coordinate axes): the cut stream is the clean one, b's pattern and
+    induction score unchanged bit for bit; the loss to rounding (the later layers run fused, the
+    clean pass explicit, as for `path_ablation`)."""
+    model = random_model("three_layers")
+    axis = torch.eye(model.cfg.d_model, dtype=F64)
+    cuts = [
+        ablation.ChannelCut((0, 1), (1, 2), axis[3], axis[7]),
+        ablation.ChannelCut((1, 0), (2, 2), axis[0], axis[1]),
+    ]
+    for tokens, length in (
+        (torch.tensor([[0, 3, 5, 7, 1, 3, 5, 7, 1], [0, 2, 4, 6, 8, 2, 4, 6, 8]]), 4),
+        (torch.randint(0, model.cfg.d_vocab, (4, 10), generator=torch.Generator().manual_seed(6)), None),
+    ):
+        got = ablation.channel_ablation(model, tokens, cuts, length)
+        assert (got["pattern_effect"] == 0).all() and got["loss_effect"].abs().max() < 1e-12
+        if length is not None:
+            assert (got["attn_effect"] == 0).all()
+
+
+def test_a_source_after_the_destination_is_refused():
+    model = random_model("three_layers")
+    (cut,) = random_cuts(model, [((1, 0), (1, 1))], seed=0)
+    with pytest.raises(ValueError) as caught:
+        ablation.channel_ablation(model, torch.zeros(1, 9, dtype=torch.long), [cut], 4)
+    assert one_line(caught, 1).count("1") == 2  # the source layer and the destination layer
+
+
+@pytest.mark.parametrize("weak", [0.0, 0.25])
+def test_cutting_the_one_channel_the_path_runs_through_is_cutting_the_path(weak, text):
+    """channels.csv's top channel, cut alone, gives the whole path's pattern effect: all of it when
+    the writer writes along that channel alone (weak = 0: the cut and the path's mean ablation are
+    the same stream, to rounding); nearly all of it when a weak second channel (share 0.034) is
+    left; the weak channel cut alone, a fraction; an orthogonal channel (writer channel 0 into the
+    reader channel that reads u_2, which 0.0 never writes), nothing."""
+    model = one_direction_model(weak)
+    hw = weights.from_state_dict(model.state_dict())  # no LayerNorm: the model's own weights
+    table = channel_table(hw, {(0, 0, 1, 0)})
+    pairs = channel_check.discovered(table)
+    assert pairs[["kind", "src_layer", "src_head", "dst_layer", "dst_head"]].values.tolist() == [
+        ["K", 0, 0, 1, 0]
+    ]
+    assert (pairs.loc[0, "writer_channel"], pairs.loc[0, "reader_channel"]) == (0, 0)
+    assert pairs.loc[0, "top_share"] == pytest.approx(16 / (16 + 9 * weak**2), rel=1e-9)
+    (top,) = channel_check.cuts(hw, pairs)
+    whole = pair_effect(model, text)
+    assert whole > 0.1
+    share = ablation.channel_ablation(model, text, [top], None).loc[0, "pattern_effect"] / whole
+    writes, reads = channels.writer_circuit(hw).writes[0, 0], channels.reader_circuit(hw, "K").reads[1, 0]
+    weak_cut = ablation.ChannelCut((0, 0), (1, 0), writes[:, 1], reads[:, 1])
+    orthogonal = ablation.ChannelCut((0, 0), (1, 0), writes[:, 0], reads[:, 2])
+    others = ablation.channel_ablation(model, text, [weak_cut, orthogonal], None)["pattern_effect"] / whole
+    if weak == 0:
+        assert share == pytest.approx(1.0, abs=1e-9)
+        assert others[0] < 1e-12  # a channel the writer does not write along
+    else:
+        assert 0.85 < share < 1.0
+        assert 0.05 < others[0] < 0.5 * share
+    assert abs(others[1]) < 1e-12

@@ -1,15 +1,23 @@
-"""`pipeline.behaviour.channel_check` on known answers: the t interval of two values (one degree
-of freedom), a pair seen on one batch, `analyse` on the heads stage's own batches, and a
-whole-path table without batches refused."""
+"""pipeline/behaviour/channel_check.py: the causal check of the channel shares.
+
+The discovered K pairs' channel cuts beside the whole path's on the heads stage's own batches
+(against tests/ablation_oracles.py), the summary's numbers, keys and order, the t interval of two
+values, and the refusals of a pair, channel or head out of range or a whole-path table that does
+not fit."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_channel_ablation import LENGTH, channel_table, one_direction_model
+from ablation_oracles import ablate_channel, ablate_path
+from one_direction import channel_table, one_direction_model
+from refusals import one_line
 
 from pipeline.behaviour import ablation, channel_check, heads
 from pipeline.circuits import weights
@@ -17,34 +25,16 @@ from pipeline.config import HeadsConfig
 from pipeline.data import datasets
 from pipeline.errors import UserError
 
+
+@pytest.fixture(scope="module")
+def text():
+    return torch.randint(0, 20, (64, 16), generator=torch.Generator().manual_seed(3))
+
+
+LENGTH = 5
+
+
 T_975_1 = 12.706204736174698  # t_{0.975} with 1 degree of freedom
-
-
-def test_t_interval_of_two_values_has_one_degree_of_freedom():
-    """(1, 3): mean 2, sd sqrt 2, half width t_{0.975, 1} x sqrt 2 / sqrt 2 = 12.7062."""
-    lo, hi = channel_check._t_interval([1.0, 3.0])
-    assert (lo, hi) == pytest.approx((2 - T_975_1, 2 + T_975_1), rel=1e-12)
-    assert all(math.isnan(x) for x in channel_check._t_interval([1.0]))  # one value: no interval
-
-
-def test_summary_of_a_pair_seen_on_one_batch():
-    """One batch: the pair's channels and top share are that row's, its mean share that batch's,
-    no interval; two batches of another pair: its interval with one degree of freedom."""
-    frame = pd.DataFrame({
-        "batch": [0, 0, 1], "kind": "K", "src_layer": 0, "src_head": [1, 2, 2], "dst_layer": 1,
-        "dst_head": 0, "writer_channel": [3, 1, 1], "reader_channel": [2, 0, 0], "writer_block": 1,
-        "reader_block": 1,
-        "top_share": [0.7, 0.4, 0.4], "channel_pattern_effect": [0.3, 0.1, 0.3],
-        "path_pattern_effect": [0.6, 0.1, 0.1], "causal_share": [0.5, 1.0, 3.0],
-    })  # fmt: skip
-    out = channel_check.summarize(frame)
-    one, two = out["pairs"]
-    assert (one["src"], one["dst"], one["writer_channel"], one["reader_channel"]) == ("0.1", "1.0", 3, 2)
-    assert one["top_share"] == 0.7 and one["causal_share"] == 0.5 and one["causal_share_batches"] == [0.5]
-    assert one["causal_share_lo"] is None and one["causal_share_hi"] is None
-    assert (two["src"], two["writer_channel"], two["reader_channel"]) == ("0.2", 1, 0)
-    assert (two["causal_share_lo"], two["causal_share_hi"]) == pytest.approx((2 - T_975_1, 2 + T_975_1))
-    assert out["median_causal_share"] == pytest.approx(1.25)
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +65,121 @@ def whole_path(model, probes, heldout) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def test_check_batches_writes_a_row_per_pair_and_batch_beside_the_whole_path(text):
+    """The discovered K pairs alone (not the Q or V rows, not the undiscovered K ones), on every
+    batch, their path columns the whole-path cut's on the same batch, causal_share the ratio."""
+    model = one_direction_model(0.25)
+    hw = weights.from_state_dict(model.state_dict())
+    table = channel_table(hw, {(0, 0, 1, 0), (0, 2, 1, 1)})
+    probes = [
+        torch.cat([torch.zeros(8, 1, dtype=torch.long), s, s], 1)
+        for s in torch.randint(1, 20, (2, 8, LENGTH), generator=torch.Generator().manual_seed(4))
+    ]
+    heldout = [text[:32], text[32:]]
+    whole = pd.concat(
+        [
+            ablation.path_ablation(model, probe, LENGTH).assign(
+                heldout_loss_effect=(t := ablation.path_ablation(model, held, None))[
+                    "loss_effect"
+                ].to_numpy(),
+                pattern_effect=t["pattern_effect"].to_numpy(),
+                batch=b,
+            )
+            for b, (probe, held) in enumerate(zip(probes, heldout, strict=True))
+        ]
+    )
+    frame = channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole)
+    assert list(frame.columns) == list(channel_check.COLUMNS)
+    assert frame[["batch", "src_head", "dst_head"]].values.tolist() == [
+        [0, 0, 0],
+        [0, 2, 1],
+        [1, 0, 0],
+        [1, 2, 1],
+    ]
+    cuts = dict(zip((0, 2), channel_check.cuts(hw, channel_check.discovered(table)), strict=True))  # by a
+    for row in frame.itertuples():
+        path = ablate_path(model, heldout[row.batch], (0, row.src_head), (1, row.dst_head), "K", None)
+        assert row.path_pattern_effect == pytest.approx(path[2], abs=1e-12)
+        cut = cuts[row.src_head]
+        channel = ablate_channel(model, heldout[row.batch], cut, None)
+        assert row.channel_pattern_effect == pytest.approx(channel[2], abs=1e-12)
+        assert row.channel_heldout_loss_effect == pytest.approx(channel[1], abs=1e-12)
+        assert row.channel_attn_effect == pytest.approx(
+            ablate_channel(model, probes[row.batch], cut, LENGTH)[0], abs=1e-12
+        )
+        assert row.causal_share == pytest.approx(
+            row.channel_pattern_effect / row.path_pattern_effect, rel=1e-12
+        )
+    with pytest.raises(ValueError) as caught:  # batch 1's whole-path cuts missing
+        channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole[whole["batch"] == 0])
+    one_line(caught, "`whole`")
+
+
+def test_summary_known_answers():
+    """Per pair: the shares' mean over batches and its t interval (t_0.975 with 2 degrees of
+    freedom = 4.3027); a batch whose path effect is 0 counts NaN and is left out; the median over
+    the pairs' means."""
+    frame = pd.DataFrame({
+        "batch": [0, 1, 2] * 3, "kind": "K",
+        "src_layer": 0, "src_head": [0] * 3 + [1] * 3 + [2] * 3, "dst_layer": 1, "dst_head": 0,
+        "writer_channel": 0, "reader_channel": 1, "writer_block": 1, "reader_block": [1] * 6 + [2] * 3,
+        "top_share": [0.9] * 3 + [0.5] * 3 + [0.2] * 3,
+        "channel_pattern_effect": [0.8, 0.9, 1.0, 0.1, 0.1, 0.1, 0.3, 0.3, 0.0],
+        "path_pattern_effect": [1.0, 1.0, 1.0, 0.2, 0.2, 0.2, 1.0, 1.0, 0.0],
+        "causal_share": [0.8, 0.9, 1.0, 0.5, 0.5, 0.5, 0.3, 0.3, np.nan],
+    })  # fmt: skip
+    out = channel_check.summarize(frame)
+    assert out["n_pairs"] == 3 and out["effect"] == "pattern_effect"
+    first, second, third = out["pairs"]
+    assert (first["src"], first["dst"], first["writer_channel"], first["reader_channel"]) == (
+        "0.0",
+        "1.0",
+        0,
+        1,
+    )
+    assert first["top_share"] == 0.9
+    assert (first["writer_block"], first["reader_block"], third["reader_block"]) == (1, 1, 2)
+    assert first["causal_share"] == pytest.approx(0.9)
+    half = 4.302652729911275 * 0.1 / 3**0.5
+    assert (first["causal_share_lo"], first["causal_share_hi"]) == pytest.approx((0.9 - half, 0.9 + half))
+    assert first["path_pattern_effect"] == pytest.approx(1.0) and first[
+        "channel_pattern_effect"
+    ] == pytest.approx(0.9)
+    assert (second["causal_share_lo"], second["causal_share_hi"]) == pytest.approx((0.5, 0.5))
+    assert third["causal_share"] == pytest.approx(0.3) and third["causal_share_batches"] == [0.3, 0.3, None]
+    assert out["median_causal_share"] == pytest.approx(0.5)
+    json.dumps(out, allow_nan=False)  # JSON as written: no NaN
+    empty = channel_check.summarize(frame.iloc[:0])
+    assert empty["n_pairs"] == 0 and empty["pairs"] == [] and empty["median_causal_share"] is None
+
+
+def test_t_interval_of_two_values_has_one_degree_of_freedom():
+    """(1, 3): mean 2, sd sqrt 2, half width t_{0.975, 1} x sqrt 2 / sqrt 2 = 12.7062."""
+    lo, hi = channel_check._t_interval([1.0, 3.0])
+    assert (lo, hi) == pytest.approx((2 - T_975_1, 2 + T_975_1), rel=1e-12)
+    assert all(math.isnan(x) for x in channel_check._t_interval([1.0]))  # one value: no interval
+
+
+def test_summary_of_a_pair_seen_on_one_batch():
+    """One batch: the pair's channels and top share are that row's, its mean share that batch's,
+    no interval; two batches of another pair: its interval with one degree of freedom."""
+    frame = pd.DataFrame({
+        "batch": [0, 0, 1], "kind": "K", "src_layer": 0, "src_head": [1, 2, 2], "dst_layer": 1,
+        "dst_head": 0, "writer_channel": [3, 1, 1], "reader_channel": [2, 0, 0], "writer_block": 1,
+        "reader_block": 1,
+        "top_share": [0.7, 0.4, 0.4], "channel_pattern_effect": [0.3, 0.1, 0.3],
+        "path_pattern_effect": [0.6, 0.1, 0.1], "causal_share": [0.5, 1.0, 3.0],
+    })  # fmt: skip
+    out = channel_check.summarize(frame)
+    one, two = out["pairs"]
+    assert (one["src"], one["dst"], one["writer_channel"], one["reader_channel"]) == ("0.1", "1.0", 3, 2)
+    assert one["top_share"] == 0.7 and one["causal_share"] == 0.5 and one["causal_share_batches"] == [0.5]
+    assert one["causal_share_lo"] is None and one["causal_share_hi"] is None
+    assert (two["src"], two["writer_channel"], two["reader_channel"]) == ("0.2", 1, 0)
+    assert (two["causal_share_lo"], two["causal_share_hi"]) == pytest.approx((2 - T_975_1, 2 + T_975_1))
+    assert out["median_causal_share"] == pytest.approx(1.25)
+
+
 def test_analyse_checks_the_heads_stages_own_batches(planted_check):
     """`analyse` runs on `heads.evaluation_batches` (probe b of the run's seed with held-out batch
     b): each discovered pair on both batches, the whole path's effects those of `whole`, the
@@ -98,10 +203,10 @@ def test_analyse_checks_the_heads_stages_own_batches(planted_check):
         ]
         path = path[path["dst_head"] == row.dst_head]
         assert row.path_pattern_effect == path["pattern_effect"].item()
-        _, loss, moved = ablation.ablate_channel(model, heldout[row.batch], cuts[row.src_head], None)
+        _, loss, moved = ablate_channel(model, heldout[row.batch], cuts[row.src_head], None)
         assert row.channel_pattern_effect == pytest.approx(moved, abs=1e-12)
         assert row.channel_heldout_loss_effect == pytest.approx(loss, abs=1e-12)
-        attn = ablation.ablate_channel(model, probes[row.batch], cuts[row.src_head], LENGTH)[0]
+        attn = ablate_channel(model, probes[row.batch], cuts[row.src_head], LENGTH)[0]
         assert row.channel_attn_effect == pytest.approx(attn, abs=1e-12)
 
 
@@ -113,23 +218,24 @@ def test_a_whole_path_table_without_batches_is_refused(planted_check):
     probes, heldout = probes[:1], heldout[:1]
     whole = whole_path(model, probes, heldout)
     assert len(channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole)) == 2
-    refusal = r"^`whole` has no column batch: it holds each batch's whole-path cuts$"
-    with pytest.raises(ValueError, match=refusal):
+    with pytest.raises(ValueError) as caught:
         channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole.drop(columns="batch"))
-    with pytest.raises(ValueError, match=r"^`whole` has no column kind, pattern_effect: "):
+    assert one_line(caught, "`whole`", "batch").startswith("`whole`")
+    with pytest.raises(ValueError) as caught:
         channel_check.check_batches(
             model, hw, table, probes, heldout, LENGTH, whole.drop(columns=["pattern_effect", "kind"])
         )
+    one_line(caught, "`whole`", "kind, pattern_effect")  # every missing column, in the table's order
 
 
 def test_a_pair_within_one_layer_is_refused_naming_the_table(planted_check):
     """A pair is a later pair: a reader in the writer's own layer (src_layer == dst_layer) is refused."""
     _, hw, table, _, _ = planted_check
     pairs = channel_check.discovered(table).head(1).assign(src_layer=1, dst_layer=1)
-    with pytest.raises(
-        UserError, match=r"^channels.csv: pair 1\.\d -> 1\.\d is not a later pair of 2 layers"
-    ):
+    with pytest.raises(UserError) as caught:
         channel_check.cuts(hw, pairs, "channels.csv")
+    assert caught.value.where == "channels.csv"
+    assert re.search(r"\b1\.\d -> 1\.\d\b", one_line(caught, "2 layers"))  # the pair and the model's layers
 
 
 def test_discovered_keeps_the_tables_columns_and_numbers_its_rows_afresh(planted_check):
@@ -156,7 +262,7 @@ def test_a_discovered_pair_missing_from_the_whole_path_table_or_twice_in_it_is_r
     assert gone.sum() == 1
     with pytest.raises(ValueError) as e:
         channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, whole[~gone])
-    assert str(e.value) == "a discovered pair or batch has no whole-path cut in `whole`"
+    one_line(e, "`whole`")
     twice = pd.concat([whole, whole[gone]], ignore_index=True)
     with pytest.raises(pd.errors.MergeError):
         channel_check.check_batches(model, hw, table, probes, heldout, LENGTH, twice)
@@ -172,7 +278,8 @@ def test_a_writer_channel_equal_to_d_head_is_out_of_range_and_refused(planted_ch
         pairs = first.assign(writer_channel=writer, reader_channel=reader)
         with pytest.raises(UserError) as caught:
             channel_check.cuts(hw, pairs, "channels.csv")
-        assert str(caught.value) == f"channels.csv: channel ({writer}, {reader}) out of d_head = 4"
+        assert caught.value.where == "channels.csv"
+        one_line(caught, f"({writer}, {reader})", "d_head = 4")
     last = first.assign(writer_channel=3, reader_channel=3)  # the last channel of each is in range
     assert len(channel_check.cuts(hw, last, "channels.csv")) == 1
 
@@ -229,10 +336,8 @@ def test_a_head_equal_to_n_heads_is_out_of_range_and_refused(planted_check):
     for src, dst in ((3, 0), (0, 3)):
         with pytest.raises(UserError) as caught:
             channel_check.cuts(hw, first.assign(src_head=src, dst_head=dst), "channels.csv")
-        assert (
-            str(caught.value)
-            == f"channels.csv: pair 0.{src} -> 1.{dst} is not a later pair of 2 layers x 3 heads"
-        )
+        assert caught.value.where == "channels.csv"
+        one_line(caught, f"0.{src} -> 1.{dst}", "2 layers x 3 heads")
     assert len(channel_check.cuts(hw, first.assign(src_head=2, dst_head=2), "channels.csv")) == 1
 
 
@@ -290,4 +395,5 @@ def test_check_batches_names_the_channels_table_in_a_refusal_by_default(planted_
     )
     with pytest.raises(UserError) as caught:
         channel_check.check_batches(model, hw, table, [], [], LENGTH, whole)
-    assert str(caught.value) == "channels: pair 0.3 -> 1.0 is not a later pair of 2 layers x 3 heads"
+    assert caught.value.where == "channels"
+    one_line(caught, "0.3 -> 1.0", "2 layers x 3 heads")

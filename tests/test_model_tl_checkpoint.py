@@ -1,0 +1,368 @@
+"""pipeline/model/tl_checkpoint.py: checkpoints in TransformerLens's formats, read and written.
+
+HookedTransformer config.json and state dicts checked against our model, TransformerBridge (4.x)
+state dicts and config to ours and back bit for bit, and each refusal naming the field or key."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+from models import random_model
+from refusals import one_line
+
+from pipeline import checkpoint
+from pipeline.config import ModelConfig
+from pipeline.errors import UserError
+from pipeline.model import tl_checkpoint
+from pipeline.model.transformer import AttnOnlyTransformer
+
+STANDARD_LN = ModelConfig(
+    n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=20,
+    positional_embedding_type="standard", normalization_type="LN",
+)  # fmt: skip
+
+
+class Bridge:
+    """What `bridge_state_dict` reads of a TransformerBridge: `cfg.to_dict()` and `state_dict()`."""
+
+    def __init__(self, config: dict, state: dict):
+        self.cfg = SimpleNamespace(to_dict=lambda: dict(config))
+        self._state = state
+
+    def state_dict(self) -> dict:
+        return dict(self._state)
+
+
+CFG = ModelConfig(
+    n_layers=2, n_heads=2, d_head=4, d_model=16, n_ctx=16, d_vocab=24, positional_embedding_type="standard"
+)
+
+
+STANDARD = ModelConfig(
+    n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=20,
+    positional_embedding_type="standard", normalization_type=None,
+)  # fmt: skip
+
+
+NORMS = [None, "LN"]
+
+
+def write_bridge_state(tmp_path, state, config=None):
+    checkpoint.save_state(tmp_path / "model.safetensors", state)
+    config = config or {**tl_checkpoint.tl_config(STANDARD), "architecture": "TransformerLensNative"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path / "model.safetensors", tmp_path / "config.json"
+
+
+def bridge_state():
+    return tl_checkpoint.bridge_checkpoint(STANDARD, random_model(STANDARD).state_dict())[1]
+
+
+def test_a_bridge_reads_in_process_as_our_state_and_config():
+    model = random_model(STANDARD_LN, dtype=torch.float32)
+    config, bridge_state = tl_checkpoint.bridge_checkpoint(STANDARD_LN, model.state_dict())
+    state, tl = tl_checkpoint.bridge_state_dict(Bridge(config, bridge_state))
+    assert state.keys() == model.state_dict().keys()
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert tl == tl_checkpoint.tl_config(STANDARD_LN)
+
+
+def test_a_bridge_whose_shapes_disagree_with_its_config_names_the_config():
+    model = random_model(STANDARD_LN, dtype=torch.float32)
+    config, bridge_state = tl_checkpoint.bridge_checkpoint(STANDARD_LN, model.state_dict())
+    bad = {**bridge_state, "blocks.1.attn.q.weight": torch.zeros(8, 16)}
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.bridge_state_dict(Bridge(config, bad))
+    # the state dict and the weight, its shape, the config's heads and where the config came from
+    heads = ("[8, 16]", "n_heads x d_head = 3 x 4")
+    assert caught.value.where == "bridge.state_dict(): blocks.1.attn.q.weight"
+    assert one_line(caught, *heads).endswith("bridge.cfg")
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_bridge_state(bad, STANDARD_LN, "their/config.json")
+    assert caught.value.where == "blocks.1.attn.q.weight"
+    assert one_line(caught, *heads).endswith(" their/config.json")
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_bridge_state(bad, STANDARD_LN)  # the default source
+    assert one_line(caught, *heads).endswith(" config.json")
+
+
+def test_a_bridge_whose_config_is_refused_names_bridge_cfg():
+    """A bridge with MLPs (attn_only false) is refused before its state dict is read, naming
+    `bridge.cfg`, the object its config came from."""
+    model = random_model(STANDARD_LN, dtype=torch.float32)
+    config, bridge_state = tl_checkpoint.bridge_checkpoint(STANDARD_LN, model.state_dict())
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.bridge_state_dict(Bridge({**config, "attn_only": False}, bridge_state))
+    assert (caught.value.where, caught.value.value) == ("bridge.cfg: attn_only", False)
+    one_line(caught)
+
+
+def test_a_written_bridge_checkpoint_says_its_format(tmp_path):
+    model = random_model(STANDARD_LN, dtype=torch.float32)
+    out = tl_checkpoint.write_bridge_checkpoint(tmp_path / "bridge", STANDARD_LN, model.state_dict())
+    _, metadata = checkpoint.load_state(out / "model.safetensors")
+    assert metadata == {"format": "TransformerBridge"}
+
+
+def test_attn_scale_must_be_sqrt_d_head_even_for_one_dimensional_heads():
+    one = replace(STANDARD_LN, d_head=1, normalization_type=None)
+    assert tl_checkpoint.from_tl_config({**tl_checkpoint.tl_config(one), "attn_scale": 1.0}) == one
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config({**tl_checkpoint.tl_config(one), "attn_scale": 3.0})
+    assert (caught.value.where, caught.value.value) == ("config.json: attn_scale", 3.0)
+    one_line(caught, "sqrt(d_head) = 1")
+
+
+def test_a_bridges_positive_attn_scale_is_what_it_divides_by():
+    """TransformerLens 4.3's native attention divides by attn_scale whenever it is > 0 (0.5 too),
+    and by sqrt(d_head) when it is absent: 0.5 is refused, absent is read as sqrt(d_head)."""
+    bridge = {**tl_checkpoint.tl_config(STANDARD_LN), "architecture": tl_checkpoint.NATIVE}
+    assert "attn_scale" not in bridge and tl_checkpoint.from_tl_config(bridge) == STANDARD_LN
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config({**bridge, "attn_scale": 0.5})
+    assert (caught.value.where, caught.value.value) == ("config.json: attn_scale", 0.5)
+    one_line(caught, "sqrt(d_head) = 2")
+
+
+def test_a_bridge_missing_a_weight_is_refused_naming_its_state_dict_and_the_weight():
+    """from_bridge_state maps only the keys present; the check against our model finds the
+    unembedding missing and names the object it came from, `bridge.state_dict()`."""
+    model = random_model(STANDARD_LN, dtype=torch.float32)
+    config, bridge_state = tl_checkpoint.bridge_checkpoint(STANDARD_LN, model.state_dict())
+    del bridge_state["unembed.weight"]
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.bridge_state_dict(Bridge(config, bridge_state))
+    assert caught.value.where == "bridge.state_dict(): unembed.W_U"
+    one_line(caught)
+
+
+def test_a_state_dict_is_a_bridges_only_with_embed_weight_and_without_embed_w_e():
+    one = torch.zeros(1)
+    assert tl_checkpoint.is_bridge_state({"embed.weight": one}) is True
+    assert tl_checkpoint.is_bridge_state({"embed.W_E": one}) is False
+    assert tl_checkpoint.is_bridge_state({"embed.weight": one, "embed.W_E": one}) is False
+    assert tl_checkpoint.is_bridge_state({}) is False
+    assert tl_checkpoint.is_bridge_state({"pos_embed.W_pos": one}) is False
+
+
+def test_a_config_json_that_is_not_an_object_is_refused_naming_it():
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config([1, 2])
+    assert caught.value.where == "config.json"
+    one_line(caught)
+
+
+def test_a_config_json_without_a_size_is_refused_naming_the_first_missing_field():
+    raw = {k: v for k, v in tl_checkpoint.tl_config(CFG).items() if k not in ("d_model", "n_ctx")}
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config(raw, "their/config.json")
+    one_line(caught)
+    assert (caught.value.where, caught.value.problem) == (
+        "their/config.json: d_model",
+        "missing from config.json",
+    )
+
+
+def test_neel_nandas_config_without_normalization_keeps_its_normalization_type():
+    raw = {"n_layers": 2, "shortformer_pos": True, "normalization_type": "LN"}
+    out = tl_checkpoint.neel_translated(raw)
+    assert out["normalization_type"] == "LN" and out["positional_embedding_type"] == "shortformer"
+    assert tl_checkpoint.neel_translated({"normalization": None})["normalization_type"] is None
+
+
+def test_a_bad_field_of_a_checkpoint_without_config_json_names_the_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    path = tmp_path / "model.safetensors"
+    checkpoint.save_state(path, AttnOnlyTransformer(CFG).state_dict())
+    fields = {"positional_embedding_type": "rotary", "normalization_type": None, "attn_only": True}
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.read_checkpoint(path, fields)
+    # the file, then the config read off its shapes, then the field, its value and the choices
+    assert caught.value.where == f"{path}: the shapes in {path}: positional_embedding_type"
+    assert caught.value.value == "rotary"
+    one_line(caught, "standard, shortformer")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_a_checkpoint_tensor_with_nan_or_inf_is_refused_naming_the_file_and_the_tensor(bad):
+    torch.manual_seed(0)
+    state = dict(AttnOnlyTransformer(CFG).state_dict())
+    with torch.device("meta"):
+        expected = AttnOnlyTransformer(CFG).state_dict()
+    clean = tl_checkpoint.check_state(state, expected, "m.safetensors", "config.json")
+    assert clean.keys() == expected.keys()
+    state["blocks.1.attn.W_V"] = state["blocks.1.attn.W_V"].clone()
+    state["blocks.1.attn.W_V"][1, 3, 2] = bad
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.check_state(state, expected, "m.safetensors", "config.json")
+    assert caught.value.where == "m.safetensors: blocks.1.attn.W_V"
+    one_line(caught)
+
+
+def test_a_transformerlens_state_with_mlp_weights_is_refused_naming_its_first_mlp_key_in_order():
+    """Our model has no MLPs: a TransformerLens-layout checkpoint that has them is refused by
+    the alphabetically first MLP key, inside the file's name."""
+    torch.manual_seed(0)
+    state = dict(AttnOnlyTransformer(CFG).state_dict())
+    state["blocks.1.mlp.W_in"] = torch.zeros(16, 64)
+    state["blocks.0.mlp.b_out"] = torch.zeros(16)
+    with torch.device("meta"):
+        expected = AttnOnlyTransformer(CFG).state_dict()
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.check_state(state, expected, "m.safetensors", "config.json")
+    assert (
+        str(caught.value)
+        == "m.safetensors: blocks.0.mlp.b_out: not an attention-only model (it has MLP weights)"
+    )
+
+
+def test_attn_scale_is_not_judged_against_a_d_head_that_is_not_a_positive_integer():
+    """sqrt(d_head) means nothing for d_head = 0, -4, 4.0 or null: the attention scale passes, and
+    d_head itself is refused by name (not `attn_scale: must be sqrt(d_head) = 0`, nor math's
+    domain error on sqrt(-4))."""
+    for d_head in (0, -4, 4.0, None):
+        assert tl_checkpoint._is_sqrt_d_head(3.0, {"d_head": d_head}) is True
+    assert tl_checkpoint._is_sqrt_d_head(2.0, {"d_head": 4}) is True
+    assert tl_checkpoint._is_sqrt_d_head(3.0, {"d_head": 4}) is False
+    raw = tl_checkpoint.tl_config(CFG)
+    for d_head in (0, -4, 4.0):
+        with pytest.raises(UserError) as caught:
+            tl_checkpoint.from_tl_config({**raw, "d_head": d_head, "attn_scale": 3.0})
+        assert (caught.value.where, caught.value.value) == ("config.json: d_head", d_head)
+        assert "attn_scale" not in one_line(caught)
+
+
+def test_a_checkpoint_without_config_json_missing_a_sized_weight_is_refused_naming_it():
+    """Without config.json the sizes come from W_Q, W_pos and W_E: the first one missing is named."""
+    torch.manual_seed(0)
+    state = AttnOnlyTransformer(CFG).state_dict()
+    sizes = {"n_layers": 2, "n_heads": 2, "d_head": 4, "d_model": 16, "n_ctx": 16, "d_vocab": 24}
+    assert tl_checkpoint.inferred_config(state, {"attn_only": True}) == {"attn_only": True, **sizes}
+    for missing in ("blocks.0.attn.W_Q", "pos_embed.W_pos", "embed.W_E"):
+        partial = {k: v for k, v in state.items() if k != missing}
+        with pytest.raises(UserError) as caught:
+            tl_checkpoint.inferred_config(partial, {})
+        assert caught.value.where == missing
+        one_line(caught)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_to_bridge_and_back_is_exact(norm):
+    model = random_model(STANDARD, normalization_type=norm)
+    state = model.state_dict()
+    config, bridge = tl_checkpoint.bridge_checkpoint(model.cfg, state)
+    assert config == {**tl_checkpoint.tl_config(model.cfg), "architecture": tl_checkpoint.NATIVE}
+    back = tl_checkpoint.from_bridge_state(bridge, model.cfg)
+    assert back.keys() == state.keys()
+    assert all(torch.equal(back[k], state[k]) for k in state)
+
+
+def test_bridge_layout_is_linear_heads_concatenated_head_major():
+    """q.weight row h * d_head + i is head h's query direction i (nn.Linear's [out, in]); o.weight
+    column h * d_head + i is what head h's value direction i writes; unembed.weight is W_U^T."""
+    model = random_model(STANDARD)
+    state = model.state_dict()
+    _, bridge = tl_checkpoint.bridge_checkpoint(model.cfg, state)
+    d = STANDARD.d_head
+    for h, i in [(0, 0), (1, 3), (2, 2)]:
+        for x in "QKV":
+            assert torch.equal(
+                bridge[f"blocks.1.attn.{x.lower()}.weight"][h * d + i], state[f"blocks.1.attn.W_{x}"][h, :, i]
+            )
+            assert bridge[f"blocks.1.attn.{x.lower()}.bias"][h * d + i] == state[f"blocks.1.attn.b_{x}"][h, i]
+        assert torch.equal(bridge["blocks.1.attn.o.weight"][:, h * d + i], state["blocks.1.attn.W_O"][h, i])
+    assert torch.equal(bridge["unembed.weight"], state["unembed.W_U"].T)
+    assert torch.equal(bridge["embed.weight"], state["embed.W_E"])
+    assert tuple(bridge["blocks.0.attn.q.weight"].shape) == (3 * 4, 16)
+    assert tuple(bridge["blocks.0.attn.o.weight"].shape) == (16, 3 * 4)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_a_written_bridge_checkpoint_reads_back_as_the_same_model(tmp_path, norm):
+    model = random_model(STANDARD, normalization_type=norm, dtype=torch.float32)
+    out = tl_checkpoint.write_bridge_checkpoint(tmp_path / "bridge", model.cfg, model.state_dict())
+    saved, _ = checkpoint.load_state(out / "model.safetensors")
+    assert "blocks.0.attn.q.weight" in saved and "blocks.0.attn.W_Q" not in saved
+    assert json.loads((out / "config.json").read_text())["architecture"] == "TransformerLensNative"
+    loaded = tl_checkpoint.load_model(out / "model.safetensors", out / "config.json")
+    assert loaded.cfg == model.cfg
+    tokens = torch.randint(0, 20, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens), model(tokens))
+
+
+def test_shortformer_has_no_bridge_form_and_nothing_is_written(tmp_path):
+    model = random_model("tiny")  # shortformer: our default
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.write_bridge_checkpoint(tmp_path / "bridge", model.cfg, model.state_dict())
+    assert (caught.value.where, caught.value.value) == ("positional_embedding_type", "shortformer")
+    one_line(caught)
+    assert not (tmp_path / "bridge").exists()
+
+
+def test_native_attention_scale_is_read_as_the_bridge_computes_it():
+    """TransformerLens 4.3's native attention divides by sqrt(d_head) unless use_attn_scale and
+    attn_scale > 0 (model_bridge/sources/native/model.py); HookedTransformer divides by 1 when
+    use_attn_scale is false (refused: tests/test_checkpoint.py)."""
+    bridge = {**tl_checkpoint.tl_config(STANDARD), "architecture": "TransformerLensNative"}
+    for change in (
+        {"use_attn_scale": False},
+        {"attn_scale": -1.0},
+        {"use_attn_scale": False, "attn_scale": 5.0},
+    ):
+        assert tl_checkpoint.from_tl_config({**bridge, **change}) == STANDARD
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.from_tl_config({**bridge, "attn_scale": 5.0})
+    assert (caught.value.where, caught.value.value) == ("config.json: attn_scale", 5.0)
+    one_line(caught, "sqrt(d_head) = 2")
+    absent = {k: v for k, v in bridge.items() if k != "normalization_type"}  # the bridge's default: LN
+    assert tl_checkpoint.from_tl_config(absent).normalization_type == "LN"
+
+
+@pytest.mark.parametrize(
+    "key,value,named",
+    [
+        ("blocks.0.mlp.in.weight", torch.zeros(64, 16), ()),
+        ("blocks.1.attn.q.weight", torch.zeros(8, 16), ("[8, 16]", "n_heads x d_head = 3 x 4")),
+        ("blocks.0.attn.hook_z", torch.zeros(1), ()),
+    ],
+    ids=["mlp", "heads", "unknown"],
+)
+def test_bad_bridge_state_dicts_are_refused_naming_the_key(tmp_path, key, value, named):
+    """The file, then the key; a shape that does not split into the config's heads with both."""
+    path, config = write_bridge_state(tmp_path, {**bridge_state(), key: value})
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.load_model(path, config)
+    assert caught.value.where == f"{path}: {key}"
+    one_line(caught, *named)
+
+
+def test_a_hugging_face_config_is_refused_naming_model_type(tmp_path):
+    hf = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 16}
+    path, config = write_bridge_state(tmp_path, bridge_state(), hf)
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.load_model(path, config)
+    assert (caught.value.where, caught.value.value) == (f"{config}: model_type", "gpt2")
+    one_line(caught)
+
+
+def test_a_bridge_state_dict_without_config_json_is_refused(tmp_path):
+    path, _ = write_bridge_state(tmp_path, bridge_state())
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.read_checkpoint(path, {"positional_embedding_type": "standard"})
+    one_line(caught, path, "n_heads")  # the file, and the size its shapes cannot give
+
+
+def test_a_weight_with_no_bridge_counterpart_is_refused_naming_it():
+    """An MLP weight under HookedTransformer's names (blocks.0.mlp.W_in) has no native
+    attention-only bridge name: refused in one line naming the key, nothing else."""
+    model = random_model(STANDARD)
+    state = {**model.state_dict(), "blocks.0.mlp.W_in": torch.zeros(16, 64)}
+    with pytest.raises(UserError) as caught:
+        tl_checkpoint.bridge_checkpoint(model.cfg, state)
+    assert caught.value.where == "blocks.0.mlp.W_in"
+    one_line(caught)
