@@ -1,45 +1,63 @@
-"""Channels: the shares of each pair sum to its dense squared numerator and rebuild the true
-score; planted one- and two-channel compositions give their known tables; the table is a
-function of the circuits alone (residual rotations, head-basis changes); the errata's rotated
-strand splits over the reader's factors but not over channels, and is the true one filtered
-by the query's alignment with what the writer reads."""
+"""pipeline/circuits/channels.py: each pair's shares sum to its dense squared numerator and rebuild the
+true score (against the dense oracle, tests/oracles.py); the circuits' SVDs, the shares of any
+pairs in any chunking, normalised shares, top shares and summaries by hand; planted one- and
+two-channel compositions give their known tables; the table is a function of the circuits alone
+(residual rotations, head-basis changes); the blocking rule by hand, and the block shares against
+dense float64 projectors, unchanged (as is every row of the table) when a degenerate block's
+directions are turned within it."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import oracles
 import pandas as pd
 import pytest
 import torch
-from models import head_weights, random_model
+from block_models import EXACT, NAMED, PAIR, block_model, heads_of, rows_and_tables, the_pair, turn
+from models import F64, head_weights, random_model
+from symmetries import (
+    assert_same_table,
+    change_head_bases,
+    invertible,
+    orthogonal,
+    paper_letters,
+    rotate_residual,
+)
 
-from pipeline.circuits import channels as ch
+from pipeline.circuits import channels
 from pipeline.circuits.composition import true_scores
+from pipeline.circuits.scoring import later_pairs, placebo_pairs
 from pipeline.circuits.weights import HeadWeights, from_state_dict
 from pipeline.config import CompositionConfig
+from pipeline.tables import KINDS
 
-F64 = torch.float64
 TOL = CompositionConfig().channel_tolerance
+
+
 fro2 = lambda M: torch.linalg.matrix_norm(M).square()  # noqa: E731
+
+
+SUMMARY_COLUMNS = [
+    "src_layer", "src_head", "dst_layer", "dst_head", "writer_channel", "reader_channel", "writer_block",
+    "reader_block", "top_share", "effective_channels",
+]  # fmt: skip
 
 
 def model_heads(shape: str = "three_layers", seed: int = 0) -> HeadWeights:
     return from_state_dict(random_model(shape, seed=seed).state_dict())
 
 
-def paper_letters(hw: HeadWeights, kind: str, a: tuple[int, int], b: tuple[int, int]):
-    """A, B, C, D as composition.py's table defines them (paper = our transposes)."""
-    Wq, Wk, Wv, Wo = hw.W_Q.mT, hw.W_K.mT, hw.W_V.mT, hw.W_O.mT  # the paper's column-vector matrices
-    A, B = {"Q": (Wk[b].T, Wq[b]), "K": (Wq[b].T, Wk[b]), "V": (Wo[b], Wv[b])}[kind]
-    return A, B, Wo[a], Wv[a]
-
-
-# --- the shares against dense float64 --------------------------------------------------
+def tiny(seed: int = 0) -> HeadWeights:
+    """2 layers of 3 heads, d_model 16, d_head 4."""
+    return from_state_dict(random_model(seed=seed).state_dict())
 
 
 def test_circuit_svd_rebuilds_the_dense_circuit_with_its_orientation() -> None:
     hw = model_heads()
     OV = hw.W_V @ hw.W_O  # [L, H, d_model, d_model]
-    svd = ch.writer_circuit(hw)
+    svd = channels.writer_circuit(hw)
     eye = torch.eye(hw.d_head, dtype=F64)
     torch.testing.assert_close(svd.reads @ torch.diag_embed(svd.s) @ svd.writes.mT, OV, rtol=0, atol=1e-12)
     torch.testing.assert_close(svd.reads.mT @ svd.reads, eye.expand_as(svd.reads.mT @ svd.reads))
@@ -48,14 +66,14 @@ def test_circuit_svd_rebuilds_the_dense_circuit_with_its_orientation() -> None:
     # x OV writes along `writes`: reads^T OV = diag(s) writes^T
     torch.testing.assert_close(svd.reads.mT @ OV, svd.s[..., None] * svd.writes.mT, rtol=0, atol=1e-12)
     QKt = hw.W_K @ hw.W_Q.mT  # K's reader circuit: the keys read the residual
-    k = ch.reader_circuit(hw, "K")
+    k = channels.reader_circuit(hw, "K")
     torch.testing.assert_close(k.reads.mT @ QKt, k.s[..., None] * k.writes.mT, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["Q", "K", "V"])
 def test_shares_sum_to_the_dense_squared_numerator_and_rebuild_the_true_score(kind: str) -> None:
     hw = model_heads()
-    c = ch.channels(hw, kind)
+    c = oracles.channels(hw, kind)
     L, H = hw.n_layers, hw.n_heads
     for i, h, j, g in torch.cartesian_prod(*(torch.arange(n) for n in (L, H, L, H))).tolist():
         pair = c.shares[i, h, j, g]
@@ -67,23 +85,144 @@ def test_shares_sum_to_the_dense_squared_numerator_and_rebuild_the_true_score(ki
         assert pair.sum().item() == pytest.approx(fro2(A @ B @ C @ D).item(), rel=1e-10)
     want = true_scores(hw, kinds=kind)[kind]
     torch.testing.assert_close(c.scores(), want, rtol=1e-10, atol=0, equal_nan=True)
-    torch.testing.assert_close(c.shares, ch.channel_shares(hw, kind), equal_nan=True)
+    torch.testing.assert_close(c.shares, oracles.channels(hw, kind).shares, equal_nan=True)
     ones = torch.where(c.scores().isnan(), torch.nan, 1.0).to(F64)  # [L, H, L, H]
-    torch.testing.assert_close(ch.normalised(c.shares).sum((-2, -1)), ones, equal_nan=True)
+    torch.testing.assert_close(channels.normalised(c.shares).sum((-2, -1)), ones, equal_nan=True)
 
 
 def test_d_model_below_d_head_pads_with_zero_channels() -> None:
     g = torch.Generator().manual_seed(9)
     r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
     hw = head_weights(r(2, 2, 3, 4), r(2, 2, 3, 4), r(2, 2, 3, 4), r(2, 2, 4, 3))  # d_model 3 < d_head 4
-    c = ch.channels(hw, "K")
+    c = oracles.channels(hw, "K")
     assert c.shares.shape == (2, 2, 2, 2, 4, 4)
     assert (c.shares[0, :, 1, :, 3] == 0).all() and (c.shares[0, :, 1, :, :, 3] == 0).all()
     A, B, C, D = paper_letters(hw, "K", (0, 1), (1, 0))
     assert c.shares[0, 1, 1, 0].sum().item() == pytest.approx(fro2(A @ B @ C @ D).item(), rel=1e-10)
 
 
-# --- planted tables ------------------------------------------------------------------------
+def test_an_unknown_kind_is_refused_in_one_line_naming_it_and_the_kinds() -> None:
+    with pytest.raises(ValueError) as caught:
+        channels.reader_circuit(tiny(), "O")
+    message = str(caught.value)
+    assert "\n" not in message and "'O'" in message and all(kind in message for kind in KINDS)
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_pair_shares_of_any_pairs_in_any_chunking(chunk, monkeypatch) -> None:
+    hw = from_state_dict(random_model("three_layers", seed=3).state_dict())
+    if chunk is not None:  # chunks of 3 pairs: several, the last one short
+        monkeypatch.setattr(channels, "_CROSS_CHUNK", chunk * hw.d_model * hw.d_head)
+    for kind in KINDS:
+        writer, reader = channels.writer_circuit(hw), channels.reader_circuit(hw, kind)
+        later = channels.pair_shares(writer, reader, later_pairs(3, 3))
+        dense = oracles.channels(hw, kind).shares
+        i, h, j, g = later_pairs(3, 3)
+        assert later.shape == (27, 4, 4) and later.dtype == F64
+        torch.testing.assert_close(later, dense[i, h, j, g], rtol=1e-12, atol=0)
+        any_pairs = channels.pair_shares(writer, reader, placebo_pairs(3, 3))
+        for n, (a, b, c, e) in enumerate(zip(*placebo_pairs(3, 3), strict=True)):
+            cross = writer.writes[a, b].mT @ reader.reads[c, e]
+            want = (writer.s[a, b][:, None] * cross * reader.s[c, e][None, :]).square()
+            torch.testing.assert_close(any_pairs[n], want, rtol=1e-13, atol=0)
+
+
+def test_pair_shares_are_built_on_the_writers_device() -> None:
+    """Circuits on the "meta" device (shapes only, as on an accelerator: not the CPU, torch's
+    default): the [n, d_head, d_head] table of n = 3 pairs is on that device too, in their dtype."""
+    eye = torch.eye(4, 2, dtype=F64, device="meta")[None, None].expand(
+        2, 3, 4, 2
+    )  # [layer, head, d_model, d_head]
+    svd = channels.CircuitSVD(reads=eye, s=torch.ones(2, 3, 2, dtype=F64, device="meta"), writes=eye)
+    pairs = (
+        torch.tensor([0, 0, 1]),
+        torch.tensor([0, 1, 2]),
+        torch.tensor([1, 1, 1]),
+        torch.tensor([2, 0, 1]),
+    )
+    shares = channels.pair_shares(svd, svd, pairs)
+    assert (shares.device.type, shares.dtype, tuple(shares.shape)) == ("meta", F64, (3, 2, 2))
+
+
+def test_scores_and_normalised_shares_by_hand() -> None:
+    g = torch.Generator().manual_seed(1)
+    L, H, d = 2, 3, 4  # every axis its own size
+    shares = torch.rand(L, H, L, H, d, d, generator=g, dtype=F64) * 0.01  # sums below 1
+    shares[0, 1, 1, 2] = 0  # a pair that does not compose
+    shares[1, 0, 0, 0] = torch.nan  # not a later pair
+    s, t = torch.rand(L, H, d, generator=g, dtype=F64), torch.rand(L, H, d, generator=g, dtype=F64)
+    c = oracles.Channels(shares, s, t)
+    scores, p = c.scores(), channels.normalised(shares)
+    assert scores.shape == (L, H, L, H) and p.shape == shares.shape
+    for a in range(L):
+        for h in range(H):
+            for b in range(L):
+                for k in range(H):
+                    pair = shares[a, h, b, k]
+                    total = pair.sum().item()
+                    want = math.sqrt(total) / (
+                        math.dist(s[a, h].tolist(), [0] * d) * math.dist(t[b, k].tolist(), [0] * d)
+                    )
+                    if math.isnan(total) or total == 0:
+                        assert p[a, h, b, k].isnan().all()
+                        assert c.normalised()[a, h, b, k].isnan().all()
+                        continue
+                    assert scores[a, h, b, k].item() == pytest.approx(want, rel=1e-12)
+                    torch.testing.assert_close(p[a, h, b, k], pair / total, rtol=1e-14, atol=0)
+                    torch.testing.assert_close(c.normalised()[a, h, b, k], pair / total, rtol=1e-14, atol=0)
+    assert scores[0, 1, 1, 2] == 0
+
+
+def test_normalised_is_nan_where_a_signed_table_sums_to_zero() -> None:
+    """Any [.., d, d] table, signed ones too (`Rotated.writer_interaction`): NaN where the sum is 0."""
+    table = torch.tensor([[[1.0, -1.0], [0.5, -0.5]], [[1.0, 3.0], [-1.0, 1.0]]], dtype=F64)
+    p = channels.normalised(table)
+    assert p[0].isnan().all()
+    assert p[1].tolist() == [[0.25, 0.75], [-0.25, 0.25]]
+
+
+def test_top_share_by_hand() -> None:
+    shares = torch.tensor(
+        [[[1.0, 3.0], [0.0, 4.0]], [[2.0, 2.0], [2.0, 2.0]], [[0.0, 0.0], [0.0, 0.0]]], dtype=F64
+    )
+    got = channels.top_share(shares)
+    assert got[:2].tolist() == [0.5, 0.25] and got[2].isnan()
+
+
+def test_channel_summary_by_hand_on_layers_heads_and_channels_of_different_sizes() -> None:
+    """Singular values 3, 2, 1 (steps far beyond the tolerance): every block one direction, the
+    summary per direction."""
+    g = torch.Generator().manual_seed(2)
+    L, H, d = 3, 2, 3
+    shares = torch.rand(L, H, L, H, d, d, generator=g, dtype=F64)
+    shares[0, 0, 1, 1] = 0  # no channels
+    shares[0, 1, 2, 0] = torch.tensor([[1, 0, 3], [0, 0, 3], [1, 1, 0]], dtype=F64)  # a tie: the first wins
+    s = torch.tensor([3.0, 2.0, 1.0], dtype=F64).expand(L, H, d)
+    summary = oracles.channel_summary(shares, s, s, TOL)
+    assert list(summary.columns) == SUMMARY_COLUMNS
+    pairs = later_pairs(L, H)
+    assert len(summary) == len(pairs[0]) == 12
+    for column, want in zip(PAIR, pairs, strict=True):
+        assert summary[column].tolist() == want.tolist()
+    for row in summary.itertuples():
+        pair = shares[row.src_layer, row.src_head, row.dst_layer, row.dst_head].numpy()
+        if pair.sum() == 0:
+            assert pd.isna(row.writer_channel) and pd.isna(row.reader_channel)
+            assert math.isnan(row.top_share) and math.isnan(row.effective_channels)
+            continue
+        p = pair / pair.sum()
+        top = int(np.argmax(p))  # numpy's argmax: the first of equal maxima
+        assert (row.writer_channel, row.reader_channel) == (top // d, top % d)
+        assert row.top_share == pytest.approx(p.max(), rel=1e-12)
+        assert row.effective_channels == pytest.approx(1 / np.square(p).sum(), rel=1e-12)
+    tie = summary.set_index(PAIR).loc[(0, 1, 2, 0)]
+    assert (tie.writer_channel, tie.reader_channel, tie.top_share) == (0, 2, pytest.approx(1 / 3))
+    defined = summary["top_share"].notna()
+    assert (
+        summary.loc[defined, "writer_block"].eq(1).all() and summary.loc[defined, "reader_block"].eq(1).all()
+    )
+    for column in ("writer_channel", "reader_channel", "writer_block", "reader_block"):
+        assert summary[column].dtype == "Int64"
 
 
 def test_composition_through_one_direction_is_one_channel() -> None:
@@ -96,11 +235,11 @@ def test_composition_through_one_direction_is_one_channel() -> None:
     W_O[0, 0] = torch.randn(4, 1, generator=g, dtype=F64) @ e[5:6]  # [d_head, d_model]: writes e_5
     W_K[1, 0] = e[5][:, None] @ torch.randn(1, 4, generator=g, dtype=F64)  # keys read e_5 only
     W_K[1, 1] = e[6][:, None] @ torch.randn(1, 4, generator=g, dtype=F64)  # keys read e_6 only
-    c = ch.channels(head_weights(W_Q, W_K, W_V, W_O), "K")
+    c = oracles.channels(head_weights(W_Q, W_K, W_V, W_O), "K")
     p = c.normalised()
     assert p[0, 0, 1, 0, 0, 0].item() == pytest.approx(1, abs=1e-12)
     assert p[0, 0, 1, 1].isnan().all()  # zero up to rounding: no channels
-    summary = ch.channel_summary(p, c.s, c.t, TOL)
+    summary = oracles.channel_summary(p, c.s, c.t, TOL)
     summary = summary.set_index(["src_layer", "src_head", "dst_layer", "dst_head"])
     top = summary.loc[(0, 0, 1, 0)]
     assert (top.writer_channel, top.reader_channel) == (0, 0)
@@ -120,50 +259,23 @@ def test_two_orthogonal_channels_of_equal_weight() -> None:
     W_Q, W_K, W_V, W_O = z(2, 1, 8, 4), z(2, 1, 8, 4), z(2, 1, 8, 4), z(2, 1, 4, 8)
     W_V[0, 0, 0, 0], W_V[0, 0, 1, 1], W_O[0, 0, 0, 4], W_O[0, 0, 1, 5] = 2, 1, 1, 1
     W_K[1, 0, 4, 0], W_K[1, 0, 5, 1], W_Q[1, 0, 0, 0], W_Q[1, 0, 1, 1] = 1, 2, 1, 1
-    c = ch.channels(head_weights(W_Q, W_K, W_V, W_O), "K")
+    c = oracles.channels(head_weights(W_Q, W_K, W_V, W_O), "K")
     want = z(4, 4)
     want[0, 1] = want[1, 0] = 4
     torch.testing.assert_close(c.shares[0, 0, 1, 0], want, rtol=0, atol=1e-12)
-    (row,) = ch.channel_summary(c.shares, c.s, c.t, TOL).itertuples()
+    (row,) = oracles.channel_summary(c.shares, c.s, c.t, TOL).itertuples()
     assert (row.writer_channel, row.reader_channel) in {(0, 1), (1, 0)}
     assert row.top_share == pytest.approx(0.5, abs=1e-12)
     assert row.effective_channels == pytest.approx(2, abs=1e-12)
-
-
-# --- what the table depends on ---------------------------------------------------------------
-
-
-def orthogonal(n: int, g: torch.Generator) -> torch.Tensor:
-    return torch.linalg.qr(torch.randn(n, n, generator=g, dtype=F64)).Q
-
-
-def invertible(shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-    """[*shape, n, n]: U diag(e^x) V^T, x uniform in [-0.5, 0.5]: condition number <= e."""
-    *batch, n = shape
-    U, V = (torch.linalg.qr(torch.randn(*batch, n, n, generator=g, dtype=F64)).Q for _ in range(2))
-    return U @ torch.diag_embed(torch.rand(*batch, n, generator=g, dtype=F64).sub(0.5).exp()) @ V.mT
-
-
-def rotate_residual(hw: HeadWeights, R: torch.Tensor) -> HeadWeights:
-    return head_weights(R @ hw.W_Q, R @ hw.W_K, R @ hw.W_V, hw.W_O @ R.mT)
-
-
-def change_head_bases(hw: HeadWeights, G_QK: torch.Tensor, G_OV: torch.Tensor) -> HeadWeights:
-    """W_Q G, W_K G^-T (QK kept) and W_V G', G'^-1 W_O (OV kept), per head."""
-    inv = torch.linalg.inv
-    return head_weights(hw.W_Q @ G_QK, hw.W_K @ inv(G_QK).mT, hw.W_V @ G_OV, inv(G_OV) @ hw.W_O)
-
-
-def assert_same_table(a: torch.Tensor, b: torch.Tensor) -> None:
-    total = a.sum((-2, -1), keepdim=True)
-    torch.testing.assert_close(a / total, b / total, rtol=0, atol=1e-10, equal_nan=True)
 
 
 @pytest.mark.parametrize("kind", ["Q", "K", "V"])
 def test_shares_are_unchanged_by_a_rotation_of_the_residual_stream(kind: str) -> None:
     hw = model_heads(seed=1)
     R = orthogonal(hw.d_model, torch.Generator().manual_seed(2))
-    assert_same_table(ch.channel_shares(hw, kind), ch.channel_shares(rotate_residual(hw, R), kind))
+    assert_same_table(
+        oracles.channels(hw, kind).shares, oracles.channels(rotate_residual(hw, R), kind).shares
+    )
 
 
 @pytest.mark.parametrize("kind", ["Q", "K", "V"])
@@ -174,199 +286,135 @@ def test_shares_are_unchanged_by_a_change_of_head_basis_that_keeps_the_circuits(
     g = torch.Generator().manual_seed(3)
     G = [invertible((hw.n_layers, hw.n_heads, hw.d_head), g) for _ in range(2)]  # not orthogonal
     assert not torch.allclose(G[0] @ G[0].mT, torch.eye(hw.d_head, dtype=F64).expand_as(G[0]), atol=0.1)
-    assert_same_table(ch.channel_shares(hw, kind), ch.channel_shares(change_head_bases(hw, *G), kind))
-
-
-# --- the errata's rotation ---------------------------------------------------------------------
-
-
-def test_rotated_strand_splits_over_the_readers_factors_not_over_writer_channels() -> None:
-    hw = model_heads()
-    # every layer-0 writer against every layer-1 reader, broadcast: [H_a, H_b]
-    r = ch.rotated_channels(hw.W_Q[1][None], hw.W_K[1][None], hw.W_V[0][:, None], hw.W_O[0][:, None])
-    signed = 0
-    for a in range(hw.n_heads):
-        for b in range(hw.n_heads):
-            A, B, C, D = paper_letters(hw, "K", (0, a), (1, b))
-            W_Q, W_K, OV = hw.W_Q[1, b], hw.W_K[1, b], hw.W_V[0, a] @ hw.W_O[0, a]
-            assert r.rotated_sq[a, b].item() == pytest.approx(fro2(B @ C @ D @ A).item(), rel=1e-10)
-            assert r.true_sq[a, b].item() == pytest.approx(fro2(A @ B @ C @ D).item(), rel=1e-10)
-            # the shares: sigma_m^2 kappa_n^2 (q_m . OV k_n)^2 from dense SVDs of W_Q and W_K
-            q, sigma, _ = torch.linalg.svd(W_Q, full_matrices=False)
-            k, kappa, _ = torch.linalg.svd(W_K, full_matrices=False)
-            dense = (sigma[:, None] * (q.T @ OV @ k) * kappa[None, :]).square()
-            torch.testing.assert_close(r.shares[a, b], dense, rtol=1e-9, atol=1e-12)
-            # over writer channels: the sum is exact, the diagonal >= 0, the rest signed
-            inter = r.writer_interaction[a, b]
-            assert inter.sum().item() == pytest.approx(r.rotated_sq[a, b].item(), rel=1e-10)
-            assert (inter.diagonal() >= 0).all()
-            signed += int((inter < -1e-6 * inter.abs().max()).any())
-            # alignment and gains, dense: M = OV W_K, P_Q = q q^T
-            M = OV @ W_K
-            P = q @ q.T
-            align = torch.trace(P @ M @ M.T) / fro2(M)
-            assert r.alignment[a, b].item() == pytest.approx(align.item(), rel=1e-10)
-            gain_true = torch.sum((W_Q.T @ W_Q) * (M.T @ M)) / fro2(M)
-            assert r.gain_true[a, b].item() == pytest.approx(gain_true.item(), rel=1e-10)
-            s2 = sigma.square()
-            for gain in (r.gain_true[a, b], r.gain_rotated[a, b]):
-                assert s2.min() * (1 - 1e-12) <= gain <= s2.max() * (1 + 1e-12)
-    assert signed == hw.n_heads**2  # every random pair has writer channels that cancel
-    torch.testing.assert_close(r.rotated_sq, r.shares.sum((-2, -1)), rtol=1e-12, atol=0)
-    torch.testing.assert_close(r.rotated_sq, r.true_sq * r.alignment * r.anisotropy, rtol=1e-10, atol=0)
-    assert ((r.alignment >= 0) & (r.alignment <= 1)).all()
-
-
-def test_rotated_strand_is_the_true_one_filtered_by_the_querys_alignment() -> None:
-    """An isotropic query (W_Q = c times orthonormal columns): anisotropy 1, rotated^2 = alignment
-    true^2. The writer's values reading inside the queries' span: alignment 1, rotated = true;
-    reading orthogonal to it: alignment 0, rotated = 0, though true > 0 (the errata's filter)."""
-    g = torch.Generator().manual_seed(11)
-    D, d = 12, 3
-    basis = orthogonal(D, g)
-    W_Q = 1.7 * basis[:, :d]  # isotropic query, reads span(basis[:, :3])
-    W_K, W_O = torch.randn(D, d, generator=g, dtype=F64), torch.randn(d, D, generator=g, dtype=F64)
-    mix = torch.randn(D - d, d, generator=g, dtype=F64)
-    for reads, alignment in (
-        (basis[:, :d] @ torch.randn(d, d, generator=g, dtype=F64), 1.0),  # inside the query span
-        (basis[:, d:] @ mix, 0.0),  # orthogonal to it
-        (torch.randn(D, d, generator=g, dtype=F64), None),  # anywhere
-    ):
-        r = ch.rotated_channels(W_Q, W_K, reads, W_O)
-        assert r.anisotropy.item() == pytest.approx(1, rel=1e-10) or alignment == 0
-        assert r.gain_true.item() == pytest.approx(1.7**2, rel=1e-10)
-        assert r.true_sq > 0
-        if alignment is not None:
-            assert r.alignment.item() == pytest.approx(alignment, abs=1e-12)
-        assert r.rotated_sq.item() == pytest.approx(
-            (r.alignment * r.true_sq).item(), rel=1e-9, abs=1e-12 * r.true_sq.item()
-        )
-
-
-def test_rotated_strand_depends_on_the_readers_head_basis_and_the_shares_do_not() -> None:
-    """Orthogonal changes of basis and residual rotations leave B C D A alone; a general G that
-    keeps QK^b changes it (the errata's norm is not a function of the circuits), never the shares."""
-    hw = model_heads(seed=4)
-    g = torch.Generator().manual_seed(5)
-    eye = torch.eye(hw.d_head, dtype=F64)
-    base = ch.rotated_channels(hw.W_Q[1], hw.W_K[1], hw.W_V[0], hw.W_O[0])  # head h of each layer
-    R = orthogonal(hw.d_model, g)
-    O = torch.stack([orthogonal(hw.d_head, g) for _ in range(hw.n_layers * hw.n_heads)])
-    O = O.reshape(hw.n_layers, hw.n_heads, hw.d_head, hw.d_head)
-    G = invertible((hw.n_layers, hw.n_heads, hw.d_head), g)
-    for changed, same in (
-        (rotate_residual(hw, R), True),
-        (change_head_bases(hw, O, O), True),
-        (change_head_bases(hw, G, eye.expand_as(G)), False),
-    ):
-        r = ch.rotated_channels(changed.W_Q[1], changed.W_K[1], changed.W_V[0], changed.W_O[0])
-        torch.testing.assert_close(r.true_sq, base.true_sq, rtol=1e-10, atol=0)
-        if same:
-            torch.testing.assert_close(r.rotated_sq, base.rotated_sq, rtol=1e-10, atol=0)
-            torch.testing.assert_close(r.alignment, base.alignment, rtol=1e-10, atol=0)
-        else:
-            assert ((r.rotated_sq / base.rotated_sq - 1).abs() > 1e-3).all()
-        assert_same_table(ch.channel_shares(hw, "K"), ch.channel_shares(changed, "K"))
-
-
-# --- the channel null and its calibration -------------------------------------------------
-
-
-def test_the_channel_null_is_rotating_the_reader_in_the_residual_stream() -> None:
-    """channel_blocks' crosses are the law of W^T R K under a Haar R: the log top share's mean and sd
-    over 4000 blocks match those of actually rotating one pair's reader by 4000 Haar matrices
-    (within five standard errors), for a pair with distinct spectra."""
-    hw = model_heads("tiny", seed=4)
-    writer, reader = ch.writer_circuit(hw), ch.reader_circuit(hw, "K")
-    s, t = writer.s[0, 0], reader.s[1, 1]  # [d_head]
-    n = 4000
-    blocks = ch.channel_blocks(n, hw.d_model, hw.d_head, torch.Generator().manual_seed(0))
-    mean, sd = ch.top_share_null(s[None], t[None], blocks, TOL)
-    G = torch.randn(n, hw.d_model, hw.d_model, generator=torch.Generator().manual_seed(1), dtype=F64)
-    Q, R = torch.linalg.qr(G)
-    Q = Q * torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0)[:, None, :]  # Haar [n, D, D]
-    cross = writer.writes[0, 0].mT @ Q @ reader.reads[1, 1]  # [n, d_head, d_head]: w_i . R k_j
-    tops = ch.top_share((s[:, None] * cross * t[None, :]).square()).log()  # [n]
-    assert abs(mean.item() - tops.mean().item()) < 5 * tops.std().item() / n**0.5
-    assert sd.item() == pytest.approx(tops.std().item(), rel=0.1)
-    assert tops.std().item() > 0.01  # a real spread, so the comparison can fail
-
-
-def test_a_pair_that_is_not_a_discovery_has_no_channel_discovery() -> None:
-    """The stage's gate: only whole-pair discoveries are tested (BH over them alone); the rest have
-    NaN p and q and no channel discovery, whatever their channel z. The placebo rows are all tested."""
-    hw = model_heads("tiny", seed=1)
-    blocks = ch.channel_blocks(32, hw.d_model, hw.d_head, torch.Generator().manual_seed(0))
-    later, _ = ch.channel_rows(hw, blocks, TOL)
-    placebo, _ = ch.channel_rows(hw, blocks, TOL, placebo=True)
-    assert list(later["kind"].unique()) == ["Q", "K", "V"]
-    tested = np.zeros(len(later), dtype=bool)
-    tested[[0, 3]] = True
-    later["z"] = np.where(tested, later["z"], 50.0)  # untested pairs far above any bar
-    got, got_placebo = ch.calibrate_channels(later, placebo, 0.05, tested)
-    assert got["p"].notna().to_numpy().tolist() == tested.tolist()
-    assert not got.loc[~tested, "discovery"].any()
-    assert got_placebo["p"].notna().all() and not got_placebo["pair_discovery"].any()
-
-
-def test_errata_statistics_of_a_writer_that_reads_where_the_queries_read() -> None:
-    """rotation_statistics: a writer whose values read exactly the span of the reader's queries has
-    alignment 1, and rotated^2 / true^2 = alignment x anisotropy; query_chance = rank(W_Q) / d_model;
-    a writer whose output lies in the query span has output_query_share 1."""
-    g = torch.Generator().manual_seed(5)
-    r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
-    d_model, d_head = 12, 3
-    W_Q, W_K = r(2, 2, d_model, d_head), r(2, 2, d_model, d_head)
-    W_V, W_O = r(2, 2, d_model, d_head), r(2, 2, d_head, d_model)
-    W_V[0, 0] = W_Q[1, 1] @ r(d_head, d_head)  # a's values read span(W_Q^b)
-    W_O[0, 1] = r(d_head, d_head) @ W_Q[1, 0].mT  # a' writes into span(W_Q^b')
-    hw = head_weights(W_Q, W_K, W_V, W_O)
-    pairs = tuple(torch.tensor(x) for x in ([0, 0], [0, 1], [1, 1], [1, 0]))  # (0,0)->(1,1), (0,1)->(1,0)
-    stats = ch.rotation_statistics(hw, pairs)
-    assert stats["alignment"][0].item() == pytest.approx(1.0, abs=1e-12)
-    assert stats["output_query_share"][1].item() == pytest.approx(1.0, abs=1e-12)
-    assert stats["query_chance"].tolist() == [d_head / d_model] * 2
-    A, B, C, D = paper_letters(hw, "K", (0, 0), (1, 1))
-    ratio = fro2(B @ C @ D @ A) / fro2(A @ B @ C @ D)
-    assert ratio.item() == pytest.approx((stats["alignment"][0] * stats["anisotropy"][0]).item(), rel=1e-10)
-
-
-def test_a_head_scaled_down_a_hundred_thousandfold_keeps_its_channel_table() -> None:
-    """Each pair's channel table is scale-free: the pair's own score is its numerator over its own
-    writer's and reader's norms, so a layer-1 head whose four matrices are scaled by 1e-5 (its
-    circuits by 1e-10, far below ZERO_RTOL against the other heads') still has a defined table, the
-    same as unscaled, pair by pair: top channel, top share, effective channels, null and z."""
-    g = torch.Generator().manual_seed(3)
-    r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
-    L, H, D, d = 2, 2, 8, 3
-    W_Q, W_K, W_V, W_O = r(L, H, D, d), r(L, H, D, d), r(L, H, D, d), r(L, H, d, D)
-    hw = head_weights(W_Q, W_K, W_V, W_O)
-    small = [W.clone() for W in (W_Q, W_K, W_V, W_O)]
-    for W in small:
-        W[1, 0] *= 1e-5
-    blocks = ch.channel_blocks(16, D, d, torch.Generator().manual_seed(0))
-    want, _ = ch.channel_rows(hw, blocks, TOL)
-    got, _ = ch.channel_rows(head_weights(*small), blocks, TOL)
-    assert len(got) == 3 * 4 and got["dst_layer"].eq(1).all()  # Q, K, V x (2 writers x 2 readers)
-    assert got["top_share"].notna().all() and got["writer_channel"].notna().all()
-    for column in ("writer_channel", "reader_channel"):
-        assert got[column].tolist() == want[column].tolist()
-    for column in ("top_share", "effective_channels", "null_mean", "null_std", "z"):
-        np.testing.assert_allclose(got[column].to_numpy(), want[column].to_numpy(), rtol=1e-9)
-
-
-def test_pair_shares_are_built_on_the_writers_device() -> None:
-    """Circuits on the "meta" device (shapes only, as on an accelerator: not the CPU, torch's
-    default): the [n, d_head, d_head] table of n = 3 pairs is on that device too, in their dtype."""
-    eye = torch.eye(4, 2, dtype=F64, device="meta")[None, None].expand(
-        2, 3, 4, 2
-    )  # [layer, head, d_model, d_head]
-    svd = ch.CircuitSVD(reads=eye, s=torch.ones(2, 3, 2, dtype=F64, device="meta"), writes=eye)
-    pairs = (
-        torch.tensor([0, 0, 1]),
-        torch.tensor([0, 1, 2]),
-        torch.tensor([1, 1, 1]),
-        torch.tensor([2, 0, 1]),
+    assert_same_table(
+        oracles.channels(hw, kind).shares, oracles.channels(change_head_bases(hw, *G), kind).shares
     )
-    shares = ch.pair_shares(svd, svd, pairs)
-    assert (shares.device.type, shares.dtype, tuple(shares.shape)) == ("meta", F64, (3, 2, 2))
+
+
+def test_blocks_chain_steps_within_the_tolerance_and_keep_zeros_apart() -> None:
+    """Steps by hand at tol = 1/4 (exact binary fractions): 1 -> 0.75 is 0.25 of 1 (joins, at the
+    tolerance itself), 0.75 -> 0.5625 is 0.25 of 0.75 (joins: the chain spans 1 to 0.5625),
+    0.5625 -> 0.25 does not; 0.25 -> 0.2 joins; then exact zeros, one block of their own."""
+    s = torch.tensor([1.0, 0.75, 0.5625, 0.25, 0.2, 0.0, 0.0], dtype=F64)
+    blocks = channels.spectral_blocks(s, 0.25)
+    assert blocks.tolist() == [0, 0, 0, 3, 3, 5, 5]
+    assert channels.block_sizes(blocks).tolist() == [3, 3, 3, 2, 2, 2, 2]
+    assert channels.spectral_blocks(s, 0.0).tolist() == [0, 1, 2, 3, 4, 5, 5]  # equal values only: the zeros
+    # a step a hair above the tolerance splits; values zero up to rounding join the zeros
+    assert channels.spectral_blocks(torch.tensor([1.0, 0.75 - 1e-12], dtype=F64), 0.25).tolist() == [0, 1]
+    rounding = torch.tensor([2.0, 1e-9, 3e-17, 1e-30], dtype=F64)  # <= ZERO_RTOL x 2: zero
+    assert channels.spectral_blocks(rounding, 0.5).tolist() == [0, 1, 1, 1]
+    assert channels.spectral_blocks(torch.zeros(3, dtype=F64), TOL).tolist() == [0, 0, 0]  # a zero circuit
+    batch = torch.tensor([[3.0, 3.0, 1.0], [3.0, 1.0, 1.0]], dtype=F64)  # [.., d]: each row its own
+    assert channels.spectral_blocks(batch, TOL).tolist() == [[0, 0, 2], [0, 1, 1]]
+
+
+def test_block_sums_and_their_spread_by_hand() -> None:
+    """Writer blocks {0, 1}, {2}; reader blocks {0}, {1, 2}: sums at the blocks' first directions,
+    zeros elsewhere; spread back, each block pair's cells share its sum evenly."""
+    table = torch.arange(1.0, 10.0, dtype=F64).view(1, 3, 3)  # [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    writer, reader = torch.tensor([[0, 0, 2]]), torch.tensor([[0, 1, 1]])
+    sums = channels.block_sums(table, writer, reader)
+    assert sums[0].tolist() == [[5, 16, 0], [0, 0, 0], [7, 17, 0]]
+    assert channels.spread(sums, writer, reader)[0].tolist() == [[2.5, 4, 4], [2.5, 4, 4], [7, 8.5, 8.5]]
+    one = torch.tensor([[0, 1, 2]])
+    assert channels.block_sums(table, one, one) is table  # no block of more than one direction
+
+
+def test_an_exactly_degenerate_block_turned_within_it_changes_no_channel_table() -> None:
+    """The same circuits from factors whose SVD turns within both blocks: every row of every kind
+    (top channel, block sizes, top share, effective channels, the null and z) and every table the
+    same to float64 precision, while the per-direction shares of the pair move (the SVD's
+    directions in a degenerate block are arbitrary)."""
+    d = 4
+    base = heads_of(block_model(EXACT, torch.eye(d, dtype=F64), torch.eye(d, dtype=F64)))
+    turned = heads_of(block_model(EXACT, turn(d, 0, 0.7), turn(d, 1, 1.1)))
+    torch.testing.assert_close(  # the circuits are the same ...
+        turned.W_V[0, 0] @ turned.W_O[0, 0], base.W_V[0, 0] @ base.W_O[0, 0], rtol=0, atol=1e-14
+    )
+    per_direction = [
+        channels.pair_shares(
+            channels.writer_circuit(hw), channels.reader_circuit(hw, "K"), ([0], [0], [1], [0])
+        )[0]
+        for hw in (base, turned)
+    ]
+    assert (per_direction[0] - per_direction[1]).abs().max() > 1e-2 * per_direction[
+        0
+    ].sum()  # ... not their SVDs
+    (rows, tables), (rows_turned, tables_turned) = rows_and_tables(base), rows_and_tables(turned)
+    pd.testing.assert_frame_equal(rows[["kind", *PAIR, *NAMED]], rows_turned[["kind", *PAIR, *NAMED]])
+    numbers = ["top_share", "effective_channels", "null_mean", "null_std", "z"]
+    pd.testing.assert_frame_equal(rows[numbers], rows_turned[numbers], rtol=1e-10, atol=1e-12)
+    for kind in tables:
+        torch.testing.assert_close(tables_turned[kind], tables[kind], rtol=0, atol=1e-12, equal_nan=True)
+    top = the_pair(rows)
+    assert tuple(top[NAMED]) == (0, 0, 2, 1)  # writer block {0, 1} x reader direction 0
+    # shares s^2 t^2 |W_A^T k|^2: block {0, 1} x k_0 4 x 16, x k_3 4 x 1; u_2 x k_1 9; u_3 x k_2 0.25 x 9
+    assert top["top_share"] == pytest.approx(64 / (64 + 4 + 9 + 2.25), rel=1e-12)
+    # 0.0 -> 1.0 is K's first later pair: its table spreads the top share over the block's cells
+    assert tables["K"][0, :2, 0].tolist() == pytest.approx([top["top_share"] / 2] * 2, rel=1e-12)
+    assert tables["K"][0].sum().item() == pytest.approx(1, rel=1e-12)
+
+
+def test_near_equal_values_keep_the_named_top_channel_under_every_turn_within_the_block() -> None:
+    """s_1 = s_0 (1 - tol / 2): one block. The writer's directions turned within it by angles over
+    a half turn (the circuit moves by ~ tol): the named top channel (first directions and block
+    sizes) never changes and its share stays within the block's bound, while the per-direction
+    top cell moves between the block's two directions."""
+    d = 4
+    s = (2.0, 2.0 * (1 - TOL / 2), 1.0, 0.5)
+    named, shares, per_direction_tops = set(), [], set()
+    for angle in np.linspace(0.0, math.pi, 13):
+        hw = heads_of(block_model(s, turn(d, 0, float(angle)), torch.eye(d, dtype=F64)))
+        top = the_pair(rows_and_tables(hw)[0])
+        named.add(tuple(int(x) for x in top[NAMED]))
+        shares.append(top["top_share"])
+        c = oracles.channels(hw, "K")
+        cells = c.normalised()[0, 0, 1, 0]
+        per_direction_tops.add(int(cells.argmax()) // d)
+    assert named == {(0, 0, 2, 1)}
+    bound = (1 - TOL) ** -2  # (s_max / s_min)^2 within a block of two, a reader block of one
+    assert max(shares) / min(shares) <= bound
+    assert per_direction_tops == {0, 1}  # per direction, the top channel is whichever the turn favours
+
+
+def dense_projector(U: torch.Tensor) -> torch.Tensor:
+    return U @ U.mT
+
+
+@pytest.mark.parametrize("degenerate", [True, False], ids=["blocks", "distinct"])
+def test_block_shares_are_the_dense_projected_numerators_and_sum_to_the_squared_numerator(degenerate) -> None:
+    """share(A, B) = ||P_A OV^a N^b Q_B||^2, P_A the projector onto writer block A's reading
+    directions and Q_B onto reader block B's output directions, both from a dense float64 SVD of
+    the d_model x d_model circuits (a block's projector does not depend on the basis chosen in it);
+    the block shares of a pair sum to ||OV^a N^b||^2, for every later pair of every kind."""
+    d = 4
+    model = (
+        block_model(EXACT, turn(d, 0, 0.3), turn(d, 1, 0.9)) if degenerate else random_model("tiny", seed=2)
+    )
+    hw = heads_of(model)
+    dense = {"Q": hw.W_Q @ hw.W_K.mT, "K": hw.W_K @ hw.W_Q.mT, "V": hw.W_V @ hw.W_O}  # [L, H, D, D]
+    OV = hw.W_V @ hw.W_O
+    found_block = False
+    for kind in ("Q", "K", "V"):
+        c = oracles.channels(hw, kind)
+        for i, h, j, g in zip(*later_pairs(hw.n_layers, hw.n_heads), strict=True):
+            writer_blocks = channels.spectral_blocks(c.s[i, h], TOL)
+            reader_blocks = channels.spectral_blocks(c.t[j, g], TOL)
+            sums = channels.block_sums(c.shares[i, h, j, g][None], writer_blocks[None], reader_blocks[None])[
+                0
+            ]
+            R, s_dense, _ = torch.linalg.svd(OV[i, h])  # reads: left singular vectors
+            _, t_dense, Mh = torch.linalg.svd(dense[kind][j, g])  # outputs: right singular vectors
+            product = OV[i, h] @ dense[kind][j, g]
+            total = torch.linalg.matrix_norm(product).square()
+            assert sums.sum().item() == pytest.approx(total.item(), rel=1e-10)
+            for a in writer_blocks.unique().tolist():
+                for b in reader_blocks.unique().tolist():
+                    A = (writer_blocks == a).nonzero()[:, 0]
+                    B = (reader_blocks == b).nonzero()[:, 0]
+                    found_block |= len(A) > 1 or len(B) > 1
+                    P, Q = dense_projector(R[:, A]), dense_projector(Mh.mT[:, B])
+                    want = torch.linalg.matrix_norm(P @ product @ Q).square()
+                    assert sums[a, b].item() == pytest.approx(want.item(), rel=1e-9, abs=1e-12 * total.item())
+    assert found_block == degenerate
