@@ -25,7 +25,7 @@ Methods, on the same weights in the same run:
             that is 9504 pairs x 3 kinds of 768^3 products, so it runs on a seeded subset of
             pairs and its full time is extrapolated (marked ~). Max |diff| of every method is
             measured against dense on the pairs dense computed.
-  channels  the channel tables the composition stage adds (`channels.channel_rows` of the later
+  channels  the channel tables the composition stage adds (`channel_null.channel_rows` of the later
             and the placebo pairs, every kind, `null_samples` 64 rotation draws), as a share of
             full's time (target: at most a third more).
   full      `composition_scores` at the default CompositionConfig: all kinds and variants,
@@ -191,16 +191,16 @@ def child(
             result["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
 
     elif method == "channels":
-        from pipeline.circuits import channels
+        from pipeline.circuits import channel_null
 
         hw = from_state_dict(state)
 
         def run() -> None:  # the composition stage's channel tables: later and placebo pairs, 3 kinds
             gen = torch.Generator().manual_seed(0)
             cfg = CompositionConfig()
-            rotations = channels.channel_blocks(cfg.null_samples, hw.d_model, hw.d_head, gen)
-            channels.channel_rows(hw, rotations, cfg.channel_tolerance)
-            channels.channel_rows(hw, rotations, cfg.channel_tolerance, placebo=True)
+            rotations = channel_null.channel_blocks(cfg.null_samples, hw.d_model, hw.d_head, gen)
+            channel_null.channel_rows(hw, rotations, cfg.channel_tolerance)
+            channel_null.channel_rows(hw, rotations, cfg.channel_tolerance, placebo=True)
 
         result["wall_s"] = _best_of(run, repeats)
 
@@ -369,7 +369,7 @@ def bench(
                 threads=n,
                 layers=full_layers,
             )
-    # the channel tables the composition stage adds (pipeline/circuits/channels.py), same layers
+    # the channel tables the composition stage adds (pipeline/circuits/channel_null.py), same layers
     runs["channels"] = _spawn(
         "channels", shape, weights, tmp / "channels.npy", repeats=3 if small else 1, threads=threads,
         layers=full_layers,
@@ -419,7 +419,7 @@ def bench(
     )
     split = runs["channels"]
     lines.append(
-        f"  ours, the channel tables (channels.py: later and placebo pairs, 3 kinds, null 64): "
+        f"  ours, the channel tables (channel_null.py: later and placebo pairs, 3 kinds, null 64): "
         f"{mark}{split['wall_s'] * full_scale:.2f} s, peak {split['peak_mb'] - idle:.0f} MB, "
         f"{split['wall_s'] / full['wall_s']:.2f} x the full composition_scores"
     )

@@ -386,8 +386,9 @@ class CompositionConfig(Section):
     # measure, against the model's own empirical null (pipeline/circuits/significance.py)
     fdr: float = 0.05
     # a channel is a block of consecutive singular directions of a circuit whose values step down
-    # by at most this fraction each (pipeline/circuits/channels.py, "Blocks"): within it the SVD's
-    # directions are arbitrary, so shares, the top channel and its ablation are per block
+    # by at most this fraction each (pipeline/circuits/channels.py; docs/maths.md, "Channels"):
+    # within it the SVD's directions are arbitrary, so shares, the top channel and its ablation
+    # are per block
     channel_tolerance: float = 0.01
 
     def check(self) -> None:

@@ -92,7 +92,7 @@ MEASURE_WORDS = {
         "from overlap, whatever the singular values (pipeline/circuits/projection.py)"
     ),
 }
-# channels.csv (pipeline/circuits/channels.py): per kind and later pair, its corrected score's top
+# channels.csv (pipeline/circuits/channel_null.py): per kind and later pair, its corrected score's top
 # channel, a writer block x a reader block (a block: consecutive singular directions whose values
 # lie within analysis.composition.channel_tolerance; by descending singular value), named by each
 # block's first direction (writer_channel, reader_channel) and its size in directions

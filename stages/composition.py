@@ -5,7 +5,7 @@ writes into and a reader reads from overlap; pipeline/circuits/projection.py), p
 (every measure for the pairs that cannot compose), each with its raw z, calibrated z, p, q and
 discovery (pipeline/circuits/significance.py); channels.csv (each later pair's corrected score
 split into writer x reader channels: its top channel, that channel's share and its calibrated
-discovery; pipeline/circuits/channels.py), channels_placebo.csv (the same for the pairs that
+discovery; pipeline/circuits/channel_null.py), channels_placebo.csv (the same for the pairs that
 cannot compose), channels.safetensors (every later pair's normalised shares, one [pairs, d_head,
 d_head] tensor per kind, channels.csv's order); and summary.json (discoveries per kind and
 measure, the placebo pairs' false ones, per pair and per block's families, the detection limit:

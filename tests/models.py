@@ -20,7 +20,7 @@ std. In float32 with `perturb_biases=False` the model is exactly `torch.manual_s
 AttnOnlyTransformer(cfg)`, the initialisation training starts from.
 
 Hand-built models with known answers are tests/planted.py's; TransformerLens's own random
-HookedTransformer is tests/test_interop.py's.
+HookedTransformer is tests/tl_oracle.py's.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def plant_key_channel(hw, src_head: int, dst_head: int, strength: float):
     direction w_0 that moves k_0 by the angle arcsin(`strength`) towards w_0 (strength 1: k_0 is
     the part of w_0 orthogonal to it; 0: nothing). Every head keeps its circuits' spectra and
     norms (G is orthogonal): only how the pair's channels meet changes, in one channel
-    (channels.py's null, a Haar rotation of the reader, keeps exactly the same)."""
+    (channel_null.py's null, a Haar rotation of the reader, keeps exactly the same)."""
     from dataclasses import replace
 
     from pipeline.circuits import channels

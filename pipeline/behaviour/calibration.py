@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from .. import streams
-from ..circuits import channels, scoring, significance
+from ..circuits import channel_null, rotated, scoring, significance
 from ..circuits.scoring import PAIR_COLUMNS
 from ..circuits.weights import HeadWeights, prepare
 from ..config import CalibrationConfig, CompositionConfig, ModelConfig
@@ -280,13 +280,13 @@ def summary(parts: Mapping[str, object]) -> dict:
 def claim_e_values(hw: HeadWeights, pairs: pd.DataFrame, others: pd.DataFrame) -> dict[str, float]:
     """Claim (e)'s statistics on `hw` for the circuit pairs `pairs` (src/dst layer and head
     columns): "e", the mean of ln(alignment / chance) over them, and "e_specific", that minus the
-    same over `others` (the same writers' other K pairs), from `channels.rotation_statistics`."""
+    same over `others` (the same writers' other K pairs), from `rotated.rotation_statistics`."""
 
     def mean_log(rows: pd.DataFrame) -> float:
         if not len(rows):
             return math.nan
         index = tuple(torch.as_tensor(rows[c].to_numpy()) for c in PAIR_COLUMNS)
-        s = channels.rotation_statistics(hw.to(torch.float64), index)
+        s = rotated.rotation_statistics(hw.to(torch.float64), index)
         return float(torch.log(s["alignment"] / s["query_chance"]).mean())
 
     e = mean_log(pairs)
@@ -295,10 +295,10 @@ def claim_e_values(hw: HeadWeights, pairs: pd.DataFrame, others: pd.DataFrame) -
 
 def channel_families(models: Sequence[HeadWeights], cfg: CompositionConfig, seed: int) -> dict:
     """{kind: {"families", "with_discovery", "rate"}}: the channel statistic tested on every later
-    pair of each model (`channels.every_pair_tested`), the share of (model, kind) families with any
+    pair of each model (`channel_null.every_pair_tested`), the share of (model, kind) families with any
     channel discovery."""
     found = [
-        channels.every_pair_tested(hw, cfg.fdr, seed, cfg.null_samples, cfg.channel_tolerance)
+        channel_null.every_pair_tested(hw, cfg.fdr, seed, cfg.null_samples, cfg.channel_tolerance)
         .groupby("kind")["discovery"]
         .any()
         for hw in models

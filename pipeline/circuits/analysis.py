@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ..config import CompositionConfig
 from ..tables import INVARIANT, PROJECTION, split_measures
-from . import channels, scoring, significance
+from . import channel_null, scoring, significance
 from .weights import HeadWeights
 
 
@@ -35,21 +35,21 @@ def composition(
     hw: HeadWeights, cfg: CompositionConfig, seed: int, positions: str, device: str | None = None
 ) -> Composition:
     """Every measure of every pair of `hw` calibrated at `cfg.fdr` (`significance.measured`), split
-    into the scores, invariant and projection tables, their channels (`channels.measured_channels`)
+    into the scores, invariant and projection tables, their channels (`channel_null.measured_channels`)
     and the summary: discoveries, detection limits, the placebo families per block and the
     channels'. `positions`: the model's positional embedding type (the invariant measure reads
     it); `device`: where the products run (`analysis.device`); `seed`: the baselines' and nulls'
     draws."""
     measured, placebo = significance.measured(hw, cfg, seed, positions, device)
     scores, others = split_measures(measured)
-    split, split_placebo, shares = channels.measured_channels(hw, scores, cfg, seed, device)
+    split, split_placebo, shares = channel_null.measured_channels(hw, scores, cfg, seed, device)
     summary = {
         "fdr": cfg.fdr,
         **scoring.summarize(measured, placebo),
         # the raw z a lone composing pair needs, per kind and measure (from the placebo pairs alone)
         "detection_limits": significance.detection_limits(measured, placebo, cfg.fdr),
         "placebo_families": significance.family_summary(placebo),
-        "channels": channels.channels_summary(split, split_placebo),
+        "channels": channel_null.channels_summary(split, split_placebo),
     }
     return Composition(
         scores, others[INVARIANT], others[PROJECTION], placebo, split, split_placebo, shares, summary

@@ -197,7 +197,7 @@ def surrogate(hw, gen: torch.Generator):
     keeps its own QK and OV circuits up to that rotation (R_l QK R_l^T: spectra, norms, how its
     heads sit relative to each other) and only how it sits relative to the layers before it,
     and to the embeddings, is random. What no composition looks like in this model's own heads:
-    the calibration's surrogate null (tests/test_significance.py, the calibrate stage)."""
+    the calibration's surrogate null (tests/test_circuits_significance.py, the calibrate stage)."""
     from dataclasses import replace
 
     L, D = hw.n_layers, hw.d_model

@@ -1,7 +1,7 @@
-"""analysis.composition, the composition stage's science in one call: its tables are the calibrated
-measures (significance.measured) split into the five variants and the invariant measure, their
-channels (channels.measured_channels), and a summary of each, all for the seed, positions and
-device given."""
+"""pipeline/circuits/analysis.py: `composition`, the composition stage's science in one call: its
+tables are the calibrated measures (significance.measured) split into the five variants and the
+invariant measure, their channels (channel_null.measured_channels), and a summary of each, all for
+the seed, positions and device given."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from models import random_model
 
-from pipeline.circuits import analysis, channels, scoring, significance, weights
+from pipeline.circuits import analysis, channel_null, scoring, significance, weights
 from pipeline.config import CompositionConfig
 from pipeline.tables import INVARIANT, PROJECTION, VARIANTS, split_measures
 
@@ -37,7 +37,7 @@ def test_composition_is_the_split_measures_their_channels_and_summaries(heads) -
     pd.testing.assert_frame_equal(got.invariant, others[INVARIANT])
     pd.testing.assert_frame_equal(got.projection, others[PROJECTION])
     pd.testing.assert_frame_equal(got.placebo, placebo)
-    split, split_placebo, shares = channels.measured_channels(heads, scores, CFG, 4)
+    split, split_placebo, shares = channel_null.measured_channels(heads, scores, CFG, 4)
     pd.testing.assert_frame_equal(got.channels, split)
     pd.testing.assert_frame_equal(got.channels_placebo, split_placebo)
     assert set(got.shares) == set(shares)
@@ -48,7 +48,7 @@ def test_composition_is_the_split_measures_their_channels_and_summaries(heads) -
         **scoring.summarize(measured, placebo),
         "detection_limits": significance.detection_limits(measured, placebo, 0.5),
         "placebo_families": significance.family_summary(placebo),
-        "channels": channels.channels_summary(split, split_placebo),
+        "channels": channel_null.channels_summary(split, split_placebo),
     }
     assert list(got.summary) == list(want)
     assert json.dumps(got.summary, sort_keys=True) == json.dumps(want, sort_keys=True)
@@ -72,7 +72,7 @@ def test_composition_reads_its_seed_positions_and_fdr(heads) -> None:
 
 def test_composition_runs_every_product_on_the_device_given(heads, monkeypatch) -> None:
     """`device` reaches the measures' and the channels' products (on a CPU-only machine the values
-    cannot show it: test_composition.py compares devices where CUDA is present)."""
+    cannot show it: test_circuits_significance.py compares devices where CUDA is present)."""
     seen = []
 
     def spy(name, fn):
@@ -85,6 +85,6 @@ def test_composition_runs_every_product_on_the_device_given(heads, monkeypatch) 
         return wrapped
 
     monkeypatch.setattr(significance, "measured", spy("measured", significance.measured))
-    monkeypatch.setattr(channels, "measured_channels", spy("channels", channels.measured_channels))
+    monkeypatch.setattr(channel_null, "measured_channels", spy("channels", channel_null.measured_channels))
     analysis.composition(heads, CFG, 4, "standard", device="cpu")
     assert seen == [("measured", "cpu"), ("channels", "cpu")]

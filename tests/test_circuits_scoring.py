@@ -5,6 +5,7 @@ known answer or an invariant."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import warnings
 
@@ -13,8 +14,11 @@ import pandas as pd
 import pytest
 import torch
 from models import random_model
+from test_circuits_composition import random_heads
 
 from pipeline.circuits import scoring, weights
+from pipeline.circuits.composition import KINDS, composition_scores
+from pipeline.config import CompositionConfig
 from pipeline.tables import RAW_SCORES_COLUMNS, VARIANTS
 
 # --- undefined scores ----------------------------------------------------------------------
@@ -296,3 +300,53 @@ def test_summarize_counts_per_kind_and_measure():
     assert raw["K"]["true"] == {
         "n_pairs": 4, "n_undefined": 1, "max_score": 0.3, "max_pair": "L0H2->L1H2", "n_z_above_3": 1,
     }  # fmt: skip
+
+
+def test_a_surrogate_keeps_each_layers_own_circuits_and_breaks_the_alignment_between_them():
+    hw = weights.from_state_dict(random_model("tiny", seed=3).state_dict())
+    fake = scoring.surrogate(hw, torch.Generator().manual_seed(0))
+    for name in ("W_Q", "W_K", "W_V", "W_O"):  # layer 0 as it was
+        assert torch.equal(getattr(fake, name)[0], getattr(hw, name)[0])
+    QK = lambda w: w.W_Q[1] @ w.W_K[1].mT  # noqa: E731  [head, d_model, d_model]
+    OV = lambda w: w.W_V[1] @ w.W_O[1]  # noqa: E731
+    for circuit in (QK, OV):  # R QK R^T: the same spectrum, norms and relations between layer-1 heads
+        a, b = circuit(hw), circuit(fake)
+        assert torch.linalg.svdvals(b) == pytest.approx(torch.linalg.svdvals(a), rel=1e-10, abs=1e-12)
+        assert (b[0] * b[1]).sum() == pytest.approx(float((a[0] * a[1]).sum()), rel=1e-10)
+    k_numerator = lambda w: (w.W_V[0, 0] @ w.W_O[0, 0] @ w.W_K[1, 0] @ w.W_Q[1, 0].mT).norm()  # noqa: E731
+    assert abs(float(k_numerator(fake) / k_numerator(hw)) - 1) > 1e-3
+
+
+def test_haar_blocks_have_the_right_second_moment() -> None:
+    Z = scoring.haar_blocks(4000, 16, 4, torch.Generator().manual_seed(0))
+    assert Z.shape == (4000, 4, 4)
+    # each entry of a Haar d x d matrix has mean 0 and variance 1/d
+    assert Z.square().mean().item() == pytest.approx(1 / 16, rel=0.05)
+    assert abs(Z.mean().item()) < 0.01
+
+
+FAST = CompositionConfig(baseline_samples=32, null_samples=16)
+
+
+def rows(df: pd.DataFrame, kind: str, variant: str) -> pd.DataFrame:
+    return df[(df["kind"] == kind) & (df["variant"] == variant)]
+
+
+def test_summary_is_json_and_counts() -> None:
+    df = composition_scores(random_heads(9), FAST, seed=0)
+    s = scoring.summarize(df)
+    json.dumps(s, allow_nan=False)
+    for kind in KINDS:
+        for v in VARIANTS:
+            sub = rows(df, kind, v)
+            assert s[kind][v]["max_score"] == pytest.approx(sub["score"].max())
+            assert s[kind][v]["n_z_above_3"] == int((sub["z"] > 3).sum())
+            assert s[kind][v]["n_pairs"] == len(sub)
+    empty = scoring.summarize(df.iloc[:0])
+    assert empty["Q"]["true"] == {
+        "n_pairs": 0,
+        "n_undefined": 0,
+        "max_score": None,
+        "max_pair": None,
+        "n_z_above_3": 0,
+    }

@@ -1,6 +1,6 @@
 """The projection kernel (pipeline/circuits/projection.py): known answers on heads built to share or
 avoid subspaces, its exact null against Haar draws, and TransformerLens's own projection kernel
-on the same subspaces as the oracle."""
+on the same subspaces as the oracle, and 4.x's head affinity on a bridge's weights."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 from models import head_weights, random_model
+from tl_oracle import random_bridge
 
 from pipeline.circuits import composition, projection, scoring, weights
+from pipeline.model import tl_checkpoint
 from pipeline.tables import INVARIANT_COLUMNS, KINDS
 
 F64 = torch.float64
@@ -111,3 +113,22 @@ def test_scores_equal_transformer_lens_projection_kernel_on_the_same_subspaces()
                     orthonormal_subspace(hw.W_O[0, a].mT), orthonormal_subspace(W[1, b])
                 )
                 assert table[(kind, a, b)] == pytest.approx(float(theirs.normalized), abs=1e-12)
+
+
+@pytest.mark.interop4
+def test_the_projection_kernel_is_transformer_lens_4s_head_affinity(bridge_class):
+    """Our projection measure (pipeline/circuits/projection.py) on a bridge's weights equals 4.x's
+    `attention_head_subspace_affinity` (normalized) for every kind and later pair."""
+    from transformer_lens.tools.analysis.projection_kernel import attention_head_subspace_affinity
+
+    bridge = random_bridge(bridge_class, None)
+    state, _ = tl_checkpoint.bridge_state_dict(bridge)
+    ours = projection.projection_scores(weights.from_state_dict({k: v.double() for k, v in state.items()}))
+    for kind in ("Q", "K", "V"):
+        theirs = attention_head_subspace_affinity(bridge, target_role=kind).normalized.double()
+        mine = ours[ours["kind"] == kind]
+        index = [
+            torch.as_tensor(mine[c].to_numpy()) for c in ("src_layer", "src_head", "dst_layer", "dst_head")
+        ]
+        want = theirs[tuple(index)]
+        assert mine["score"].tolist() == pytest.approx(want.tolist(), abs=1e-6), kind
