@@ -5,11 +5,12 @@ check's tests (pipeline/behaviour/ablation.py, channel_check.py)."""
 from __future__ import annotations
 
 import numpy as np
+import oracles
 import pandas as pd
 import torch
 from models import F64, random_model
 
-from pipeline.circuits import channels, weights
+from pipeline.circuits import weights
 from pipeline.config import CompositionConfig
 from pipeline.model.transformer import AttnOnlyTransformer
 from pipeline.tables import CHANNELS_COLUMNS
@@ -44,12 +45,12 @@ def one_direction_model(weak: float) -> AttnOnlyTransformer:
 
 def channel_table(hw: weights.HeadWeights, discovered: set[tuple[int, int, int, int]]) -> pd.DataFrame:
     """channels.csv's columns for every later pair of every kind: the top channel and its share
-    from the weights (`channels.channel_summary`), the statistics NaN; `discovered` pairs' K rows
+    from the weights (`oracles.channel_summary`), the statistics NaN; `discovered` pairs' K rows
     pair_discovery (the Q and V rows never are)."""
     frames = []
     for kind in ("Q", "K", "V"):
-        c = channels.channels(hw, kind)
-        table = channels.channel_summary(c.normalised(), c.s, c.t, CompositionConfig().channel_tolerance)
+        c = oracles.channels(hw, kind)
+        table = oracles.channel_summary(c.normalised(), c.s, c.t, CompositionConfig().channel_tolerance)
         pair = list(
             zip(table["src_layer"], table["src_head"], table["dst_layer"], table["dst_head"], strict=True)
         )

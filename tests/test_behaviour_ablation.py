@@ -7,17 +7,24 @@ channel is cut and none when an orthogonal one is; the role ablation's sets agai
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import planted
 import pytest
 import torch
 from ablation_oracles import ablate_channel, ablate_path
+from block_models import turn
 from models import F64, random_model
 from one_direction import channel_table, one_direction_model
 from refusals import one_line
+from tl_oracle import SHAPE, hooked, tl_config_json
 
+from pipeline import memory
 from pipeline.behaviour import ablation, channel_check
 from pipeline.circuits import channels, weights
+from pipeline.config import ModelConfig
+from pipeline.model import tl_checkpoint
 from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss
 
 LENGTH = 7
@@ -396,3 +403,153 @@ def test_cutting_the_one_channel_the_path_runs_through_is_cutting_the_path(weak,
         assert 0.85 < share < 1.0
         assert 0.05 < others[0] < 0.5 * share
     assert abs(others[1]) < 1e-12
+
+
+VARIANTS = [(pos, norm) for pos in ("standard", "shortformer") for norm in (None, "LN")]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("pos,norm", VARIANTS)
+def test_ablating_a_set_of_heads_equals_transformer_lens_hooks(tmp_path, pos, norm):
+    """`ablation.heads_loss_effect` against HookedTransformer with each ablated head's z replaced
+    by its batch mean at every position (a head's write is linear in its z)."""
+    pytest.importorskip("transformer_lens")
+    from pipeline.behaviour import ablation
+
+    config = {**SHAPE, "positional_embedding_type": pos, "normalization_type": norm, "attn_only": True}
+    theirs = hooked({**config, "act_fn": None}, seed=5)
+    torch.save(theirs.state_dict(), tmp_path / "model.pth")
+    (tmp_path / "config.json").write_text(json.dumps(tl_config_json(theirs)))
+    ours = tl_checkpoint.load_model(tmp_path / "model.pth", tmp_path / "config.json", dtype=torch.float64)
+    tokens = torch.randint(0, 50, (6, 16), generator=torch.Generator().manual_seed(6))
+    heads = [(0, 0), (0, 1), (0, 3), (1, 2)]
+
+    def mean_z(z, hook):  # [batch, pos, head, d_head]
+        layer = int(hook.name.split(".")[1])
+        for l, h in heads:
+            if l == layer:
+                z[:, :, h] = z[:, :, h].mean(0, keepdim=True)
+        return z
+
+    with torch.no_grad():
+        clean = theirs(tokens, return_type="loss")
+        hooks = [(f"blocks.{l}.attn.hook_z", mean_z) for l in (0, 1)]
+        ablated = theirs.run_with_hooks(tokens, return_type="loss", fwd_hooks=hooks)
+    expected = float(ablated - clean)
+    assert abs(expected) > 1e-3  # the check can fail: these heads matter to this random model
+    assert ablation.heads_loss_effect(ours, tokens, heads) == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_block_of_one_direction_cuts_as_the_single_direction_formula() -> None:
+    """A block of one direction ([d_model, 1] columns) is resid - ((delta . w)(w . k)) k, written out,
+    and the same cut as the vectors themselves."""
+    model = random_model("tiny")
+    gen = torch.Generator().manual_seed(4)
+    w, k = (torch.nn.functional.normalize(torch.randn(model.cfg.d_model, generator=gen, dtype=F64), dim=0)
+            for _ in range(2))  # fmt: skip
+    tokens = torch.randint(0, model.cfg.d_vocab, (5, 12), generator=gen)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+    write = cache.result[0][:, :, 2]  # [batch, pos, d_model]
+    delta = write - write.mean(0, keepdim=True)
+    want = cache.resid_pre[1] - ((delta @ w) * (w @ k))[..., None] * k
+    as_block = ablation._channel_cut(cache, ablation.ChannelCut((0, 2), (1, 1), w[:, None], k[:, None]))
+    as_vectors = ablation._channel_cut(cache, ablation.ChannelCut((0, 2), (1, 1), w, k))
+    scale = cache.resid_pre[1].abs().max().item()
+    torch.testing.assert_close(as_block, want, rtol=0, atol=1e-15 * scale)
+    torch.testing.assert_close(as_vectors, as_block, rtol=0, atol=0)
+    cuts = [
+        ablation.ChannelCut((0, 2), (1, 1), w[:, None], k[:, None]),
+        ablation.ChannelCut((0, 2), (1, 1), w, k),
+    ]
+    got = ablation.channel_ablation(model, tokens, cuts, None)
+    assert got["pattern_effect"].iloc[0] == pytest.approx(got["pattern_effect"].iloc[1], rel=1e-12)
+    assert got["pattern_effect"].iloc[0] > 1e-4
+
+
+def test_a_block_cut_is_the_projection_of_the_mean_ablated_write() -> None:
+    """Two directions each: resid - (delta W W^T) K K^T with dense projectors, and unchanged when
+    either block's columns are replaced by another orthonormal basis of their span."""
+    model = random_model("tiny")
+    gen = torch.Generator().manual_seed(6)
+    D = model.cfg.d_model
+    W = torch.linalg.qr(torch.randn(D, 2, generator=gen, dtype=F64))[0]  # [d_model, 2]
+    K = torch.linalg.qr(torch.randn(D, 2, generator=gen, dtype=F64))[0]
+    tokens = torch.randint(0, model.cfg.d_vocab, (5, 12), generator=gen)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+    write = cache.result[0][:, :, 1]
+    delta = write - write.mean(0, keepdim=True)
+    want = cache.resid_pre[1] - delta @ (W @ W.mT) @ (K @ K.mT)
+    scale = cache.resid_pre[1].abs().max().item()
+    for G, H in ((torch.eye(2, dtype=F64), torch.eye(2, dtype=F64)), (turn(2, 0, 0.4), turn(2, 0, -1.3))):
+        got = ablation._channel_cut(cache, ablation.ChannelCut((0, 1), (1, 0), W @ G, K @ H))
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-14 * scale)
+
+
+# L layers, H heads of d_head dh, d_model D, context T, vocabulary V
+L, H, dh, D, T, V = 2, 2, 4, 16, 20, 16
+MODEL = ModelConfig(n_layers=L, n_heads=H, d_head=dh, d_model=D, n_ctx=T, d_vocab=V)
+
+
+def batch(n: int, pos: int, model: ModelConfig = MODEL) -> memory.Batch:
+    size = memory.Size("analysis.heads.eval_sequences", n, 64)
+    return memory.Batch(size, memory.Shape(model).n_ctx, pos, "the held-out batch", ("n", "pos"))
+
+
+def logits_and_chunk(model: ModelConfig, n: int, pos: int) -> tuple[memory.Term, memory.Term]:
+    *_cache, logits, chunk = ablation.path_ablation_terms(memory.Shape(model), batch(n, pos, model))
+    return logits, chunk
+
+
+def test_the_path_ablations_chunk_and_logits():
+    """n = 3 sequences of 20: every source head in one chunk (H of them), every later head's loss
+    pass too; float64."""
+    n, sources = 3, H
+    outputs = sources * n * (2 * T * H * D + H * T * T)  # results, deltas, patterns
+    block_call = sources * n * (3 * H * T * T + 2 * T * H * D + 6 * T * D)
+    loss_passes = H * n * T * (4 * V + 2 * D + H * T)
+    assert (outputs, block_call, loss_passes) == (12480, 33600, 16320)
+    logits, chunk = logits_and_chunk(MODEL, n, T)
+    assert chunk.bytes == 8 * (12480 + 33600)
+    assert logits.bytes == 8 * 3 * n * T * V
+
+
+def test_the_path_ablations_chunk_when_the_loss_passes_are_larger():
+    """A large vocabulary: the later heads' loss passes outweigh the block call."""
+    big = ModelConfig(n_layers=L, n_heads=H, d_head=dh, d_model=D, n_ctx=T, d_vocab=1000)
+    n = 3
+    outputs = H * n * (2 * T * H * D + H * T * T)
+    loss_passes = H * n * T * (4 * 1000 + 2 * D + H * T)
+    assert (outputs, loss_passes) == (12480, 488640)
+    _, chunk = logits_and_chunk(big, n, T)
+    assert chunk.bytes == 8 * (12480 + 488640)
+    assert [s.key for s in chunk.sizes] == ["analysis.heads.eval_sequences", "model.n_ctx", "model.d_vocab"]
+
+
+def test_the_later_heads_loss_passes_take_every_head_whose_logits_fit_in_a_chunk():
+    """One sequence of one position over a vocabulary of one token: a later head's logits are one
+    element, so a chunk of _CHUNK = 2^24 elements holds the loss passes of all 2^23 + 1 heads at
+    once (2^24 // (1 x 1 x 1) heads); the source heads' results, 2^23 + 1 elements each, fit one
+    at a time (2^24 // (2^23 + 1) = 1)."""
+    heads = 2**23 + 1
+    m = ModelConfig(n_layers=2, n_heads=heads, d_head=1, d_model=1, n_ctx=1, d_vocab=1)
+    outputs = 1 * 1 * (2 * 1 * heads * 1 + heads * 1 * 1)  # one source: result, delta, pattern
+    block_call = 1 * 1 * (3 * heads + 2 * heads + 6)
+    loss_passes = heads * 1 * 1 * (4 * 1 + 2 * 1 + heads * 1)  # every later head at once
+    assert loss_passes > block_call
+    _, chunk = logits_and_chunk(m, 1, 1)
+    assert chunk.bytes == 8 * (outputs + loss_passes)
+
+
+def test_the_chunk_term_follows_the_ablations_chunk_size(monkeypatch):
+    """A smaller _CHUNK (what a test sets to make the ablation's chunks small) shrinks the
+    estimate's chunk alike: one source head a chunk instead of both."""
+    _, whole = logits_and_chunk(MODEL, 3, T)
+    monkeypatch.setattr(ablation, "_CHUNK", 1)
+    assert ablation._sources_per_chunk(3, T, H, D) == ablation._heads_per_loss_chunk(3, T, V) == 1
+    _, one = logits_and_chunk(MODEL, 3, T)
+    n = 3
+    outputs = n * (2 * T * H * D + H * T * T)
+    block_call = n * (3 * H * T * T + 2 * T * H * D + 6 * T * D)
+    assert one.bytes == 8 * (outputs + block_call) < whole.bytes

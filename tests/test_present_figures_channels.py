@@ -13,6 +13,7 @@ import re
 
 import matplotlib.pyplot as plt
 import numpy as np
+import oracles
 import pandas as pd
 import pytest
 import synthetic_seeds as syn
@@ -352,7 +353,7 @@ def test_a_real_table_is_drawn_as_measured():
     """From a random model's weights: each panel is its pair's normalised shares (float32)."""
     hw = from_state_dict(random_model(seed=3).state_dict())
     k, s, t = dense_channels(hw, "K")  # k [L, H, L, H, d, d]
-    summary = ch.channel_summary(k, s, t, CompositionConfig().channel_tolerance)
+    summary = oracles.channel_summary(k, s, t, CompositionConfig().channel_tolerance)
     found = [("K", *p) for p in later_pairs(hw.n_layers, hw.n_heads)[::4]]
     frame, shares = tables({}, found)
     frame = frame.reset_index(drop=True)

@@ -8,13 +8,16 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+import tiny_chain
 from matplotlib.colors import to_rgba
 
+from pipeline import tables
 from pipeline.errors import UserError
 from pipeline.present.figures import dynamics
 from pipeline.tables import INDUCTION_THRESHOLD, MEASURES
@@ -187,3 +190,24 @@ def test_read_summary_names_a_missing_fdr(tmp_path, fdr):
         dynamics.read_summary(path)
     message = str(e.value)
     assert message.startswith(f"{path}: fdr = {fdr!r}: ") and len(message.splitlines()) == 1  # key, value
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> dict[str, Path]:
+    return tiny_chain.run(tmp_path_factory.mktemp("dynamics"))
+
+
+def test_figure_marks_the_phase_change(chain):
+    from pipeline.present.figures import dynamics as figure
+
+    steps = pd.read_csv(chain["dynamics"] / "steps.tsv", sep="\t").assign(induction=[0.1, 0.6, 0.7])
+    pair, z = figure.read_summary(str(chain["dynamics"] / "summary.json"))
+    fig = figure.dynamics_figure(steps, pair, z)
+    top, bottom = fig.axes[0], fig.axes[1]
+    at = steps["tokens"].iloc[1]  # induction first reaches 0.5 at step 10
+    assert any(list(line.get_xdata()) == [at, at] for line in bottom.get_lines())
+    assert len([line for line in bottom.get_lines() if line.get_marker() == "."]) == len(tables.MEASURES)
+    assert "induction" in top.get_legend_handles_labels()[1][0]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -29,8 +29,10 @@ import synthetic_seeds as syn
 
 from pipeline import io, params, tables
 from pipeline.compare import formats
+from pipeline.compare import stats as compare
 from pipeline.compare.claims import CLAIMS, HYPOTHESIS_LABELS, NONE
 from pipeline.compare.formats import Format, Formats
+from pipeline.config import CompareConfig
 from pipeline.errors import UserError
 from pipeline.present import figures, report
 from pipeline.present.environment import ENVIRONMENT_NOTE
@@ -1059,3 +1061,20 @@ def test_the_page_shows_the_threshold_table_only_when_an_effect_was_cut_at_a_thr
     assert rows_of(table) == [
         ["pattern_effect", "0.05", "2.0 [1.9, 2.1]", "0.50 [0.40, 0.60]", *["–"] * len(MEASURES)]
     ]
+
+
+CFG = CompareConfig()
+
+
+FDR = 0.05
+
+
+EDGE = 0.1  # the paper's plotting threshold on the excess, for claims (m) and (d)
+
+
+def test_report_describes_every_statistic():
+    from pipeline.present import report
+
+    result = compare.compare([syn.seed_inputs(0)], CFG, EDGE, FDR)
+    pairs = result.claims[["claim", "statistic"]].drop_duplicates()
+    assert all(report.describe(c, s) for c, s in zip(pairs["claim"], pairs["statistic"], strict=True))
