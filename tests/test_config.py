@@ -114,7 +114,10 @@ REFUSED = [  # (a section with one bad value, the key its refusal names, the val
 ]
 
 
-@pytest.mark.parametrize("section,key,value", REFUSED, ids=[f"{k}={v}" for _, k, v in REFUSED])
+REFUSED_IDS = [f"{k}={'unset' if v is UNSET else v}" for _, k, v in REFUSED]  # the same on every worker
+
+
+@pytest.mark.parametrize("section,key,value", REFUSED, ids=REFUSED_IDS)
 def test_a_bad_value_is_refused_in_one_line_naming_key_and_value(section, key, value):
     """Each rule once, where it is defined: its refusal names the key (relative to the section
     validated) and the bad value, in one line."""
