@@ -621,7 +621,7 @@ def _mean_log(frame: pd.DataFrame, column: str, over: str | None = None) -> floa
             "excess_alignment + excess_anisotropy"
         ),
         "excess_alignment": "the part of the excess from the query alignment, 1/2 ln alignment",
-        "excess_anisotropy": "the part from the query's anisotropy, 1/2 ln anisotropy (channels.py)",
+        "excess_anisotropy": "the part from the query's anisotropy, 1/2 ln anisotropy (rotated.py)",
         "output_query": (
             "mean ln(output_query_share / chance): the writer's OUTPUT inside the query span (the "
             "literal reading; it is Q-composition's numerator, not what B C D A weighs)"
