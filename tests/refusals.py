@@ -1,0 +1,36 @@
+"""What a test may check of a refusal: one line, the key or file it names, the value it names,
+and the error's type; never its wording, which is for the user and free to improve."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import UserError
+
+NO_VALUE = object()  # a refusal that names a key or file and no value
+
+
+def refused(caught: pytest.ExceptionInfo | UserError, where: str, value: object = NO_VALUE) -> str:
+    """`caught` is a `UserError` of one line naming `where` (the key or file) and, when one is
+    given, `value` (shown by repr: strings quoted); its message, for further facts."""
+    error = caught.value if isinstance(caught, pytest.ExceptionInfo) else caught
+    assert isinstance(error, UserError), type(error)
+    message = str(error)
+    assert "\n" not in message, message
+    assert error.where == str(where), (error.where, str(where))
+    if value is NO_VALUE:
+        assert message.startswith(f"{where}: "), message
+    else:
+        nan = value != value and error.value != error.value  # NaN: not equal to itself
+        assert nan or error.value == value, (error.value, value)
+        assert message.startswith(f"{where} = {value!r}: "), message
+    return message
+
+
+def refused_line(err: str, where: str, value: object = NO_VALUE) -> str:
+    """`err` (a stage's stderr) is one line, `error: ` and the key or file `where` and, when one
+    is given, `value` (by repr); that line."""
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    shown = "" if value is NO_VALUE else f" = {value!r}"
+    assert err.startswith(f"error: {where}{shown}: "), err
+    return err.rstrip("\n")
