@@ -596,3 +596,13 @@ def test_a_revision_with_an_empty_or_dotted_part_is_refused(revision):
     assert caught.value.where == "train.checkpoint" and caught.value.value == f"hf:org/name@{revision}"
     assert "\n" not in str(caught.value) and repr(revision) in str(caught.value)
     assert hub.require_hub_name("hf:org/name@refs/pr/1", "train.checkpoint")["revision"] == "refs/pr/1"
+
+
+def test_a_short_commit_hash_is_refused_naming_the_full_commit_the_cache_holds(cache):
+    """The cache names its snapshots by full commit: `@abcdef0` is refused, naming the commit it
+    abbreviates, never matched by prefix."""
+    commit = "abcdef0123456789abcdef0123456789abcdef01"
+    add_snapshot(cache, TINY_REPO, {"config.json": b"{}", "model.safetensors": b"w"}, commit=commit)
+    text = refusal(f"hf:{TINY_REPO}@{commit[:7]}")
+    assert commit in text
+    assert hub.checkpoint(f"hf:{TINY_REPO}@{commit}")["hub"]["commit"] == commit

@@ -520,6 +520,14 @@ def test_a_bad_model_entry_in_a_params_file_is_refused_in_one_line_naming_it(key
     assert all(name in message for name in names)
 
 
+def test_a_list_element_of_the_wrong_type_is_refused_naming_its_index():
+    raw = committed_params()
+    raw["seeds"] = [0.5]
+    with pytest.raises(UserError) as caught:
+        params.from_dict(raw, source="mine.yaml")
+    assert refused(caught, "mine.yaml: seeds[0]", 0.5).endswith(" int")  # the type the schema asks for
+
+
 def test_a_params_file_missing_a_key_is_refused_naming_the_full_key():
     raw = committed_params()
     del raw["train"]["lr"]
