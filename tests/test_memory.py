@@ -1,9 +1,7 @@
-"""The memory check (pipeline/memory.py): the sum of an estimate's terms is held against the
-memory available (the host's, or on a GPU its free memory for the device terms), a refusal is
-one line naming the key that grew with its value and both amounts, the project's own configs fit
-in a few GB, and /proc/meminfo is read in kibibytes. Each module's own terms are tested beside
-it (test_model_train, test_model_transformer, test_behaviour_ablation, test_behaviour_heads,
-test_data_datasets); the refusals through the stages are in test_bad_input."""
+"""The memory check (pipeline/memory.py): an estimate's terms held against the memory available
+(the host's, or on a GPU its free memory for the device terms), refused in one line naming the key
+that grew, its value and both amounts; the project's own configs fit in a few GB; /proc/meminfo
+is read in kibibytes. Each module's own terms are tested beside it."""
 
 from __future__ import annotations
 

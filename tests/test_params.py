@@ -1,8 +1,7 @@
-"""Config flow: conf/ (Hydra) -> params.yaml -> validated schema, and its one-line errors.
-
-`python -m pipeline.params` in-process (`params.main`): its help, and the one-line refusal of an
-override's value under a conf/ other than the repository's, which the Hydra plugin does not check
-(hydra_plugins/ wraps the repository's conf/ only): `from_dict` then names the override."""
+"""Config flow (pipeline/params.py): conf/ (Hydra) -> params.yaml -> validated schema; the
+inputs a config names, checked before params.yaml is written; `python -m pipeline.params`
+in-process and as a process (its help, `--check`, its notes); and the one-line refusals of an
+override, a params file or a missing input, naming the key, file and value."""
 
 from __future__ import annotations
 
