@@ -29,6 +29,7 @@ from refusals import refused_line
 from pipeline import checkpoint, cli, io, tables
 from pipeline import params as params_mod
 from pipeline.behaviour import channel_check
+from pipeline.config import notes as schema_notes
 from pipeline.model import origin
 from pipeline.present import figures
 from pipeline.present.figures import composition as composition_figures
@@ -522,9 +523,7 @@ def test_figures_refuses_a_dynamics_steps_table_with_only_a_header(chain, tmp_pa
     ]  # fmt: skip
     capsys.readouterr()
     assert stage.main(argv) == 2
-    assert capsys.readouterr().err == (
-        f"error: {steps}: no rows, only a header: not a complete table of its stage\n"
-    )
+    refused_line(capsys.readouterr().err, steps)
     assert not (tmp_path / "f").exists()
 
 
@@ -555,9 +554,7 @@ def test_figures_refuses_a_channels_table_with_only_a_header(chain, tmp_path, ca
     ]  # fmt: skip
     capsys.readouterr()
     assert stage.main(argv) == 2
-    assert capsys.readouterr().err == (
-        f"error: {header}: no rows, only a header: not a complete table of its stage\n"
-    )
+    refused_line(capsys.readouterr().err, header)
     assert not (tmp_path / "f").exists()
 
 
@@ -621,9 +618,7 @@ def test_heads_on_text_reads_the_tokenized_directory_and_records_the_seed_of_its
         "--scores", str(c / "scores.csv"), "--seed", "3",
     ]  # fmt: skip
     assert stage.main([*argv, "--out", str(tmp_path / "none")]) == 2
-    assert capsys.readouterr().err == (
-        "error: data.source = 'text': text needs the tokenizer stage's output (--tokenized)\n"
-    )
+    assert "--tokenized" in refused_line(capsys.readouterr().err, "data.source", "text")  # the option
     out = tmp_path / "h"
     out.mkdir()  # an earlier run's channel check: no check this run, so it is removed, not left
     (out / "channel_ablation.csv").write_text("stale\n")
@@ -650,10 +645,8 @@ def test_tokenizer_notes_a_pretrained_tokenizer_that_the_data_source_never_reads
     p = tmp_path / "params.yaml"
     p.write_text(params_mod.dump(composed))
     assert stage.main(["--params", str(p), "--out", str(tmp_path / "t")]) == 0
-    assert capsys.readouterr().err == (
-        "note: data.tokenizer.pretrained = 'hf:org/tok' is unused: data.source = 'synthetic' is not "
-        "tokenized (data.source=text reads text through it)\n"
-    )
+    cfg = params_mod.from_dict(composed)
+    assert capsys.readouterr().err.splitlines() == schema_notes(cfg, "data")  # the schema's note
     assert (tmp_path / "t" / "tokenizer.json").read_text() == "null\n"
 
 
