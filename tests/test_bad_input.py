@@ -875,8 +875,9 @@ def run_module(stage: str, argv: list[str], cwd: Path) -> subprocess.CompletedPr
 @pytest.mark.parametrize("case", SUBPROCESS)
 def test_bad_input_end_to_end_in_a_real_process(case, good, tmp_path):
     stage, build, names = CASES[case]
+    argv = build(tmp_path, good)
     before = snapshot(tmp_path)
-    done = run_module(stage, build(tmp_path, good), cwd=tmp_path)
+    done = run_module(stage, argv, cwd=tmp_path)
     check_refusal(done.returncode, done.stderr, names, before, snapshot(tmp_path))
 
 
