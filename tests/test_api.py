@@ -1,13 +1,13 @@
 """The Python API (`attn_circuits.api`, here `pipeline.api`) returns the stages' own outputs.
 
-Every form a user holds a model in (`MODELS`: a file, a folder, a state dict, our model, a
-HookedTransformer, a TransformerBridge) reads as the same weights; each call returns what the
-functions it promises to run return (`behaviour.heads`, `circuits.analysis`, `circuits.weights`)
-for the same weights, seed and batches, with conf/analysis/default.yaml's settings unless given.
-On the tiny project reproduced by `dvc repro` (tests/dvc_repo.py, the slow tier), and on a
-LayerNorm model run through the stages in-process, its tables are byte for byte the composition
-and heads stages' files. A bad model, config, setting or token batch is one `UserError` line
-naming the argument and its value."""
+Every form a user holds a model in (`MODELS`: a checkpoint, the weights stage's file, a state
+dict, a HookedTransformer; and a folder, our model, a TransformerBridge) reads as the same
+weights; each call returns what the functions it promises to run return (`behaviour.heads`,
+`circuits.analysis`, `circuits.weights`) for the same weights, seed and batches, with
+conf/analysis/default.yaml's settings unless given. On the tiny project reproduced by `dvc repro`
+(tests/dvc_repo.py, the slow tier), and on a LayerNorm model run through the stages in-process,
+its tables are byte for byte the composition and heads stages' files. A bad model, config,
+setting or token batch is one `UserError` line naming the argument and its value."""
 
 from __future__ import annotations
 
