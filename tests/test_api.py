@@ -1,24 +1,19 @@
 """The Python API (`attn_circuits.api`, here `pipeline.api`) returns the stages' own outputs.
 
-On the tiny project reproduced by the real `dvc repro` (tests/dvc_repo.py), seed 0's model is
-handed to the API in every form a user holds it (`MODELS`: one parameter per form; a
-TransformerLens 4.x bridge is one more), and every table the API returns, written by the
-project's own writers, is byte for byte the composition and heads stages' files. A LayerNorm
-model (which the weights stage folds) runs through the stages in-process and through the API
-from a HookedTransformer: the same bytes again. The API's defaults are conf/analysis/default.yaml.
-
-The API on a tiny model built here, in-process and fast (tests/test_api.py compares it with the
-stages' files on the reproduced project, in the slow tier).
-
-Each call is checked against the functions it promises to run (`behaviour.heads`,
-`circuits.analysis`, `circuits.weights`): the same tables for the same weights, seed and batches.
-Its own work is checked by known answers: which file or object a model came from, which settings
-and seed it used, and the one-line refusals of a bad model, config or token batch."""
+Every form a user holds a model in (`MODELS`: a checkpoint, the weights stage's file, a state
+dict, a HookedTransformer; and a folder, our model, a TransformerBridge) reads as the same
+weights; each call returns what the functions it promises to run return (`behaviour.heads`,
+`circuits.analysis`, `circuits.weights`) for the same weights, seed and batches, with
+conf/analysis/default.yaml's settings unless given. On the tiny project reproduced by `dvc repro`
+(tests/dvc_repo.py, the slow tier), and on a LayerNorm model run through the stages in-process,
+its tables are byte for byte the composition and heads stages' files. A bad model, config,
+setting or token batch is one `UserError` line naming the argument and its value."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict
@@ -31,6 +26,7 @@ import pytest
 import torch
 from dvc_repo import reproduced
 from omegaconf import OmegaConf
+from refusals import refused
 
 from pipeline import api, checkpoint, io, params
 from pipeline.behaviour import heads as heads_analysis
@@ -191,7 +187,8 @@ def test_a_layernorm_hooked_transformer_equals_the_weights_and_composition_stage
     names = [*COMPOSITION_FILES, "channels.safetensors", "summary.json"]
     assert_same_files(written(result, tmp_path / "api", seed=1), tmp_path / "stage", names)
     w = api.weights_of(hooked)
-    assert any("folded LayerNorm" in step for step in w.steps) and w.positions == positions
+    summary = json.loads((tmp_path / "weights" / "summary.json").read_text())
+    assert w.steps and list(w.steps) == summary["steps"] and w.positions == positions  # the stage's folding
 
 
 def _perturbed(cfg: ModelConfig) -> dict[str, torch.Tensor]:
@@ -217,28 +214,40 @@ def test_settings_override_the_defaults_and_unknown_ones_are_named(tmp_path):
     w = api.weights_of(state, {"positional_embedding_type": "shortformer"})
     result = api.composition(w, fdr=0.2, baseline_samples=4, null_samples=4)
     assert result.summary["fdr"] == 0.2
-    with pytest.raises(UserError, match=r"^analysis\.composition\.fd: unknown setting"):
+    with pytest.raises(UserError) as caught:
         api.composition(w, fd=0.2)
-    with pytest.raises(UserError, match=r"^analysis\.composition\.fdr = 2\.0: must be in \(0, 1\)"):
+    refused(caught, "analysis.composition.fd")
+    with pytest.raises(UserError) as caught:
         api.composition(w, fdr=2.0)
+    refused(caught, "analysis.composition.fdr", 2.0)
 
 
 @pytest.mark.slow  # its fixture reproduces the tiny project with real dvc
 def test_bad_inputs_are_one_line_naming_what_is_wrong(repo):
     heads_file = repo / "outputs/weights/seed0/heads.safetensors"
-    with pytest.raises(UserError, match=r"^model = 'int': expected a TransformerLens HookedTransformer"):
+    with pytest.raises(UserError) as caught:
         api.weights_of(3)
-    with pytest.raises(UserError, match="roles needs the model's checkpoint and config.json"):
+    refused(caught, "model", "int")
+    with pytest.raises(UserError) as caught:
         api.roles(heads_file, torch.zeros(2, 8, dtype=torch.long))
+    assert "roles" in refused(caught, heads_file)  # the file, and the call that needs more
     model, cfg = repo / TRAIN / "model.safetensors", params.load(repo / "params.yaml")
     d_vocab = tl_checkpoint.read_tl_config(repo / TRAIN / "config.json").d_vocab
     outside = torch.tensor([[0, 1, d_vocab]])
-    with pytest.raises(UserError, match=rf"^tokens = '0\.\.{d_vocab}': token ids must be in \[0, d_vocab"):
+    with pytest.raises(UserError) as caught:
         api.path_ablation(model, outside, config=cfg)
-    with pytest.raises(UserError, match=r"^tokens = 'torch.float32 \[2, 8\]': expected integer token ids"):
+    assert f"d_vocab = {d_vocab}" in refused(caught, "tokens", f"0..{d_vocab}")
+    with pytest.raises(UserError) as caught:
         api.path_ablation(model, torch.zeros(2, 8), config=cfg)
-    with pytest.raises(UserError, match=r"^analysis\.heads\.repeat_length = 24: .*n_ctx"):
+    refused(caught, "tokens", "torch.float32 [2, 8]")
+    with pytest.raises(UserError) as caught:
         api.path_ablation(model, torch.zeros(2, 8, dtype=torch.long))  # the defaults: too long for n_ctx 20
+    assert "n_ctx" in refused(caught, "analysis.heads.repeat_length", 24)
+
+
+def numbers(message: str) -> list[int]:
+    """The integers a refusal names, in order: the sizes it counts."""
+    return [int(n) for n in re.findall(r"\d+", message)]
 
 
 CFG = ModelConfig(
@@ -340,21 +349,25 @@ def test_roles_and_path_ablation_are_the_heads_tables(model, tokens):
 
 def test_settings_given_as_keywords_reach_the_heads(model, tokens):
     """Keyword settings override the config's HeadsConfig: a longer probe span is a wider probe."""
-    with pytest.raises(UserError, match=r"^probe\[0\]: 9 positions: the probe is \[first, span, span\], 11$"):
+    with pytest.raises(UserError) as caught:
         api.roles(
             model, tokens, probe=probes_for(tokens, 0, SETTINGS.heads), config=SETTINGS, repeat_length=5
         )
-    with pytest.raises(UserError, match=r"^analysis\.heads\.repeat_lenght: unknown setting"):
+    assert numbers(refused(caught, "probe[0]")) == [0, 9, 11]  # 9 positions where 1 + 2 x 5 = 11 fit
+    with pytest.raises(UserError) as caught:
         api.path_ablation(model, tokens, config=SETTINGS, repeat_lenght=5)
+    refused(caught, "analysis.heads.repeat_lenght")
 
 
 def test_given_probes_are_checked_against_the_tokens(model, tokens):
     probes = probes_for(tokens, 0, SETTINGS.heads)
     wide = [torch.cat([p, p[:, :1]], dim=1) for p in probes]  # 10 positions, not 1 + 2 * 4
-    with pytest.raises(UserError, match=r"^probe\[1\]: 10 positions: the probe is \[first, span, span\], 9$"):
+    with pytest.raises(UserError) as caught:
         api.path_ablation(model, tokens, probe=[probes[0], wide[1]], config=SETTINGS)
-    with pytest.raises(UserError, match=r"^probe: 1 batches for 2 batches of tokens$"):
+    assert numbers(refused(caught, "probe[1]")) == [1, 10, 9]  # 10 positions where 9 fit
+    with pytest.raises(UserError) as caught:
         api.path_ablation(model, tokens, probe=probes[0], config=SETTINGS)
+    assert numbers(refused(caught, "probe")) == [1, 2]  # 1 batch of probes for 2 of tokens
     # the probes drawn by default are these: passing them gives the same table
     pd.testing.assert_frame_equal(
         api.path_ablation(model, tokens, probe=probes, config=SETTINGS),
@@ -369,12 +382,15 @@ def test_token_batches_are_int64_ids_checked_against_the_model():
     one = api._token_batches([torch.tensor([1, 2]), torch.tensor([[3, 4]], dtype=torch.int16)], "tokens", CFG)
     assert [t.dtype for t in one] == [torch.int64, torch.int64]
     assert [t.tolist() for t in one] == [[[1, 2]], [[3, 4]]]
-    with pytest.raises(UserError, match=r"^tokens = 'torch\.bool \[1, 3\]': expected integer token ids"):
+    with pytest.raises(UserError) as caught:
         api._token_batches(torch.ones(1, 3, dtype=torch.bool), "tokens", CFG)
-    with pytest.raises(UserError, match=r"^tokens = '0\.\.24': token ids must be in \[0, d_vocab = 24\)$"):
+    refused(caught, "tokens", "torch.bool [1, 3]")
+    with pytest.raises(UserError) as caught:
         api._token_batches(torch.tensor([[0, 24]]), "tokens", CFG)
-    with pytest.raises(UserError, match=r"^tokens: 17 positions: expected 2 to n_ctx = 16$"):
+    assert "d_vocab = 24" in refused(caught, "tokens", "0..24")
+    with pytest.raises(UserError) as caught:
         api._token_batches(torch.zeros(1, 17, dtype=torch.long), "tokens", CFG)
+    assert numbers(refused(caught, "tokens")) == [17, 2, 16] and "n_ctx = 16" in str(caught.value)
 
 
 def test_a_heads_file_is_read_as_the_composition_stage_reads_it(model, tmp_path):
@@ -389,11 +405,13 @@ def test_a_heads_file_is_read_as_the_composition_stage_reads_it(model, tmp_path)
     for name in ("W_Q", "W_K", "W_V", "W_O"):
         assert torch.equal(getattr(read.heads, name), getattr(w.heads, name)), name
     assert api.weights_of(tmp_path).source == str(path)  # a folder holding it
-    with pytest.raises(UserError, match=rf"^{path}: roles needs the model's checkpoint and config\.json"):
+    with pytest.raises(UserError) as caught:
         api.roles(path, torch.zeros(2, 12, dtype=torch.long))
+    assert "roles" in refused(caught, path)  # the file, and the call that needs more
     weights.save(path, w.heads, {"config": json.dumps({"positional_embedding_type": "rotary"})})
-    with pytest.raises(UserError, match=rf"^{path}: config\.positional_embedding_type = 'rotary': expected"):
+    with pytest.raises(UserError) as caught:
         api.weights_of(path)
+    refused(caught, f"{path}: config.positional_embedding_type", "rotary")
 
 
 def test_a_checkpoint_with_config_json_beside_it_is_the_checkpoint(model, tmp_path):
@@ -417,10 +435,10 @@ def test_a_state_dict_keeps_its_checked_checkpoint_and_a_given_configs_sizes(mod
     assert w.state.keys() == {k for k in state if not k.endswith((".mask", ".IGNORE"))}
     # a full config is taken as given, not overruled by the shapes: a d_vocab the weights lack is refused
     fields = {**tl_checkpoint.tl_config(CFG), "d_vocab": 25, "d_vocab_out": 25}
-    with pytest.raises(
-        UserError, match=r"^state dict: embed\.W_E: shape \[24, 16\] disagrees with \[25, 16\]"
-    ):
+    with pytest.raises(UserError) as caught:
         api.weights_of(state, fields)
+    message = refused(caught, "state dict: embed.W_E")
+    assert "[24, 16]" in message and "[25, 16]" in message  # the shape it has, the one config asks
     assert api.weights_of(state, tl_checkpoint.tl_config(CFG)).config == CFG
     # no config: the sizes from the shapes, no LayerNorm (no ln keys), TransformerLens's standard positions
     assert api.weights_of(state).config == CFG
@@ -429,22 +447,16 @@ def test_a_state_dict_keeps_its_checked_checkpoint_and_a_given_configs_sizes(mod
 
 
 def test_a_bridge_state_dict_is_read_with_its_config(model):
+    """Without its config it is refused, naming model_config and the size it lacks (n_heads)."""
     _, bridge = tl_checkpoint.bridge_checkpoint(CFG, model.state_dict())
-    with pytest.raises(
-        UserError, match=r"^state dict: a TransformerBridge state dict needs its model_config"
-    ):
+    with pytest.raises(UserError) as caught:
         api.weights_of(bridge)
+    message = refused(caught, "state dict")
+    assert "model_config" in message and "n_heads" in message
     read, direct = api.weights_of(bridge, CFG), api.weights_of(model.state_dict(), CFG)
     assert read.config == CFG
     for name, t in direct.state.items():
         assert torch.equal(read.state[name], t), name
-
-
-def test_bad_models_and_configs_are_one_line_naming_them(model):
-    with pytest.raises(UserError, match=r"^model = 'int': expected a TransformerLens HookedTransformer"):
-        api.weights_of(3)
-    with pytest.raises(UserError, match=r"^model_config = 'int': expected HookedTransformerConfig fields"):
-        api.weights_of(model.state_dict(), 3)
 
 
 def test_device_of_is_the_first_tensors_else_the_cpu():
@@ -515,78 +527,69 @@ def test_roles_refuse_weights_that_overflow_the_forward_pass_naming_the_model(mo
     no_scores = api.Composition(pd.DataFrame(columns=columns), *rest)  # roles read only its scores
     with pytest.raises(UserError) as caught:
         api.roles(state, tokens, composition=no_scores, config=SETTINGS)
-    assert str(caught.value) == (
-        "state dict: attention patterns or losses are not finite on the evaluation batches: weights too large"
-    )
+    refused(caught, "state dict")
 
 
 def test_weights_without_their_checkpoint_or_their_config_are_refused_by_roles_naming_them(model, tokens):
     """A `Weights` holding a config but no checkpoint (or a checkpoint but no config) cannot be
     built into a model to run: roles refuses either in one line naming the weights' source."""
     w = api.weights_of(model)
-    refusal = "roles needs the model's checkpoint and config.json, not analysis-ready weights"
     for missing in ({"state": None}, {"config": None}):
         with pytest.raises(UserError) as caught:
             api.roles(dataclasses.replace(w, **missing), tokens, config=SETTINGS)
-        assert str(caught.value) == f"AttnOnlyTransformer: {refusal}", missing
+        assert refused(caught, "AttnOnlyTransformer").split(": ", 1)[1].startswith("roles "), missing
 
 
 def test_an_unknown_setting_is_refused_listing_every_known_one():
     with pytest.raises(UserError) as caught:
         api._settings(CompositionConfig, "composition", None, {"fd": 0.1})
-    message = str(caught.value)
-    assert message.startswith("analysis.composition.fd: ")
+    message = refused(caught, "analysis.composition.fd")
     assert all(f.name in message for f in dataclasses.fields(CompositionConfig)), message
 
 
 def test_settings_are_typed_and_checked_as_params_yaml_is_naming_the_key():
     """Keyword settings are merged into the section's schema as params.yaml is (OmegaConf's types,
     then the section's checks); a numpy scalar counts as the number it holds."""
-    for settings, message in (
-        ({"fdr": "high"}, "analysis.composition.fdr = 'high': wrong type, expected float"),
-        ({"null_samples": 4.5}, "analysis.composition.null_samples = 4.5: wrong type, expected int"),
-        ({"null_samples": 0}, "analysis.composition.null_samples = 0: must be > 0"),
+    for settings, asked in (
+        ({"fdr": "high"}, "float"),  # the type the schema asks for
+        ({"null_samples": 4.5}, "int"),
+        ({"null_samples": 0}, None),
     ):
         with pytest.raises(UserError) as caught:
             api._settings(CompositionConfig, "composition", None, settings)
-        assert str(caught.value) == message
+        [(key, value)] = settings.items()
+        message = refused(caught, f"analysis.composition.{key}", value)
+        assert asked is None or message.endswith(f" {asked}")
     got = api._settings(
         CompositionConfig, "composition", None, {"fdr": np.float64(0.1), "null_samples": np.int64(8)}
     )
     assert got == CompositionConfig(fdr=0.1, null_samples=8)
     nested = api._settings(HeadsConfig, "heads", None, {"thresholds": {"induction": 0.4}})
     assert nested.thresholds.induction == 0.4
-    with pytest.raises(
-        UserError, match=r"^analysis\.heads\.thresholds\.induction = 1\.5: must be in \[0, 1\]$"
-    ):
+    with pytest.raises(UserError) as caught:
         api._settings(HeadsConfig, "heads", None, {"thresholds": {"induction": 1.5}})
+    refused(caught, "analysis.heads.thresholds.induction", 1.5)
 
 
 def test_a_seed_and_a_device_are_checked_as_the_stages_check_them(model):
-    for seed, message in (
-        (-1, "seed = -1: must be >= 0"),
-        ("0", None),
-        (0.5, "seed = 0.5: wrong type, expected int"),
-    ):
-        if message is None:
-            assert api._seed(seed) == 0
-            continue
+    assert api._seed("0") == 0
+    for seed in (-1, 0.5):  # below 0; not an integer
         with pytest.raises(UserError) as caught:
             api.composition(model, seed=seed)
-        assert str(caught.value) == message
+        refused(caught, "seed", seed)
+    assert "int" in str(caught.value)  # the type it asks for
     lacking = "cuda:99" if torch.cuda.is_available() else "cuda"
-    with pytest.raises(UserError, match=rf"^device = '{lacking}': "):
-        api.weights_of(model, device=lacking)
-    for name, problem in (("gpu", "not a torch device"), ("meta", "the meta device holds no values")):
-        with pytest.raises(UserError, match=rf"^device = '{name}': {problem}"):
+    for name in (lacking, "gpu", "meta"):  # a device the machine lacks; no device; one holding no values
+        with pytest.raises(UserError) as caught:
             api.weights_of(model, device=name)
+        refused(caught, "device", name)
 
 
 def test_a_mapping_that_is_not_names_to_tensors_is_refused_in_one_line():
     for bad in ({"embed.W_E": 1.0}, {0: torch.zeros(1)}):
         with pytest.raises(UserError) as caught:
             api.weights_of(bad)
-        assert str(caught.value) == "state dict: must map names (TransformerLens's) to tensors"
+        refused(caught, "state dict")
 
 
 class TransformerBridge:
@@ -620,9 +623,7 @@ def test_a_transformer_bridge_is_read_as_its_checkpoint_and_carries_its_own_conf
         assert torch.equal(getattr(read.heads, name), getattr(direct.heads, name)), name
     with pytest.raises(UserError) as caught:
         api.weights_of(bridge, CFG)
-    assert str(caught.value) == (
-        "model_config: a TransformerBridge carries its own config: leave model_config out"
-    )
+    assert "TransformerBridge" in refused(caught, "model_config")
 
 
 def test_a_model_that_carries_its_config_refuses_another_beside_it(model):
@@ -630,73 +631,51 @@ def test_a_model_that_carries_its_config_refuses_another_beside_it(model):
     beside one is refused, naming the model's class."""
     with pytest.raises(UserError) as caught:
         api.weights_of(model, CFG)
-    assert str(caught.value) == (
-        "model_config: an AttnOnlyTransformer carries its own config: leave model_config out"
-    )
+    assert "AttnOnlyTransformer" in refused(caught, "model_config")
 
 
-# --- each refusal's whole message ------------------------------------------------------------
+# --- each refusal: the argument and value it names ---------------------------------------------
 
 
 def test_a_model_of_no_known_kind_is_refused_listing_every_kind():
     with pytest.raises(UserError) as caught:
         api.weights_of(3)
-    assert str(caught.value) == (
-        "model = 'int': expected a TransformerLens HookedTransformer (3.x), a TransformerBridge (4.x), "
-        "our AttnOnlyTransformer, a state dict in TransformerLens names, or a path to a checkpoint or "
-        "heads.safetensors"
-    )
+    message = refused(caught, "model", "int")
+    assert all(kind in message for kind in ("HookedTransformer", "TransformerBridge", "AttnOnlyTransformer"))
 
 
 def test_weights_refuse_a_model_config_beside_them():
     w = api.Weights(None, "standard", None, None, torch.device("cpu"), "x")  # refused before it is read
     with pytest.raises(UserError) as caught:
         api.weights_of(w, CFG)
-    assert str(caught.value) == "model_config: a Weights carries its own config: leave model_config out"
+    assert "Weights" in refused(caught, "model_config")
 
 
 def test_a_model_config_of_no_known_kind_is_refused_naming_its_type(model):
     with pytest.raises(UserError) as caught:
         api.weights_of(model.state_dict(), 3)
-    assert str(caught.value) == (
-        "model_config = 'int': expected HookedTransformerConfig fields (a dict or a config.json path) "
-        "or a ModelConfig"
-    )
-
-
-def test_a_bridge_state_dict_without_its_config_is_refused_saying_why(model):
-    _, bridge = tl_checkpoint.bridge_checkpoint(CFG, model.state_dict())
-    with pytest.raises(UserError) as caught:
-        api.weights_of(bridge)
-    assert str(caught.value) == (
-        "state dict: a TransformerBridge state dict needs its model_config (n_heads)"
-    )
+    message = refused(caught, "model_config", "int")
+    assert "HookedTransformerConfig" in message and "ModelConfig" in message  # the kinds it takes
 
 
 def test_a_folder_without_weights_is_refused_naming_it(tmp_path):
     with pytest.raises(UserError) as caught:
         api.weights_of(tmp_path)
-    assert str(caught.value) == f"{tmp_path}: holds neither heads.safetensors nor model.safetensors"
+    message = refused(caught, tmp_path)
+    assert "heads.safetensors" in message and "model.safetensors" in message  # what it looked for
 
 
 def test_a_config_of_another_section_is_refused_naming_its_type():
     with pytest.raises(UserError) as caught:
         api._settings(CompositionConfig, "composition", HeadsConfig(), {})
-    assert str(caught.value) == (
-        "config = 'HeadsConfig': expected a CompositionConfig, an AnalysisConfig or a Config"
-    )
+    message = refused(caught, "config", "HeadsConfig")
+    assert all(kind in message for kind in ("CompositionConfig", "AnalysisConfig", "Config"))
 
 
 def test_no_token_batches_are_refused():
     with pytest.raises(UserError) as caught:
         api._token_batches([], "tokens", CFG)
-    assert str(caught.value) == "tokens: no batches"
-
-
-def test_tokens_that_are_not_integer_ids_are_refused_showing_dtype_and_shape():
-    with pytest.raises(UserError) as caught:
-        api._token_batches(torch.ones(1, 3, dtype=torch.bool), "tokens", CFG)
-    assert str(caught.value) == "tokens = 'torch.bool [1, 3]': expected integer token ids [batch, pos]"
+    refused(caught, "tokens")
 
 
 def test_weights_without_their_checkpoint_are_refused_by_heads_and_path_ablation_naming_the_call(
@@ -708,8 +687,7 @@ def test_weights_without_their_checkpoint_are_refused_by_heads_and_path_ablation
     for call, name in ((api.heads, "heads"), (api.path_ablation, "path_ablation")):
         with pytest.raises(UserError) as caught:
             call(w, tokens, config=SETTINGS)
-        refusal = f"{name} needs the model's checkpoint and config.json, not analysis-ready weights"
-        assert str(caught.value) == f"AttnOnlyTransformer: {refusal}"
+        assert refused(caught, "AttnOnlyTransformer").split(": ", 1)[1].startswith(f"{name} ")  # the call
 
 
 def test_a_bridge_state_dict_whose_heads_disagree_with_its_config_names_the_model_config(model):
@@ -718,9 +696,8 @@ def test_a_bridge_state_dict_whose_heads_disagree_with_its_config_names_the_mode
     _, bridge = tl_checkpoint.bridge_checkpoint(CFG, model.state_dict())
     with pytest.raises(UserError) as caught:
         api.weights_of(bridge, dataclasses.replace(CFG, d_head=2))
-    assert str(caught.value) == (
-        "blocks.0.attn.q.weight: shape [8, 16] disagrees with n_heads x d_head = 2 x 2 from model_config"
-    )
+    message = refused(caught, "blocks.0.attn.q.weight")
+    assert "[8, 16]" in message and "model_config" in message  # its shape, and the config at fault
 
 
 def test_heads_run_the_forward_passes_on_the_weights_device(model, tokens, monkeypatch):

@@ -1,19 +1,15 @@
-"""The catalogue of bad inputs: each one, given to the entry point a user runs, stops with one
-line on stderr naming the bad key, file or value, exit code 2, no traceback, no warning, and
-nothing written (no output, no temporary file, no directory).
+"""The catalogue of bad inputs: one case of each mechanism by which a mistake is caught (the rows of
+docs/bad-inputs.md's table), given to the entry point a user runs, stops with one line on stderr
+naming the bad key, file or value, exit code 2, no traceback, no warning, and nothing written (no
+output, no temporary file, no directory).
 
-Every case runs a stage's (or `pipeline.params`') real `main(argv)` in-process; a handful also
-run as `python -m ...` subprocesses, to prove the same end to end (and that `--debug` shows
-the traceback). Inputs are tiny (tests/dvc_repo.py TINY) and made from one real run of the
-train, weights, composition and heads stages. The Python API's cases (`API_CASES`) call
-`attn_circuits` in a process of their own, as a notebook does: a `UserError` of one line naming
-the argument or file, and no file changed.
-
-Function-level checks of the same mechanisms live beside their modules (test_params,
-test_checkpoint, test_data, test_train, test_weights); this file checks what the user sees.
-Missing inputs of the compare, heads and report stages are in test_compare, test_heads and
-test_report, and a bad `pipeline.params` override (unknown key) in test_params.
-"""
+Every case runs a stage's (or `pipeline.params`') real `main(argv)` in-process; one of each kind
+also runs as a `python -m ...` process (and `--debug` there shows the traceback). Inputs are tiny
+(tests/dvc_repo.py TINY), made from one real run of the train, weights, composition, heads and
+dynamics stages. The Python API's cases (`API_CASES`) call `attn_circuits` in a process of its
+own, as a notebook does: a `UserError` of one line naming the argument or file, and no file
+changed. Each rule a mechanism applies is tested once beside the module that defines it (the
+config's in test_config.py); `dvc exp run -S` runs for real in test_experiments.py."""
 
 from __future__ import annotations
 
@@ -283,22 +279,17 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
     "unknown-config-key": (
         "train",
         lambda t, g: train_args(t, g, {"model.n_head": 2}),
-        ("params.yaml: model.n_head", "unknown key"),
+        ("params.yaml: model.n_head",),
     ),
     "wrong-type": (
         "train",
         lambda t, g: train_args(t, g, {"model.n_heads": "four"}),
-        ("model.n_heads", "'four'", "wrong type"),
+        ("model.n_heads = 'four'", "int"),
     ),
     "zero-size": (
         "train",
         lambda t, g: train_args(t, g, {"model.d_model": 0}),
-        ("model.d_model = 0", "must be > 0"),
-    ),
-    "negative-size": (
-        "train",
-        lambda t, g: train_args(t, g, {"train.batch_size": -8}),
-        ("train.batch_size = -8", "must be > 0"),
+        ("model.d_model = 0",),
     ),
     "heads-exceed-d_model": (
         "params",
@@ -309,62 +300,17 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
             "--out",
             str(t / "out" / "params.yaml"),
         ],
-        ("override: model.d_head = 32", "8 x 32 = 256 exceeds d_model = 128"),
+        ("override: model.d_head = 32", "d_model = 128"),
     ),
     "n_ctx-below-eval-length": (
         "train",
         lambda t, g: train_args(t, g, {"model.n_ctx": 12}),
-        ("analysis.heads.repeat_length = 6", "13 tokens", "model.n_ctx = 12"),
-    ),
-    "unknown-data-source": (
-        "train",
-        lambda t, g: train_args(t, g, {"data.source": "web"}),
-        ("data.source = 'web'", "synthetic, text, tokens"),
-    ),
-    "empty-seeds": (
-        "train",
-        lambda t, g: train_args(t, g, {"seeds": []}),
-        ("seeds = []", "at least one seed"),
-    ),
-    "duplicate-seeds": (
-        "train",
-        lambda t, g: train_args(t, g, {"seeds": [0, 1, 0]}),
-        ("seeds = [0, 1, 0]", "must not repeat"),
-    ),
-    "threshold-above-1": (
-        "heads",
-        lambda t, g: heads_args(t, g, {"analysis.heads.thresholds.induction": 1.5}),
-        ("analysis.heads.thresholds.induction = 1.5", "[0, 1]"),
+        ("analysis.heads.repeat_length = 6", "model.n_ctx = 12"),
     ),
     "infinite-weight-decay": (  # passed `>= 0`; the loss became NaN and the train stage blamed train.lr
         "train",
         lambda t, g: train_args(t, g, {"train.weight_decay": float("inf")}),
-        ("train.weight_decay = inf", "must be a finite number"),
-    ),
-    "nan-fdr": (
-        "composition",
-        lambda t, g: composition_args(t, g, g.weights, {"analysis.composition.fdr": float("nan")}),
-        ("analysis.composition.fdr = nan", "must be a finite number"),
-    ),
-    "threshold-below-0": (
-        "figures",
-        lambda t, g: figures_args(t, g, {"analysis.figures.edge_threshold": -0.1}),
-        ("analysis.figures.edge_threshold = -0.1", "must be >= 0"),
-    ),
-    "unknown-edge-criterion": (
-        "figures",
-        lambda t, g: figures_args(t, g, {"analysis.figures.edges": "thick"}),
-        ("analysis.figures.edges = 'thick'", "one of fdr, z, excess"),
-    ),
-    "unknown-errata-variant": (
-        "figures",
-        lambda t, g: figures_args(t, g, {"analysis.figures.errata_variant": "errata_abcd"}),
-        ("analysis.figures.errata_variant = 'errata_abcd'", "errata_bcda_trueden"),
-    ),
-    "load-without-checkpoint": (
-        "train",
-        lambda t, g: train_args(t, g, {"train.source": "load"}),
-        ("train.checkpoint", "train.source = 'load'"),
+        ("train.weight_decay = inf",),
     ),
     "missing-params-file": (
         "composition",
@@ -376,29 +322,12 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
             "--out",
             str(t / "out"),
         ],
-        ("nowhere.yaml", "params file not found"),
-    ),
-    "empty-params-file": (
-        "composition",
-        lambda t, g: [
-            "--params",
-            str(_write(t / "p.yaml", b"")),
-            "--weights",
-            str(g.weights),
-            "--out",
-            str(t / "out"),
-        ],
-        ("p.yaml", "empty", "python -m pipeline.params"),
+        ("nowhere.yaml",),
     ),
     "params-file-missing-a-key": (
         "train",
         lambda t, g: train_args(t, g, {"train": {k: v for k, v in g.params["train"].items() if k != "lr"}}),
-        ("params.yaml: train.lr", "missing"),
-    ),
-    "seed-not-an-integer": (
-        "train",
-        lambda t, g: train_args(t, g, {"seeds": [0.5]}),
-        ("seeds[0] = 0.5", "wrong type, expected int"),
+        ("params.yaml: train.lr",),
     ),
     "params-not-yaml": (
         "composition",
@@ -410,141 +339,68 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
             "--out",
             str(t / "out"),
         ],
-        ("p.yaml", "not valid YAML"),
+        ("p.yaml",),
     ),
     # --- data ------------------------------------------------------------------------
     "missing-corpus-dir": (
         "tokenizer",
         lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, data_dir="nowhere"),
-        ("data.dir", "nowhere", "directory not found"),
-    ),
-    "corpus-matches-nothing": (
-        "tokenizer",
-        lambda t, g: text_corpus(t, g, {"a.md": b"x" * 500}),
-        ("data.text.glob = '*.txt'", "matches no files"),
-    ),
-    "corpus-glob-leaves-data-dir": (
-        "tokenizer",
-        lambda t, g: text_corpus(t, g, {"a.txt": b"x" * 500}, glob="../*.txt"),
-        ("data.text.glob = '../*.txt'", "relative to data.dir, without '..'"),
+        ("data.dir = ", "nowhere'"),
     ),
     "corpus-symlink-leaves-data-dir": (
         "tokenizer",
         lambda t, g: symlinked_corpus(t, g),
-        ("data.text.glob = 'link.txt'", "leads outside data.dir"),
-    ),
-    "empty-corpus": (
-        "tokenizer",
-        lambda t, g: text_corpus(t, g, {"a.txt": b"", "b.txt": b""}),
-        ("data.text", "no text to tokenize"),
+        ("data.text.glob = 'link.txt'", "data.dir"),
     ),
     "corpus-not-utf8": (
         "tokenizer",
         lambda t, g: text_corpus(t, g, {"a.txt": b"caf\xe9 au lait\n"}),
-        ("a.txt", "not UTF-8 text (byte 3)"),
-    ),
-    "unknown-corpus": (
-        "tokenizer",
-        lambda t, g: text_corpus(t, g, {}, glob=None, **{"data.text.corpus": "gutenberg"}),
-        ("data.text.corpus = 'gutenberg'", "unknown corpus: one of kjv"),
-    ),
-    "corpus-and-glob-both-set": (
-        "tokenizer",
-        lambda t, g: text_corpus(t, g, {}, **{"data.text.corpus": "kjv"}),
-        ("data.text.glob = '*.txt'", "must be null when text.corpus = 'kjv'"),
-    ),
-    "heldout-part-empty": (  # no line break after the split point: nothing is held out
-        "tokenizer",
-        lambda t, g: text_corpus(t, g, {"a.txt": b"x y z " * 200}),
-        ("data.eval_fraction = 0.05", "empty held-out part", "no line break after 95%"),
+        ("a.txt",),
     ),
     "heldout-part-shorter-than-a-window": (
         "tokenizer",
         lambda t, g: text_corpus(t, g, {"a.txt": b"x y z\n" * 60}),
-        ("data.eval_fraction = 0.05", "held-out part of", "than one evaluation window (model.n_ctx = 20)"),
-    ),
-    "tokenizer-vocabulary-below-bytes": (
-        "tokenizer",
-        lambda t, g: text_corpus(t, g, {"a.txt": b"abc\n"}, **{"data.tokenizer.vocab_size": 100}),
-        ("data.tokenizer.vocab_size = 100", "[256, 65535]"),
-    ),
-    "model-vocabulary-is-not-the-tokenizers": (
-        "train",
-        lambda t, g: train_args(t, g, {**TEXT, "data.text.corpus": "kjv", "model.d_vocab": 300}),
-        ("model.d_vocab = 300", "must equal data.tokenizer.vocab_size = 256"),
-    ),
-    "text-without-the-tokenizer-output": (
-        "train",
-        lambda t, g: train_args(t, g, {**TEXT, "data.text.corpus": "kjv"}, tokenized=t / "nowhere"),
-        ("nowhere/manifest.json", "file not found"),
-    ),
-    "corpus-too-short-for-n_ctx": (
-        "train",
-        short_text,
-        ("tokens.npy", "too few for n_ctx = 20"),
+        ("data.eval_fraction = 0.05", "model.n_ctx = 20"),
     ),
     "token-ids-beyond-d_vocab": (
         "train",
         lambda t, g: tokens_file(t, g, np.arange(2000) % 40),
-        ("ids.npy", "span [0, 39]", "model.d_vocab = 16"),
-    ),
-    "token-ids-not-integers": (
-        "train",
-        lambda t, g: tokens_file(t, g, np.linspace(0, 1, 2000)),
-        ("ids.npy", "must be integers", "float64"),
-    ),
-    "token-file-missing": (
-        "train",
-        lambda t, g: train_args(
-            t, g, {"data.source": "tokens", "data.dir": str(t), "data.tokens.path": "ids.npy"}
-        ),
-        ("data.tokens.path = 'ids.npy'", "file not found"),
+        ("ids.npy", "[0, 39]", "model.d_vocab = 16"),
     ),
     # --- training --------------------------------------------------------------------
     "nan-loss": (
         "train",
         lambda t, g: train_args(t, g, {"train.lr": 1e30, "train.grad_clip": 1e30}),
-        ("train.lr = 1e+30", "loss became nan at step 1"),
+        ("train.lr = 1e+30",),
     ),
     # --- checkpoints -------------------------------------------------------------------
     "missing-checkpoint": (
         "weights",
         lambda t, g: weights_args(t, g, model=t / "model.safetensors"),
-        ("model.safetensors", "checkpoint not found"),
+        ("model.safetensors",),
     ),
-    "missing-config-json": (
-        "weights",
-        lambda t, g: weights_args(t, g, config=t / "config.json"),
-        ("config.json", "file not found"),
-    ),
-    "truncated-safetensors": ("weights", truncated, ("model.safetensors", "not a readable safetensors file")),
-    "corrupted-safetensors": ("weights", corrupted, ("model.safetensors", "not a readable safetensors file")),
+    "truncated-safetensors": ("weights", truncated, ("model.safetensors",)),
     "shapes-disagree-with-config": (
         "weights",
         lambda t, g: weights_args(t, g, config=config_with(t, g, n_heads=1, d_head=8)),
-        ("blocks.0.attn.W_Q", "[2, 16, 4] disagrees with [1, 16, 8]", "config.json"),
+        ("blocks.0.attn.W_Q", "[2, 16, 4]", "[1, 16, 8]", "config.json"),
     ),
     "mlp-weights": (
         "weights",
         lambda t, g: weights_args(
             t, g, model=spoiled_state(t, g, "m.safetensors", set_("blocks.0.mlp.W_in", torch.zeros(16, 64)))
         ),
-        ("m.safetensors: blocks.0.mlp.W_in", "not an attention-only model"),
+        ("m.safetensors: blocks.0.mlp.W_in",),
     ),
     "config-not-attention-only": (
         "weights",
         lambda t, g: weights_args(t, g, config=config_with(t, g, attn_only=False)),
-        ("config.json: attn_only = False", "not an attention-only model"),
-    ),
-    "one-layer-checkpoint": (
-        "weights",
-        lambda t, g: weights_args(t, g, config=config_with(t, g, n_layers=1)),
-        ("config.json: n_layers = 1", "must be >= 2"),
+        ("config.json: attn_only = False",),
     ),
     "pickle-that-runs-code": (
         "train",
         pickle_checkpoint,
-        ("model.pth", "refused", "io.open", "could run code"),
+        ("model.pth", "io.open"),
     ),
     "nan-in-checkpoint": (
         "weights",
@@ -555,14 +411,14 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
                 t, g, "m.safetensors", set_("blocks.1.attn.W_O", torch.full((2, 4, 16), float("nan")))
             ),
         ),
-        ("m.safetensors: blocks.1.attn.W_O", "NaN or inf"),
+        ("m.safetensors: blocks.1.attn.W_O",),
     ),
     "checkpoint-overflows-float32": (
         "train",
         lambda t, g: _load_args(
             t, g, lambda s: s.update({k: v.double() * 1e100 for k, v in s.items() if k.endswith(".W_Q")})
         ),
-        ("model.safetensors", "held-out loss is nan", "overflow float32"),
+        ("model.safetensors",),
     ),
     # --- analysis inputs -----------------------------------------------------------------
     "inf-in-weights-file": (
@@ -572,42 +428,14 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
             g,
             spoiled_state(t, g, "heads.safetensors", set_("embed.W_E", torch.full((16, 16), float("inf")))),
         ),
-        ("heads.safetensors: embed.W_E", "NaN or inf"),
-    ),
-    "weights-file-with-a-2d-head-matrix": (
-        "composition",
-        lambda t, g: composition_args(
-            t,
-            g,
-            spoiled_state(
-                t,
-                g,
-                "heads.safetensors",
-                lambda s: s.update({"blocks.1.attn.W_K": s["blocks.1.attn.W_K"][0]}),
-            ),
-        ),
-        ("heads.safetensors: blocks.1.attn.W_K", "shape [16, 4] disagrees with [2, 16, 4]"),
-    ),
-    "weights-file-with-a-1d-W_Q": (
-        "composition",
-        lambda t, g: composition_args(
-            t,
-            g,
-            spoiled_state(
-                t,
-                g,
-                "heads.safetensors",
-                lambda s: s.update({"blocks.0.attn.W_Q": s["blocks.0.attn.W_Q"].reshape(-1)}),
-            ),
-        ),
-        ("heads.safetensors: blocks.0.attn.W_Q", "shape [128]", "expected [n_heads, d_model, d_head]"),
+        ("heads.safetensors: embed.W_E",),
     ),
     "weights-file-missing-W_V": (
         "composition",
         lambda t, g: composition_args(
             t, g, spoiled_state(t, g, "heads.safetensors", lambda s: s.pop("blocks.1.attn.W_V"))
         ),
-        ("heads.safetensors: blocks.1.attn.W_V", "missing"),
+        ("heads.safetensors: blocks.1.attn.W_V",),
     ),
     "weights-of-another-model": (
         "heads",
@@ -618,7 +446,7 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
                 t, g, "heads.safetensors", lambda s: [s.pop(k) for k in list(s) if k.startswith("blocks.1.")]
             ),
         ),
-        ("heads.safetensors", "1 layers x 2 heads", "2 layers x 2 heads"),
+        ("heads.safetensors", "model.safetensors"),
     ),
     "checkpoint-n_ctx-below-eval-length": (
         "heads",
@@ -630,7 +458,7 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
             ),
             config=config_with(t, g, n_ctx=12),
         ),
-        ("analysis.heads.repeat_length = 6", "13 tokens", "n_ctx = 12"),
+        ("analysis.heads.repeat_length = 6", "n_ctx = 12"),
     ),
     "weights-overflow-the-forward-pass": (
         "heads",
@@ -644,259 +472,96 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
                 lambda s: s.update({k: v.double() * 1e100 for k, v in s.items() if ".W_" in k}),
             ),
         ),
-        ("m.safetensors", "not finite on the evaluation batches"),
+        ("m.safetensors",),
     ),
     "table-missing-a-column": (
         "figures",
         lambda t, g: figures_args(t, g, heads=_without_column(t, g, "copying")),
-        ("heads.csv", "missing column 'copying'"),
+        ("heads.csv", "'copying'"),
     ),
     "patterns-file-corrupted": (
         "figures",
         lambda t, g: figures_args(t, g, patterns=_write(t / "patterns.safetensors", b"\x00" * 64)),
-        ("patterns.safetensors", "not a patterns file"),
+        ("patterns.safetensors",),
     ),
     # --- memory: tensors that cannot fit are refused before anything is allocated ---------
-    "enormous-d_vocab": (
-        "train",
-        lambda t, g: train_args(t, g, {"model.d_vocab": 10**9}),
-        ("model.d_vocab = 1000000000", "need about", "TB", "of memory available"),
-    ),
     "enormous-n_ctx": (
         "train",
         lambda t, g: train_args(t, g, {"model.n_ctx": 10**6}),
-        ("model.n_ctx = 1000000", "attention patterns", "of memory available"),
-    ),
-    "enormous-batch": (
-        "train",
-        lambda t, g: train_args(t, g, {"train.batch_size": 10**10}),
-        ("train.batch_size = 10000000000", "of memory available"),
-    ),
-    "enormous-eval-batch": (
-        "train",
-        lambda t, g: train_args(t, g, {"train.eval_batch_size": 10**11}),
-        ("train.eval_batch_size = 100000000000", "induction probe", "of memory available"),
-    ),
-    "enormous-synthetic-data": (
-        "train",
-        lambda t, g: train_args(t, g, {"data.n_train_sequences": 10**12}),
-        ("data.n_train_sequences = 1000000000000", "synthetic data", "of memory available"),
-    ),
-    "loaded-checkpoint-too-large": (
-        "train",
-        lambda t, g: _load_args(t, g, lambda s: None, n_ctx=10**6),
-        ("config.json: n_ctx = 1000000", "the checkpoint and the largest evaluation buffers", "available"),
-    ),
-    "enormous-eval_sequences": (
-        "heads",
-        lambda t, g: heads_args(t, g, {"analysis.heads.eval_sequences": 10**11}),
-        ("analysis.heads.eval_sequences = 100000000000", "analysis buffers", "of memory available"),
-    ),
-    "checkpoint-config-too-large": (
-        "heads",
-        lambda t, g: heads_args(t, g, config=config_with(t, g, n_ctx=10**7)),
-        ("config.json: n_ctx = 10000000", "held-out batch", "of memory available"),
+        ("model.n_ctx = 1000000",),
     ),
     # --- empty or partial files ----------------------------------------------------------
-    "empty-origin-json": (
-        "train",
-        lambda t, g: _with_origin(t, g, b""),
-        ("origin.json", "not valid JSON"),
-    ),
     "origin-json-of-nothing": (
         "train",
         lambda t, g: _with_origin(t, g, b"{}"),
-        ("origin.json", "not the origin stage's output"),
-    ),
-    "origin-json-without-the-config": (
-        "train",
-        lambda t, g: _with_origin(t, g, b'{"source": "load", "checkpoint": {"path": "m.safetensors"}}'),
-        ("origin.json", "not the origin stage's output"),
+        ("origin.json",),
     ),
     "empty-config-json": (
         "weights",
         lambda t, g: weights_args(t, g, config=_write(t / "config.json", b"")),
-        ("config.json", "not valid JSON"),
-    ),
-    "zero-byte-safetensors": (
-        "weights",
-        lambda t, g: weights_args(t, g, model=_write(t / "model.safetensors", b"")),
-        ("model.safetensors", "not a readable safetensors file"),
-    ),
-    "zero-byte-weights-file": (
-        "composition",
-        lambda t, g: composition_args(t, g, _write(t / "heads.safetensors", b"")),
-        ("heads.safetensors", "not a readable safetensors file"),
+        ("config.json",),
     ),
     "empty-scores-csv": (
         "heads",
         lambda t, g: heads_args(t, g, scores=_write(t / "scores.csv", b"")),
-        ("scores.csv", "not a readable table"),
+        ("scores.csv",),
     ),
     "scores-csv-without-rows": (
         "heads",
         lambda t, g: heads_args(t, g, scores=_header_only(t, g.scores)),
-        ("scores.csv", "no rows"),
-    ),
-    "empty-heads-csv": (
-        "figures",
-        lambda t, g: figures_args(t, g, heads=_write(t / "heads.csv", b"")),
-        ("heads.csv", "not a readable table"),
-    ),
-    "heads-csv-without-rows": (
-        "figures",
-        lambda t, g: figures_args(t, g, heads=_header_only(t, g.heads / "heads.csv")),
-        ("heads.csv", "no rows"),
-    ),
-    "ablation-csv-without-rows": (
-        "figures",
-        lambda t, g: figures_args(t, g, ablation=_header_only(t, g.heads / "ablation.csv")),
-        ("ablation.csv", "no rows"),
-    ),
-    "zero-byte-patterns-file": (
-        "figures",
-        lambda t, g: figures_args(t, g, patterns=_write(t / "patterns.safetensors", b"")),
-        ("patterns.safetensors", "not a patterns file"),
+        ("scores.csv",),
     ),
     "heads-summary-not-an-object": (
         "figures",
         lambda t, g: figures_args(t, g, summary=_write(t / "summary.json", b"[]")),
-        ("summary.json", "agreement"),
+        ("summary.json: agreement",),
     ),
     "empty-token-file": (
         "train",
         lambda t, g: _empty_tokens_file(t, g),
-        ("ids.npy", "not a readable .npy array"),
-    ),
-    "empty-tokenized-tokens": (
-        "train",
-        lambda t, g: _spoiled_tokenized(t, g, lambda d: _write(d / "tokens.npy", b"")),
-        ("tokenized/tokens.npy", "not a readable .npy array"),
+        ("ids.npy",),
     ),
     "tokenizer-manifest-without-vocab": (
         "train",
         lambda t, g: _spoiled_tokenized(t, g, lambda d: _edit_json(d / "manifest.json", "vocab")),
-        ("tokenized/manifest.json", "not the tokenizer stage's output"),
-    ),
-    "curve-tsv-without-rows": (
-        "compare",
-        lambda t, g: _compare_args(
-            t, g, lambda dirs: _header_only(dirs["train"] / "seed0", dirs["train"] / "seed0" / "curve.tsv")
-        ),
-        ("curve.tsv", "no rows"),
+        ("tokenized/manifest.json", "data.source = text"),
     ),
     # --- checkpoints through training (train.save_*, the dynamics stage) -----------------
-    "save-steps-beyond-steps": (
-        "train",
-        lambda t, g: train_args(t, g, {"train.save_steps": [5, 999]}),
-        ("train.save_steps[1] = 999", "must be in [0, steps = 20]"),
-    ),
-    "save-every-negative": (
-        "train",
-        lambda t, g: train_args(t, g, {"train.save_every": -1}),
-        ("train.save_every = -1", "must be >= 0"),
-    ),
-    "save-steps-not-integers": (
-        "train",
-        lambda t, g: train_args(t, g, {"train.save_steps": [2.5]}),
-        ("train.save_steps", "int"),
-    ),
-    "dynamics-without-index": (
-        "dynamics",
-        lambda t, g: dynamics_args(t, g, lambda d: (d / "index.json").unlink()),
-        ("checkpoints/index.json", "file not found"),
-    ),
-    "dynamics-index-lists-a-missing-file": (
-        "dynamics",
-        lambda t, g: dynamics_args(t, g, lambda d: (d / checkpoint.step_file(10)).unlink()),
-        ("step0000010.safetensors", "checkpoint not found"),
-    ),
     "dynamics-index-out-of-order": (
         "dynamics",
         lambda t, g: dynamics_args(t, g, lambda d: _edit_index(d, lambda i: i["checkpoints"].reverse())),
-        ("checkpoints[1].step", "must be greater than the one before (20)"),
-    ),
-    "dynamics-index-empty": (
-        "dynamics",
-        lambda t, g: dynamics_args(t, g, lambda d: _edit_index(d, lambda i: i["checkpoints"].clear())),
-        ("index.json: checkpoints", "missing or empty"),
+        ("index.json: checkpoints[1].step = 10", "(20)"),
     ),
     "dynamics-checkpoint-of-another-model": (
         "dynamics",
         lambda t, g: dynamics_args(t, g, config=_other_config(t, g)),
         ("step0000000.safetensors", "blocks.0.attn.W_Q"),
     ),
-    "heads-invariant-without-rows": (
-        "heads",
-        lambda t, g: [
-            *heads_args(t, g),
-            "--invariant",
-            str(_header_only(t, g.scores.parent / "invariant.csv")),
-        ],  # fmt: skip
-        ("invariant.csv", "no rows"),
-    ),
     "figures-dynamics-summary-without-pair": (
         "figures",
         lambda t, g: [*figures_args(t, g), "--dynamics", str(_dynamics_without_pair(t, g))],
-        ("summary.json: pair", "missing or malformed"),
-    ),
-    "steps-tsv-missing": (
-        "compare",
-        lambda t, g: _compare_args(t, g, lambda dirs: (dirs["dynamics"] / "seed0" / "steps.tsv").unlink()),
-        ("steps.tsv", "file not found"),
+        ("summary.json: pair",),
     ),
     # --- calibrated significance and the ablation's noise ----------------------------------
-    "fdr-above-1": (
-        "figures",
-        lambda t, g: figures_args(t, g, {"analysis.composition.fdr": 1.5}),
-        ("analysis.composition.fdr = 1.5", "must be in (0, 1)"),
-    ),
-    "ablation-batches-zero": (
-        "heads",
-        lambda t, g: heads_args(t, g, {"analysis.heads.ablation_batches": 0}),
-        ("analysis.heads.ablation_batches = 0", "must be > 0"),
-    ),
-    "min-seeds-zero": (
-        "compare",
-        lambda t, g: _compare_args(t, g, lambda dirs: None, {"analysis.compare.min_seeds": 0}),
-        ("analysis.compare.min_seeds = 0", "must be > 0"),
-    ),
     "placebo-csv-missing": (
         "compare",
         lambda t, g: _compare_args(
             t, g, lambda dirs: (dirs["composition"] / "seed0" / "placebo.csv").unlink()
         ),
-        ("placebo.csv", "file not found"),
+        ("placebo.csv",),
     ),
     # --- outputs -----------------------------------------------------------------------
     "out-dir-under-a-file": (
         "weights",
         lambda t, g: [*weights_args(t, g)[:-1], str(file_in_the_way(t) / "out")],
-        ("a-file/out", "cannot create output directory"),
-    ),
-    "out-dir-is-a-file": (
-        "composition",
-        lambda t, g: [*composition_args(t, g, g.weights)[:-1], str(file_in_the_way(t))],
-        ("a-file", "cannot create output directory"),
-    ),
-    "report-out-under-a-file": (
-        "report",
-        lambda t, g: _report_args(t, g),
-        ("a-file/report", "cannot create output directory"),
+        ("a-file/out",),
     ),
     "report-out-is-a-folder": (  # a file is never written over a folder of the user's
         "report",
         lambda t, g: _report_args(t, g, out=_folder(t / "index.html")),
-        ("index.html", "is a directory"),
+        ("index.html",),
     ),
     # --- the files stages hand each other: checked against what they need and their siblings --
-    "weights-file-with-mlp-weights": (  # read as it is, the analysis would leave the MLP out
-        "composition",
-        lambda t, g: composition_args(
-            t, g, spoiled_state(t, g, "heads.safetensors", set_("blocks.0.mlp.W_in", torch.zeros(16, 64)))
-        ),
-        ("heads.safetensors: blocks.0.mlp.W_in", "not an attention-only model"),
-    ),
     "channel-tables-of-another-model": (  # would be drawn under channels.csv's titles
         "figures",
         lambda t, g: [
@@ -906,33 +571,29 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
             "--channel-shares",
             str(_narrower_channel_tables(t, g)),
         ],  # fmt: skip
-        (
-            "channels.safetensors",
-            "channels.csv's top channel",
-            "not the channel tables of channels.csv's model",
-        ),
+        ("channels.safetensors", "channels.csv", "(2, 0)", "d_head = 2"),
     ),
     "table-cut-inside-its-last-row": (  # pandas would fill the cut cells with NaN
         "heads",
         lambda t, g: heads_args(t, g, scores=_write(t / "scores.csv", g.scores.read_bytes()[:-7])),
-        ("scores.csv", "its last row is cut short"),
+        ("scores.csv",),
     ),
     "table-cell-of-another-type": (
         "figures",
         lambda t, g: figures_args(t, g, heads=_with_cell(t, g.heads / "heads.csv", "copying", "0.9x")),
-        ("heads.csv: copying", "line 2: '0.9x', expected a number"),
+        ("heads.csv: copying", "'0.9x'"),
     ),
     "json-value-of-another-type": (  # a number written as text would reach compare's arithmetic
         "compare",
         lambda t, g: _compare_args(
             t, g, lambda dirs: _set_json(dirs["train"] / "seed0" / "metrics.json", "eval_loss", "2.7")
         ),
-        ("metrics.json: eval_loss = '2.7'", "expected a number"),
+        ("metrics.json: eval_loss = '2.7'",),
     ),
     "group-override-not-a-name": (  # Hydra's own error: a traceback naming no key
         "params",
         lambda t, g: ["model=4", "--conf", str(ROOT / "conf"), "--out", str(t / "out" / "params.yaml")],
-        ("override: model = 4", "a config group takes the name of one of its options"),
+        ("override: model = 4", "tl_attn_only_2l"),
     ),
 }
 
@@ -1107,12 +768,11 @@ HUB_REPO = "org/tiny-attn-only"
 
 
 def hub_origin(tmp: Path, good: Good, value: str, spoil: Callable[[Path], object] | None = None) -> list[str]:
-    """The origin stage for `train.checkpoint = value` on a cache holding HUB_REPO's main and its
-    pull request refs/pr/1 (the origin stage records files by sha256: any bytes serve), `spoil`ed."""
+    """The origin stage for `train.checkpoint = value` on a cache holding HUB_REPO's main (the origin
+    stage records files by sha256: any bytes serve), `spoil`ed."""
     from hub_cache import add_snapshot
 
     add_snapshot(tmp / "hub", HUB_REPO, {"config.json": b"{}", "model_final.pth": b"main"})
-    add_snapshot(tmp / "hub", HUB_REPO, {"config.json": b"{}", "model_final.pth": b"pr"}, ref="refs/pr/1")
     if spoil:
         spoil(tmp / "hub" / ("models--" + HUB_REPO.replace("/", "--")))
     p = write_params(tmp, good, {"train.source": "load", "train.checkpoint": value})
@@ -1130,39 +790,22 @@ def hub_tokenizer(tmp: Path, good: Good) -> list[str]:
     return text_corpus(tmp, good, lines, **{"data.tokenizer.pretrained": "hf:org/words"})
 
 
-HUB_MAIN = hashlib.sha1(b"".join(sorted([b"{}", b"main"]))).hexdigest()  # hub_origin's main (hub_cache)
-
 HUB_CASES = {
-    "hub-short-commit-hash": (  # the snapshot is in the cache, under its full commit
-        "origin",
-        lambda t, g: hub_origin(t, g, f"hf:{HUB_REPO}@{HUB_MAIN[:7]}"),
-        (f"revision {HUB_MAIN[:7]} is a short commit hash", "give the full 40-character commit", HUB_MAIN),
-    ),
-    "hub-revision-dot-dot": (  # was an IsADirectoryError
+    "hub-revision-dot-dot": (  # the name's parser: a revision that would walk the cache
         "origin",
         lambda t, g: hub_origin(t, g, f"hf:{HUB_REPO}@.."),
-        (f"train.checkpoint = 'hf:{HUB_REPO}@..'", "revision '..' is not a branch, tag or commit"),
+        (f"train.checkpoint = 'hf:{HUB_REPO}@..'", "'..'"),
     ),
-    "hub-revision-names-a-folder": (  # a pull request's ref asked for without its number
-        "origin",
-        lambda t, g: hub_origin(t, g, f"hf:{HUB_REPO}@refs/pr"),
-        ("revision refs/pr names a folder (refs/refs/pr)", "name one of refs/pr/1"),
-    ),
-    "hub-empty-ref": (  # was recorded as commit 'snapshots', with whichever snapshot's weights
+    "hub-empty-ref": (  # the cache's lookup: an interrupted download left refs/main empty
         "origin",
         lambda t, g: hub_origin(t, g, f"hf:{HUB_REPO}", lambda repo: (repo / "refs" / "main").write_text("")),
-        ("the Hugging Face cache is damaged", "refs/main is empty", f"run `hf download {HUB_REPO}`"),
+        (f"train.checkpoint = 'hf:{HUB_REPO}'", "refs/main", f"`hf download {HUB_REPO}`"),
     ),
-    "hub-tokenizer-cannot-encode": (  # was a tokenizers traceback at encode time
+    "hub-tokenizer-cannot-encode": (  # a pretrained tokenizer tried on the text
         "tokenizer",
         hub_tokenizer,
-        (
-            "data.tokenizer.pretrained = 'hf:org/words'",
-            "cannot encode the text",
-            "Missing [UNK] token",
-            "'in the end'",
-        ),
-    ),  # fmt: skip
+        ("data.tokenizer.pretrained = 'hf:org/words'", "'in the end'"),
+    ),
 }
 
 
@@ -1195,8 +838,15 @@ def refused_without_a_trace(stage, build, names, good, tmp_path, capsys) -> None
     assert not (tmp_path / "PWNED").exists()  # the pickle case: its code did not run
 
 
-def test_there_are_at_least_25_kinds():
-    assert len(CASES) >= 25
+def test_each_case_is_one_row_of_the_docs_table_of_mechanisms():
+    """docs/bad-inputs.md's table has a row per mechanism, naming the case here that runs it (or none,
+    for one tested elsewhere): each case is named by exactly one row."""
+    table = [
+        line for line in (ROOT / "docs" / "bad-inputs.md").read_text().splitlines() if line.startswith("| ")
+    ]
+    assert table[0].split("|")[-2].strip() == "case"
+    named = [name for row in table[2:] for name in re.findall(r"`([\w-]+)`", row.split("|")[-2])]
+    assert sorted(named) == sorted([*CASES, *HUB_CASES, *API_CASES])
 
 
 def test_the_pickle_would_run_code_if_unpickled(good, tmp_path):
@@ -1208,17 +858,10 @@ def test_the_pickle_would_run_code_if_unpickled(good, tmp_path):
 
 # --- end to end: real processes --------------------------------------------------------
 
-SUBPROCESS = [
-    "pickle-that-runs-code",
-    "nan-loss",
+SUBPROCESS = [  # one per kind of entry point: a stage, and `python -m pipeline.params`
     "truncated-safetensors",
     "heads-exceed-d_model",
-    "report-out-under-a-file",
 ]
-
-
-# pipeline.cli.progress_line: what the train and dynamics stages print without a terminal
-PROGRESS_LINE = re.compile(r"(train|dynamics) seed \d+: \d+/\d+ ")
 
 
 def run_module(stage: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -1232,13 +875,10 @@ def run_module(stage: str, argv: list[str], cwd: Path) -> subprocess.CompletedPr
 @pytest.mark.parametrize("case", SUBPROCESS)
 def test_bad_input_end_to_end_in_a_real_process(case, good, tmp_path):
     stage, build, names = CASES[case]
-    argv = [a for a in build(tmp_path, good) if a != "--no-progress"]  # as dvc.yaml runs them
+    argv = build(tmp_path, good)
     before = snapshot(tmp_path)
     done = run_module(stage, argv, cwd=tmp_path)
-    assert "\r" not in done.stderr  # no terminal, so no bar: plain progress lines, then the refusal
-    err = "".join(line for line in done.stderr.splitlines(True) if not PROGRESS_LINE.match(line))
-    check_refusal(done.returncode, err, names, before, snapshot(tmp_path))
-    assert not (tmp_path / "PWNED").exists()
+    check_refusal(done.returncode, done.stderr, names, before, snapshot(tmp_path))
 
 
 def test_debug_shows_the_traceback(good, tmp_path):
@@ -1268,21 +908,21 @@ LACKING_DEVICE = "cuda:99"  # no machine of ours has it, with CUDA or without
 API_CASES: dict[str, tuple[Callable[[Path, Good], str], tuple[str, ...]]] = {
     "api-setting-of-the-wrong-type": (  # OmegaConf's types, as params.yaml has them
         lambda t, g: f"api.composition({str(g.model)!r}, fdr='high')",
-        ("analysis.composition.fdr = 'high'", "wrong type, expected float"),
+        ("analysis.composition.fdr = 'high'", "float"),
     ),
     "api-device-the-machine-lacks": (  # the stages' device check, not torch's error
         lambda t, g: f"api.composition({str(g.weights)!r}, device={LACKING_DEVICE!r})",
-        (f"device = {LACKING_DEVICE!r}", "CUDA"),
+        (f"device = {LACKING_DEVICE!r}",),
     ),
     "api-weights-file-with-mlp-weights": (  # read as it is, the analysis would leave the MLP out
         lambda t, g: "api.composition({!r})".format(
             str(spoiled_state(t, g, "heads.safetensors", set_("blocks.0.mlp.W_in", torch.zeros(16, 64))))
         ),
-        ("heads.safetensors: blocks.0.mlp.W_in", "not an attention-only model"),
+        ("heads.safetensors: blocks.0.mlp.W_in",),
     ),
     "api-bridge-checkpoint-onto-a-file": (
         lambda t, g: f"tl_checkpoint.write_bridge_checkpoint({str(file_in_the_way(t))!r}, standard, state)",
-        ("a-file", "is a file, not a directory"),
+        ("a-file",),
     ),
 }
 API_RUNNER = """

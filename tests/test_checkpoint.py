@@ -1,7 +1,6 @@
-"""Checkpoints: safe formats only, config.json in HookedTransformerConfig names, and
-one-line refusals that name the key (and both shapes) for checkpoints we cannot run.
-
-checkpoint.read_index's one-line refusals name the file, the entry and the offending value."""
+"""Checkpoints (pipeline/checkpoint.py, with pipeline/model/tl_checkpoint.py's reading of them):
+safe formats only, config.json in HookedTransformerConfig names, and one-line refusals naming
+the file, key and value of a checkpoint or index.json we cannot read or run."""
 
 from __future__ import annotations
 
@@ -10,6 +9,8 @@ import json
 
 import pytest
 import torch
+from refusals import refused
+from safetensors import safe_open
 
 from pipeline import checkpoint
 from pipeline.config import ModelConfig
@@ -71,9 +72,9 @@ class NotATensor:  # unpickling this would run code in a real attack; weights_on
 
 def test_pickled_objects_are_refused(tmp_path):
     torch.save({"embed.W_E": NotATensor()}, tmp_path / "evil.pt")
-    with pytest.raises(UserError, match="refused") as caught:
+    with pytest.raises(UserError) as caught:
         checkpoint.load_state(tmp_path / "evil.pt")
-    one_line(caught)
+    assert f"{__name__}.NotATensor" in refused(caught, tmp_path / "evil.pt")  # what it would build
 
 
 def test_plain_tensor_pth_loads_with_weights_only(tmp_path):
@@ -82,21 +83,13 @@ def test_plain_tensor_pth_loads_with_weights_only(tmp_path):
     assert torch.equal(loaded.embed.W_E, model.embed.W_E)
 
 
-def test_unknown_suffix_and_missing_file(tmp_path):
-    (tmp_path / "m.ckpt").write_bytes(b"x")
-    with pytest.raises(UserError, match="unknown checkpoint format"):
-        checkpoint.load_state(tmp_path / "m.ckpt")
-    with pytest.raises(UserError, match="not found"):
-        checkpoint.load_state(tmp_path / "absent.safetensors")
-
-
 def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
     state = AttnOnlyTransformer(CFG).state_dict()
     state["blocks.1.attn.W_K"] = torch.zeros(2, 8, 5)
     with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(*write(tmp_path, state))
     text = one_line(caught)
-    assert "blocks.1.attn.W_K" in text and "[2, 8, 5]" in text and "[2, 8, 4]" in text
+    assert "blocks.1.attn.W_K" in text and "[2, 8, 5]" in text and "[2, 8, 4]" in text  # key, shapes
 
 
 @pytest.mark.parametrize(
@@ -119,43 +112,37 @@ def test_config_we_cannot_run_is_refused_naming_the_field(tmp_path, change, key)
     assert f"config.json: {key}" in one_line(caught)
 
 
-# every row of tl_checkpoint.UNSUPPORTED, in its order: a value it refuses, and the message
+# every row of tl_checkpoint.UNSUPPORTED, in its order: a value it refuses
 REFUSED = {
-    "model_type": (
-        "gpt2",
-        "a Hugging Face transformers config.json (save_pretrained): TransformerLens 4.x wraps such a "
-        "model with its MLPs; only attention-only models are read (HookedTransformerConfig or "
-        "TransformerBridgeConfig fields)",
-    ),
-    "attn_only": (False, "not an attention-only model (it has MLPs)"),
-    "architecture": (
-        "GPT2LMHeadModel",
-        "a TransformerBridge of a Hugging Face architecture: only TransformerLensNative "
-        "(boot_native) is read",
-    ),
-    "use_attn_scale": (False, "attention scores must be divided by sqrt(d_head)"),
-    "attention_dir": ("bidirectional", "only causal attention is supported"),
-    "final_rms": (True, "RMS norm is not supported"),
-    "use_local_attn": (True, "local attention is not supported"),
-    "use_qk_norm": (True, "query/key norms are not supported"),
-    "post_embedding_ln": (True, "a LayerNorm after the embedding is not supported"),
-    "use_normalization_before_and_after": (True, "post-attention norms are not supported"),
-    "scale_attn_by_inverse_layer_idx": (True, "per-layer attention scaling is not supported"),
-    "n_key_value_heads": (1, "grouped-query attention is not supported"),  # CFG has 2 heads
-    "attn_scores_soft_cap": (50.0, "soft-capped scores are not supported"),
-    "output_logits_soft_cap": (30.0, "soft-capped logits are not supported"),
-    "d_vocab_out": (11, "must equal d_vocab"),
-    "eps": (1e-6, "LayerNorm eps must be 1e-05"),
-    "attn_scale": (3.0, "must be sqrt(d_head) = 2"),  # CFG's d_head is 4
+    "model_type": "gpt2",
+    "attn_only": False,
+    "architecture": "GPT2LMHeadModel",
+    "use_attn_scale": False,
+    "attention_dir": "bidirectional",
+    "final_rms": True,
+    "use_local_attn": True,
+    "use_qk_norm": True,
+    "post_embedding_ln": True,
+    "use_normalization_before_and_after": True,
+    "scale_attn_by_inverse_layer_idx": True,
+    "n_key_value_heads": 1,  # CFG has 2 heads
+    "attn_scores_soft_cap": 50.0,
+    "output_logits_soft_cap": 30.0,
+    "d_vocab_out": 11,
+    "eps": 1e-6,
+    "attn_scale": 3.0,  # CFG's d_head is 4: sqrt(d_head) = 2
 }
 
 
 @pytest.mark.parametrize("field", list(REFUSED))
-def test_every_unsupported_setting_is_refused_with_its_reason(field):
-    value, reason = REFUSED[field]
+def test_every_unsupported_setting_is_refused_with_its_rows_reason(field):
+    """Refused naming the field and its value, with the reason of the field's own row."""
+    raw = {**tl_checkpoint.tl_config(CFG), field: REFUSED[field]}
     with pytest.raises(UserError) as caught:
-        tl_checkpoint.from_tl_config({**tl_checkpoint.tl_config(CFG), field: value})
-    assert str(caught.value) == f"config.json: {field} = {value!r}: {reason}"
+        tl_checkpoint.from_tl_config(raw)
+    [reason] = [row[3] for row in tl_checkpoint.UNSUPPORTED if row[0] == field]
+    message = refused(caught, f"config.json: {field}", REFUSED[field])
+    assert message.endswith(reason if isinstance(reason, str) else reason(raw))
 
 
 def test_every_row_of_the_table_has_a_refused_case():
@@ -184,25 +171,28 @@ def test_settings_our_model_computes_the_same_way_are_accepted(change):
 
 def test_the_first_unsupported_setting_in_the_tables_order_is_named():
     config = {**tl_checkpoint.tl_config(CFG), "eps": 1e-6, "use_qk_norm": True, "attn_scale": 3.0}
-    with pytest.raises(UserError, match="^config.json: use_qk_norm = True: "):
+    with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config(config)
+    refused(caught, "config.json: use_qk_norm", True)
 
 
 def test_mlp_weights_are_refused_naming_the_key(tmp_path):
     state = {**AttnOnlyTransformer(CFG).state_dict(), "blocks.0.mlp.W_in": torch.zeros(8, 32)}
-    with pytest.raises(UserError, match=r"blocks\.0\.mlp\.W_in.*not an attention-only model") as caught:
+    with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(*write(tmp_path, state))
-    one_line(caught)
+    assert "blocks.0.mlp.W_in" in one_line(caught)
 
 
 def test_missing_and_unexpected_keys_are_refused(tmp_path):
     state = AttnOnlyTransformer(CFG).state_dict()
     del state["blocks.1.attn.W_O"]
-    with pytest.raises(UserError, match=r"blocks\.1\.attn\.W_O: missing"):
+    with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(*write(tmp_path, state))
+    assert "blocks.1.attn.W_O" in one_line(caught)
     state = {**AttnOnlyTransformer(CFG).state_dict(), "blocks.2.attn.W_Q": torch.zeros(2, 8, 4)}
-    with pytest.raises(UserError, match=r"blocks\.2\.attn\.W_Q: unexpected key"):
+    with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(*write(tmp_path, state))
+    assert "blocks.2.attn.W_Q" in one_line(caught)
 
 
 def test_transformer_lens_buffers_are_ignored_and_lnpre_gets_identity_norms(tmp_path):
@@ -247,10 +237,8 @@ def test_an_entry_naming_the_wrong_file_is_refused_with_the_name_it_has(tmp_path
     (tmp_path / "index.json").write_text(json.dumps({"seed": 0, "checkpoints": entries}))
     with pytest.raises(UserError) as caught:
         checkpoint.read_index(tmp_path)
-    assert str(caught.value) == (
-        f"{tmp_path / 'index.json'}: checkpoints[0].file = 'step10.safetensors': "
-        "expected 'step0000010.safetensors'"
-    )
+    message = refused(caught, f"{tmp_path / 'index.json'}: checkpoints[0].file", "step10.safetensors")
+    assert "'step0000010.safetensors'" in message  # the name it must have
     entries[0]["file"] = "step0000010.safetensors"
     (tmp_path / "index.json").write_text(json.dumps({"seed": 0, "checkpoints": entries}))
     assert checkpoint.read_index(tmp_path) == entries
@@ -266,9 +254,7 @@ def test_an_index_that_is_not_an_object_is_refused_naming_its_checkpoints(tmp_pa
     (tmp_path / "index.json").write_text(json.dumps(index))
     with pytest.raises(UserError) as caught:
         checkpoint.read_index(tmp_path)
-    assert str(caught.value) == (
-        f"{tmp_path / 'index.json'}: checkpoints: missing or empty: expected a list of {{step, tokens, file}}"
-    )
+    refused(caught, f"{tmp_path / 'index.json'}: checkpoints")
 
 
 # --- load_state's and read_index's refusals, each message whole -----------------------------
@@ -277,17 +263,14 @@ def test_an_index_that_is_not_an_object_is_refused_naming_its_checkpoints(tmp_pa
 def test_a_missing_checkpoint_is_refused_naming_its_path(tmp_path):
     with pytest.raises(UserError) as caught:
         checkpoint.load_state(tmp_path / "absent.safetensors")
-    assert str(caught.value) == f"{tmp_path / 'absent.safetensors'}: checkpoint not found"
+    refused(caught, tmp_path / "absent.safetensors")
 
 
 def test_a_pickle_asking_for_a_class_is_refused_naming_it(tmp_path):
     torch.save({"a": fractions.Fraction(1, 2)}, tmp_path / "f.pt")
     with pytest.raises(UserError) as caught:
         checkpoint.load_state(tmp_path / "f.pt")
-    assert str(caught.value) == (
-        f"{tmp_path / 'f.pt'}: refused: not a plain tensor checkpoint (it would call or build "
-        "fractions.Fraction: loading it could run code; save plain tensors or safetensors)"
-    )
+    assert "fractions.Fraction" in refused(caught, tmp_path / "f.pt")
 
 
 def test_a_torch_file_that_is_not_a_mapping_of_tensors_is_refused(tmp_path):
@@ -295,16 +278,15 @@ def test_a_torch_file_that_is_not_a_mapping_of_tensors_is_refused(tmp_path):
         torch.save(saved, tmp_path / name)
         with pytest.raises(UserError) as caught:
             checkpoint.load_state(tmp_path / name)
-        assert str(caught.value) == f"{tmp_path / name}: refused: expected a mapping of names to tensors"
+        refused(caught, tmp_path / name)
 
 
 def test_an_unknown_suffix_is_refused_naming_it_and_the_known_ones(tmp_path):
     (tmp_path / "m.ckpt").write_bytes(b"x")
     with pytest.raises(UserError) as caught:
         checkpoint.load_state(tmp_path / "m.ckpt")
-    assert str(caught.value) == (
-        f"{tmp_path / 'm.ckpt'}: unknown checkpoint format '.ckpt': use .safetensors, .pt or .pth"
-    )
+    message = refused(caught, tmp_path / "m.ckpt")
+    assert all(suffix in message for suffix in ("'.ckpt'", ".safetensors", ".pt", ".pth"))
 
 
 def test_an_unreadable_safetensors_file_is_refused_with_the_readers_first_line(tmp_path):
@@ -312,10 +294,9 @@ def test_an_unreadable_safetensors_file_is_refused_with_the_readers_first_line(t
     (tmp_path / "e.safetensors").write_bytes(b"")
     with pytest.raises(UserError) as caught:
         checkpoint.load_state(tmp_path / "e.safetensors")
-    assert str(caught.value) == (
-        f"{tmp_path / 'e.safetensors'}: not a readable safetensors file "
-        "(Error while deserializing header: header too small)"
-    )
+    with pytest.raises(Exception) as read:  # the reader's own refusal of the file
+        safe_open(str(tmp_path / "e.safetensors"), framework="pt")
+    assert f"({str(read.value).splitlines()[0]})" in refused(caught, tmp_path / "e.safetensors")
 
 
 def write_index(directory, entries) -> None:
@@ -327,10 +308,7 @@ def test_an_entry_that_is_not_step_tokens_file_is_refused_showing_it(tmp_path):
         write_index(tmp_path, [entry])
         with pytest.raises(UserError) as caught:
             checkpoint.read_index(tmp_path)
-        assert str(caught.value) == (
-            f"{tmp_path / 'index.json'}: checkpoints[0] = {entry!r}: "
-            "expected {step: int, tokens: int, file: str}"
-        )
+        refused(caught, f"{tmp_path / 'index.json'}: checkpoints[0]", entry)
 
 
 def test_a_step_not_above_the_one_before_is_refused_naming_both(tmp_path):
@@ -339,18 +317,15 @@ def test_a_step_not_above_the_one_before_is_refused_naming_both(tmp_path):
     write_index(tmp_path, [entry, entry])
     with pytest.raises(UserError) as caught:
         checkpoint.read_index(tmp_path)
-    assert str(caught.value) == (
-        f"{tmp_path / 'index.json'}: checkpoints[1].step = 10: must be greater than the one before (10)"
-    )
+    message = refused(caught, f"{tmp_path / 'index.json'}: checkpoints[1].step", 10)
+    assert "(10)" in message  # and the one before
 
 
 def test_a_listed_checkpoint_that_is_missing_is_refused_naming_its_path(tmp_path):
     write_index(tmp_path, [{"step": 10, "tokens": 80, "file": "step0000010.safetensors"}])
     with pytest.raises(UserError) as caught:
         checkpoint.read_index(tmp_path)
-    assert str(caught.value) == (
-        f"{tmp_path / 'step0000010.safetensors'}: checkpoint not found (listed in index.json)"
-    )
+    assert "index.json" in refused(caught, tmp_path / "step0000010.safetensors")  # where it is listed
 
 
 def test_the_refusal_reason_is_the_first_sentence_of_the_first_line_not_about_weights_only():
@@ -375,6 +350,4 @@ def test_a_torch_file_of_garbage_bytes_is_refused_with_the_unpicklers_own_reason
     (tmp_path / "g.pt").write_bytes(b"not a torch file at all")
     with pytest.raises(UserError) as caught:
         checkpoint.load_state(tmp_path / "g.pt")
-    assert str(caught.value) == (
-        f"{tmp_path / 'g.pt'}: refused: not a plain tensor checkpoint (Unsupported operand {ord('n')})"
-    )
+    assert f" {ord('n')})" in refused(caught, tmp_path / "g.pt")  # the opcode it stopped at

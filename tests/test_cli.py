@@ -1,15 +1,9 @@
-"""pipeline.cli, in-process: the error boundary (`run_cli`: one line and exit code 2, or the
-traceback under --debug), the stages' parser, and `keep_freed_memory` as its docstring says: on
-glibc, a large allocation comes from the heap and its memory stays there when freed (read back
-with glibc's own `mallinfo2`); without libc.so.6 the call is a no-op that says so.
-
-Every command's `--help` (each stage, `python -m pipeline.params`, `pipeline.restore` and
-`pipeline.overrides`) is read by people: whole sentences, each printed once, every argument
-explained. The structure is checked, never a sentence.
-
-Progress of the library's long calls (pipeline/cli.py `progress_bar`): a tqdm bar with its total
-and time estimate on stderr, plain lines under DVC, nothing where no one watches; never stdout, and
-never a changed result (the same config and seed give byte-identical artifacts)."""
+"""pipeline.cli, in-process: the error boundary (`run_cli`: one line and exit code 2, the traceback
+under --debug, the way back under DVC), the stages' parser and every command's `--help` (whole
+sentences, each printed once, every argument explained: its structure, never its sentences), the
+progress of long calls (a tqdm bar on stderr, plain lines under DVC, nothing where no one watches;
+never stdout, never a changed result), the device check, and `keep_freed_memory` as its docstring
+says (on glibc, read back with its own `mallinfo2`; without libc.so.6 a no-op that says so)."""
 
 from __future__ import annotations
 
@@ -27,6 +21,7 @@ import pytest
 import torch
 from dvc_repo import TINY
 from models import random_model
+from refusals import refused
 
 from pipeline import cli, params
 from pipeline.behaviour import ablation
@@ -86,17 +81,21 @@ def test_without_libc_so_6_it_is_a_no_op(monkeypatch):
     assert cli.keep_freed_memory() is False
 
 
+REFUSAL = UserError("model.n_heads", "PROBLEM", 0)  # its words are the caller's
+
+
 def refusing(args) -> int:
-    raise UserError("model.n_heads", "must be > 0", 0)
+    raise REFUSAL
 
 
 def test_a_user_error_is_one_line_and_exit_2_and_debug_shows_its_traceback(capsys, monkeypatch):
     monkeypatch.delenv("DVC_STAGE", raising=False)
     parser = cli.stage_parser("python -m stages.x", None)
     assert cli.run_cli(parser, refusing, []) == cli.EXIT_USER_ERROR == 2
-    assert capsys.readouterr().err == "error: model.n_heads = 0: must be > 0\n"
-    with pytest.raises(UserError, match=r"^model\.n_heads = 0: must be > 0$"):
+    assert capsys.readouterr().err == f"error: {REFUSAL}\n"
+    with pytest.raises(UserError) as caught:
         cli.run_cli(parser, refusing, ["--debug"])
+    assert caught.value is REFUSAL
     assert capsys.readouterr().err == ""
 
 
@@ -117,8 +116,8 @@ def test_progress_lines_follow_the_mode_a_stage_set(capsys, monkeypatch):
         bar.update()
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2
-    assert re.fullmatch(r"composition K: 1/2 blocks, \d+ s, about \d+ s left", lines[0])
-    assert re.fullmatch(r"composition K: 2/2 blocks, \d+ s", lines[1])
+    assert lines[0].startswith("composition K: 1/2 blocks") and len(numbers(lines[0])) == 4  # and an estimate
+    assert lines[1].startswith("composition K: 2/2 blocks") and len(numbers(lines[1])) == 3  # none: done
 
 
 def test_a_progress_bar_is_a_tqdm_bar_on_stderr_as_wide_as_the_terminal(capsys):
@@ -143,9 +142,10 @@ def test_no_progress_shows_nothing(capsys):
     [(None, "must be > 0"), ("", "must be > 0"), ("model.n_heads", None), ("model.n_heads", "")],
 )
 def test_a_user_error_without_its_key_or_its_problem_is_our_bug_not_a_message(where, problem):
-    with pytest.raises(TypeError, match="UserError needs a key or file and a problem"):
+    with pytest.raises(TypeError):
         UserError(where, problem, 0)
-    assert str(UserError("model.n_heads", "must be > 0", 0)) == "model.n_heads = 0: must be > 0"
+    assert str(UserError("model.n_heads", "PROBLEM", 0)) == "model.n_heads = 0: PROBLEM"
+    assert str(UserError("model.n_heads", "PROBLEM")) == "model.n_heads: PROBLEM"
 
 
 def test_the_params_option_says_its_default_in_the_help():
@@ -154,6 +154,11 @@ def test_the_params_option_says_its_default_in_the_help():
     helps = {a.option_strings[-1]: a.help for a in parser._actions}
     assert "params.yaml" in helps["--params"] and f"--params PARAMS {helps['--params']}" in shown
     assert f"--debug {helps['--debug']}" in shown
+
+
+def numbers(line: str) -> list[int]:
+    """The integers a progress line shows, in order (counts, then seconds): what it says, not how."""
+    return [int(n) for n in re.findall(r"\d+", line)]
 
 
 class Recording:
@@ -178,7 +183,7 @@ def test_a_progress_line_is_flushed_to_stderr_as_it_is_written(monkeypatch):
     cli.progress_line("train seed 0", 4, 4, started=0.0, what=" steps")
     assert stream.calls[-1] == ("flush",)
     text = "".join(c[1] for c in stream.calls if c[0] == "write")
-    assert re.fullmatch(r"train seed 0: 4/4 steps, \d+ s\n", text)
+    assert text.startswith("train seed 0: 4/4 steps") and text.count("\n") == 1 and text.endswith("\n")
 
 
 def test_with_progress_in_bar_mode_is_a_tqdm_bar_over_the_items_and_prints_no_lines(capsys, monkeypatch):
@@ -198,11 +203,9 @@ def test_with_progress_in_bar_mode_is_a_tqdm_bar_over_the_items_and_prints_no_li
     # "lines": a plain line after each item, its label appended
     assert list(cli.with_progress(items, "d", "lines", "checkpoint", label=lambda i: f" ({i})")) == items
     lines = capsys.readouterr().err.splitlines()
-    assert [re.sub(r"\d+ s", "N s", line) for line in lines] == [
-        "d: 1/3 checkpoints (a), N s, about N s left",
-        "d: 2/3 checkpoints (b), N s, about N s left",
-        "d: 3/3 checkpoints (c), N s",
-    ]
+    assert [line.split(",")[0] for line in lines] == ["d: 1/3 checkpoints (a)", "d: 2/3 checkpoints (b)",
+                                                       "d: 3/3 checkpoints (c)"]  # fmt: skip
+    assert [len(numbers(line)) for line in lines] == [4, 4, 3]  # an estimate until the last
     assert bars == [(items, "dynamics seed 0", "checkpoint")]
 
 
@@ -263,7 +266,7 @@ def test_under_dvc_a_user_error_says_how_to_get_the_last_run_back(
     parser = cli.stage_parser("python -m stages.x", None)
     assert cli.run_cli(parser, refusing, []) == 2
     said = getattr(cli, way_back)
-    assert capsys.readouterr().err == f"error: model.n_heads = 0: must be > 0{said}\n"
+    assert capsys.readouterr().err == f"error: {REFUSAL}{said}\n"
     assert len({cli.AFTER_REPRO, cli.AFTER_EXPERIMENT, cli.AFTER_COPY}) == 3
 
 
@@ -272,7 +275,8 @@ def test_an_interrupted_stage_is_one_line_and_exit_130(capsys):
         raise KeyboardInterrupt
 
     assert cli.run_cli(cli.stage_parser("python -m stages.x", None), interrupted, []) == 130
-    assert capsys.readouterr().err == "error: interrupted\n"
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
 
 
 class Clock:
@@ -290,11 +294,11 @@ def test_a_progress_line_with_a_fixed_clock_is_known_whole(capsys, monkeypatch):
     cli.progress_line("train seed 0", 1, 4, started=2.0, what=" steps")
     cli.progress_line("train seed 0", 4, 4, started=2.0, what=" steps")
     cli.progress_line("train seed 0", 0, 4, started=2.0)
-    assert capsys.readouterr().err.splitlines() == [
-        "train seed 0: 1/4 steps, 10 s, about 30 s left",
-        "train seed 0: 4/4 steps, 10 s",
-        "train seed 0: 0/4, 10 s",
-    ]
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["train seed 0: 1/4 steps", "train seed 0: 4/4 steps",
+                                                       "train seed 0: 0/4"]  # fmt: skip
+    # (step, total, seconds so far, seconds left at that pace): none left at the end, no pace at 0
+    assert [numbers(line.split(": ", 1)[1]) for line in lines] == [[1, 4, 10, 30], [4, 4, 10], [0, 4, 10]]
 
 
 def test_with_progress_lines_with_a_fixed_clock_are_known_whole(capsys, monkeypatch):
@@ -306,10 +310,12 @@ def test_with_progress_lines_with_a_fixed_clock_are_known_whole(capsys, monkeypa
         clock.now += 5.0
         lines.append(item)
     assert lines == [1, 2]
-    assert capsys.readouterr().err.splitlines() == [
-        "dynamics seed 0: 1/2 checkpoints (step 1), 5 s, about 5 s left",
-        "dynamics seed 0: 2/2 checkpoints (step 2), 10 s",
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == [
+        "dynamics seed 0: 1/2 checkpoints (step 1)",
+        "dynamics seed 0: 2/2 checkpoints (step 2)",
     ]
+    assert [numbers(line.split(")", 1)[1]) for line in lines] == [[5, 5], [10]]  # seconds so far, left
 
 
 def test_a_progress_in_lines_mode_with_a_fixed_clock_is_known_whole(capsys, monkeypatch):
@@ -321,10 +327,10 @@ def test_a_progress_in_lines_mode_with_a_fixed_clock_is_known_whole(capsys, monk
         bar.update()
         clock.now = 22.0
         bar.update(2)  # the end, after an earlier line
-    assert capsys.readouterr().err.splitlines() == [
-        "composition K: 2/4 blocks, 20 s, about 20 s left",
-        "composition K: 4/4 blocks, 22 s",
-    ]
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["composition K: 2/4 blocks",
+                                                       "composition K: 4/4 blocks"]  # fmt: skip
+    assert [numbers(line.split(": ", 1)[1]) for line in lines] == [[2, 4, 20, 20], [4, 4, 22]]
 
 
 def test_asking_for_cuda_where_there_is_none_names_the_key(monkeypatch):
@@ -336,7 +342,7 @@ def test_asking_for_cuda_where_there_is_none_names_the_key(monkeypatch):
     assert cli.resolve_device("auto", "train.device") == torch.device("cpu")
     with pytest.raises(UserError) as caught:
         cli.resolve_device("cuda", "train.device")
-    assert str(caught.value) == "train.device = 'cuda': CUDA is not available on this machine"
+    refused(caught, "train.device", "cuda")
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -384,7 +390,7 @@ def shown_help(module: str, capsys, monkeypatch) -> tuple[argparse.ArgumentParse
 @pytest.mark.parametrize("module", COMMANDS)
 def test_help_is_whole_sentences_each_printed_once(module, capsys, monkeypatch):
     parser, text = shown_help(module, capsys, monkeypatch)
-    assert text.startswith(f"usage: python -m {module} "), text
+    assert f" python -m {module} " in text.splitlines()[0], text  # the usage names the module to run
     paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text) if p.strip()]
     repeated = {p for p in paragraphs if paragraphs.count(p) > 1}
     assert not repeated, repeated
@@ -495,12 +501,8 @@ def test_lines_under_dvc_and_nothing_with_no_progress(capsys, monkeypatch):
     monkeypatch.setattr(cli, "LINE_EVERY", 0.0)
     ablation.path_ablation(model, tokens, None)
     lines = capsys.readouterr().err.splitlines()
-    assert (
-        lines[0].startswith("path ablation: 3/9 source heads, ")
-        and "about" in lines[0]
-        and "s left" in lines[0]
-    )
-    assert lines[-1].startswith("path ablation: 9/9 source heads, ") and "left" not in lines[-1]
+    assert lines[0].startswith("path ablation: 3/9 ") and len(numbers(lines[0])) == 4  # and an estimate
+    assert lines[-1].startswith("path ablation: 9/9 ") and len(numbers(lines[-1])) == 3
     assert all("\r" not in line for line in lines)
     with cli.showing_progress(None):
         ablation.path_ablation(model, tokens, None)

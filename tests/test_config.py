@@ -38,6 +38,9 @@ TEXT = DataConfig(source="text", text=TextDataConfig(corpus="kjv"), tokenizer=To
 REFUSED = [  # (a section with one bad value, the key its refusal names, the value; None: a key unset)
     (ModelConfig(n_layers=1), "n_layers", 1),
     (ModelConfig(n_heads=0), "n_heads", 0),
+    (ModelConfig(d_model=0), "d_model", 0),
+    (TrainConfig(batch_size=-8), "batch_size", -8),
+    (HeadsConfig(ablation_batches=0), "ablation_batches", 0),
     (ModelConfig(init_range=0.0), "init_range", 0.0),
     (ModelConfig(normalization_type="RMS"), "normalization_type", "RMS"),
     (SyntheticDataConfig(topic_fraction=1.5), "topic_fraction", 1.5),

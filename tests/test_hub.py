@@ -1,11 +1,8 @@
 """Public checkpoints and tokenizers by name from the local Hugging Face cache (pipeline/hub.py),
-through the real `huggingface_hub` code path, offline: a fake cache in the library's own layout
-(tests/hub_cache.py) with tiny models in NeelNanda's and ARENA's formats.
-
-The snapshot's weights file by the rule pipeline/hub.py's docstring states, and the origin record a
-checkpoint by name gives, on a fake cache (tests/hub_cache.py): model.safetensors, else the one
-*.safetensors, else TransformerLens's *final.pth, else the one .pth or .pt; several of a kind are
-refused naming the repository and the files."""
+through the real `huggingface_hub` code path, offline, on a fake cache in the library's own layout
+(tests/hub_cache.py) with tiny models in NeelNanda's and ARENA's formats: the snapshot's weights
+file by the rule hub.py's docstring states, the origin record a name gives, and one-line refusals
+naming the key, the value and the command that repairs the cache."""
 
 from __future__ import annotations
 
@@ -29,9 +26,10 @@ from hub_cache import (
     word_level_tokenizer,
 )
 from huggingface_hub import constants
+from refusals import refused
 
 from pipeline import hub, io
-from pipeline.config import ModelConfig, TrainConfig
+from pipeline.config import ModelConfig, TrainConfig, notes
 from pipeline.data import corpus
 from pipeline.errors import UserError
 from pipeline.model import origin, tl_checkpoint
@@ -109,38 +107,30 @@ def test_a_pinned_revision_reads_that_snapshot(cache):
 
 
 R = TINY_REPO
-MISSING = [  # the value, the snapshot's files (None: no repository), what the one line says
-    (f"hf:{R}", None, f"is not in the Hugging Face cache {{cache}}: run `hf download {R}` first"),
-    (f"hf:{R}@v9", {"config.json": b"{}"}, f"revision v9 of {R} is not in the cache"),
-    (
-        f"hf:{R}",
-        {"config.json": b"{}"},
-        f"has no weights (.safetensors, *final.pth, .pth): run `hf download {R}`",
-    ),
-    (f"hf:{R}", {"model.pth": b"x"}, f"has no config.json (run `hf download {R} config.json`"),
-    (
-        f"hf:{R}",
-        {"a.pth": b"x", "b.pth": b"y", "config.json": b"{}"},
-        "has several .pth files (a.pth, b.pth)",
-    ),
+MISSING = [  # the value, the snapshot's files (None: no repository), what else the one line names
+    (f"hf:{R}", None, ("{cache}", f"`hf download {R}`")),
+    (f"hf:{R}@v9", {"config.json": b"{}"}, ("{cache}", f"`hf download {R} --revision v9`")),
+    (f"hf:{R}", {"config.json": b"{}"}, (f"`hf download {R}`", ".safetensors", "*final.pth")),
+    (f"hf:{R}", {"model.pth": b"x"}, (f"`hf download {R} config.json`",)),
+    (f"hf:{R}", {"a.pth": b"x", "b.pth": b"y", "config.json": b"{}"}, ("a.pth", "b.pth")),
 ]
 
 
-@pytest.mark.parametrize("value,files,message", MISSING)
-def test_what_is_missing_is_one_line_naming_the_download_command(cache, value, files, message):
+@pytest.mark.parametrize("value,files,names", MISSING)
+def test_what_is_missing_is_one_line_naming_the_download_command(cache, value, files, names):
     if files:
         add_snapshot(cache, TINY_REPO, files)
     with pytest.raises(UserError) as e:
         hub.checkpoint(value)
-    text = str(e.value)
-    assert text.startswith(f"train.checkpoint = {value!r}: ") and "\n" not in text
-    assert message.format(cache=cache) in text
+    text = refused(e, "train.checkpoint", value)
+    assert all(name.format(cache=cache) in text for name in names), text
 
 
 @pytest.mark.parametrize("value", ["hf:no-slash", "hf:org/name@", "hf:/name", "hf:org/na me"])
 def test_a_malformed_name_is_refused_by_the_config(value):
-    with pytest.raises(UserError, match=r"^checkpoint = .*must be hf:ORG/NAME or hf:ORG/NAME@REVISION"):
+    with pytest.raises(UserError) as caught:
         TrainConfig(source="load", checkpoint=value).validate()
+    refused(caught, "checkpoint", value)
 
 
 def neel_files(seed: int) -> dict[str, bytes]:
@@ -158,12 +148,12 @@ def refs_of(cache: Path, repo: str = TINY_REPO) -> Path:
 def test_a_revision_that_would_walk_the_cache_is_refused_by_the_config(revision):
     """Before huggingface_hub sees it: `@..` opened refs/.. and ended in IsADirectoryError."""
     value = f"hf:{R}@{revision}"
-    with pytest.raises(
-        UserError, match=r"is not a branch, tag or commit \(a part is empty or starts with '\.'\)"
-    ):
+    with pytest.raises(UserError) as caught:
         TrainConfig(source="load", checkpoint=value).validate()
-    with pytest.raises(UserError, match=r"^train\.checkpoint = .*not a branch, tag or commit"):
+    assert repr(revision) in refused(caught, "checkpoint", value)
+    with pytest.raises(UserError) as caught:
         hub.checkpoint(value)
+    assert repr(revision) in refused(caught, "train.checkpoint", value)
 
 
 def test_a_revision_that_names_a_folder_of_refs_is_refused_naming_the_refs_inside(cache):
@@ -181,19 +171,15 @@ def test_a_revision_that_names_a_folder_of_refs_is_refused_naming_the_refs_insid
     for revision, folder in (("refs/pr", "refs/refs/pr"), ("refs", "refs/refs")):
         with pytest.raises(UserError) as e:
             hub.checkpoint(f"hf:{R}@{revision}")
-        text = str(e.value)
-        assert text == (
-            f"train.checkpoint = 'hf:{R}@{revision}': revision {revision} names a folder ({folder}), "
-            "not a branch, tag or commit: name one of refs/pr/1"
-        )
+        text = refused(e, "train.checkpoint", f"hf:{R}@{revision}")
+        assert f"({folder})" in text and text.endswith(" refs/pr/1")  # the folder, and the ref inside
 
 
 @pytest.mark.parametrize(
-    "content,reason",
-    [(b"", "is empty"), (b"\n", "is empty"), (b"abcdef0", "is not a commit hash ('abcdef0')"),
-     (b"\xff\xfe\x00", "is unreadable (UnicodeDecodeError)")],
+    "content,shown",  # what the ref holds, and what the refusal shows of it
+    [(b"", None), (b"\n", None), (b"abcdef0", "'abcdef0'"), (b"\xff\xfe\x00", "UnicodeDecodeError")],
 )  # fmt: skip
-def test_an_empty_or_garbled_ref_is_a_damaged_cache_named_with_its_repair(cache, content, reason):
+def test_an_empty_or_garbled_ref_is_a_damaged_cache_named_with_its_repair(cache, content, shown):
     """An interrupted or disk-full write leaves refs/main empty: huggingface_hub then returns the
     snapshots/ folder itself, and the origin stage recorded commit 'snapshots' with whichever
     weights it found there. Now one line: the damaged ref and the command that writes it again."""
@@ -206,11 +192,8 @@ def test_an_empty_or_garbled_ref_is_a_damaged_cache_named_with_its_repair(cache,
         value = f"hf:{R}" + (f"@{revision}" if revision else "")
         with pytest.raises(UserError) as e:
             hub.checkpoint(value)
-        text = str(e.value)
-        assert text.startswith(
-            f"train.checkpoint = {value!r}: the Hugging Face cache is damaged: {ref} {reason}"
-        )
-        assert text.endswith(f"run `{command}` to write it again") and "\n" not in text
+        text = refused(e, "train.checkpoint", value)
+        assert f" {ref} " in text and f"`{command}`" in text and (shown is None or shown in text)
         ref.write_bytes(good)
         assert hub.checkpoint(value)["hub"]["commit"] == good.decode()  # repaired: read again
 
@@ -218,12 +201,14 @@ def test_an_empty_or_garbled_ref_is_a_damaged_cache_named_with_its_repair(cache,
 def test_a_ref_to_a_commit_the_cache_lacks_names_both(cache):
     add_snapshot(cache, R, neel_files(11))
     (refs_of(cache) / "main").write_text("f" * 40)
-    with pytest.raises(UserError, match=rf"revision main \(commit ffffffffffff\) of {R} is not in the cache"):
+    with pytest.raises(UserError) as caught:
         hub.checkpoint(f"hf:{R}")
-    with pytest.raises(
-        UserError, match=rf"commit eeeeeeeeeeee of {R} is not in the cache .*--revision e{{40}}`"
-    ):
+    text = refused(caught, "train.checkpoint", f"hf:{R}")
+    assert "main" in text and "f" * 12 in text and R in text  # the ref, its commit, the repository
+    with pytest.raises(UserError) as caught:
         hub.checkpoint(f"hf:{R}@{'e' * 40}")
+    text = refused(caught, "train.checkpoint", f"hf:{R}@{'e' * 40}")
+    assert f"`hf download {R} --revision {'e' * 40}`" in text
 
 
 def test_a_tokenizer_that_cannot_encode_the_text_is_one_line_at_the_tokenizer_stage(cache, tmp_path):
@@ -244,11 +229,9 @@ def test_a_tokenizer_that_cannot_encode_the_text_is_one_line_at_the_tokenizer_st
         source="text", dir=str(tmp_path / "data"), eval_fraction=0.3, text=TextDataConfig(glob="*.txt"),
         tokenizer=pretrained,
     )  # fmt: skip
-    refusal = (
-        "data.tokenizer.pretrained = 'hf:org/words': its tokenizer.json cannot encode the text: "
-        "WordLevel error: Missing [UNK] token from the vocabulary (on the line 'god created the heaven')"
-    )
     tok = Tokenizer.from_str(word_level_tokenizer(words).decode())
+    with pytest.raises(Exception) as own:  # tokenizers' own reason
+        tok.encode("heaven")
     assert tokenizer.SAMPLE_LINES < 300
     for lines, sampled in (([common[0], "god created the heaven\n", *common], True),
                            ([*common, "god created the heaven\n", *common], False)):  # fmt: skip
@@ -256,11 +239,13 @@ def test_a_tokenizer_that_cannot_encode_the_text_is_one_line_at_the_tokenizer_st
         (tmp_path / "data" / "a.txt").write_text(text)
         with pytest.raises(UserError) as e:
             tokenizer.from_config(data, n_ctx=8)
-        assert str(e.value) == refusal
+        text_shown = refused(e, "data.tokenizer.pretrained", "hf:org/words")
+        assert str(own.value).splitlines()[0] in text_shown and "'god created the heaven'" in text_shown
         cut = tokenizer.split_point(text, data.eval_fraction)
         if sampled:
-            with pytest.raises(UserError, match="cannot encode the text"):
+            with pytest.raises(UserError) as e:
                 tokenizer.require_encodes(tok, text, cut, "hf:org/words")
+            refused(e, "data.tokenizer.pretrained", "hf:org/words")
         else:  # past the sample: only the whole text's encoding meets it
             tokenizer.require_encodes(tok, text, cut, "hf:org/words")
     # and a text it can encode goes through
@@ -271,10 +256,10 @@ def test_a_tokenizer_that_cannot_encode_the_text_is_one_line_at_the_tokenizer_st
 
 def test_tokenizer_without_tokenizer_json_names_the_download(cache):
     add_snapshot(cache, "EleutherAI/gpt-neox-20b", {"config.json": b"{}"})
-    with pytest.raises(
-        UserError, match=r"no tokenizer.json: run `hf download EleutherAI/gpt-neox-20b tokenizer.json`"
-    ):
+    with pytest.raises(UserError) as caught:
         hub.tokenizer_file("hf:EleutherAI/gpt-neox-20b")
+    text = refused(caught, "data.tokenizer.pretrained", "hf:EleutherAI/gpt-neox-20b")
+    assert f"`{hub.Spec('EleutherAI/gpt-neox-20b', None).download('tokenizer.json')}`" in text
 
 
 def test_origin_stage_respects_hf_home_in_a_fresh_process(tmp_path):
@@ -305,7 +290,7 @@ def test_origin_stage_respects_hf_home_in_a_fresh_process(tmp_path):
     (tmp_path / "params.yaml").write_text(params.dump(cfg))
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "run `hf download org/absent` first" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "`hf download org/absent`" in proc.stderr
 
 
 def test_origin_stage_notes_a_checkpoint_named_while_training_from_scratch(tmp_path, capsys):
@@ -319,10 +304,7 @@ def test_origin_stage_notes_a_checkpoint_named_while_training_from_scratch(tmp_p
     argv = ["--params", str(tmp_path / "params.yaml"), "--seed", "0", "--out", str(tmp_path / "out")]
     assert origin_stage.main(argv) == 0
     assert json.loads((tmp_path / "out" / "origin.json").read_text()) == {"source": "train"}
-    assert capsys.readouterr().err.splitlines() == [
-        f"note: train.checkpoint = 'hf:{TINY_REPO}' is unused: train.source = 'train' trains a model from "
-        "scratch (train=load, or train.source=load, loads the checkpoint)"
-    ]
+    assert capsys.readouterr().err.splitlines() == notes(params.from_dict(cfg), "train")  # the schema's note
 
 
 def test_the_socket_guard_refuses_connections(tmp_path):
@@ -330,7 +312,7 @@ def test_the_socket_guard_refuses_connections(tmp_path):
     env = os.environ | {"PYTHONPATH": str(socket_guard(tmp_path / "guard"))}
     code = "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert proc.returncode != 0 and "network refused by the test" in proc.stderr
+    assert proc.returncode != 0 and "OSError" in proc.stderr  # the guard's, not a timeout
 
 
 @pytest.mark.interop
@@ -424,19 +406,18 @@ def test_the_weights_file_is_picked_by_the_documented_order(cache, names, picked
 
 
 @pytest.mark.parametrize(
-    "names,what",
+    "names,named",  # the snapshot's files, and those of the kind tried first, which the refusal names
     [
-        (["a.safetensors", "b.safetensors"], "safetensors files (a.safetensors, b.safetensors)"),
-        (["a_final.pth", "b_final.pth", "c.pth"], "*final.pth files (a_final.pth, b_final.pth)"),
-        (["a.pth", "b.pt"], ".pth files (a.pth, b.pt)"),
+        (["a.safetensors", "b.safetensors"], ["a.safetensors", "b.safetensors"]),
+        (["a_final.pth", "b_final.pth", "c.pth"], ["a_final.pth", "b_final.pth"]),
+        (["a.pth", "b.pt"], ["a.pth", "b.pt"]),
     ],
 )
-def test_several_weights_of_a_kind_are_refused_naming_the_repository_and_files(cache, names, what):
+def test_several_weights_of_a_kind_are_refused_naming_the_repository_and_files(cache, names, named):
     with pytest.raises(UserError) as caught:
         chosen_file(cache, names)
-    assert str(caught.value) == (
-        f"{KEY} = {VALUE!r}: {TINY_REPO} has several {what}: name one in a copy under train.checkpoint_dir"
-    )
+    text = refused(caught, KEY, VALUE)
+    assert TINY_REPO in text and f"({', '.join(named)})" in text
 
 
 def test_a_checkpoint_by_name_is_a_load_origin_the_train_stage_reads(cache, tmp_path):
@@ -469,10 +450,8 @@ def test_a_snapshot_the_cache_lists_as_incomplete_is_not_in_the_cache(cache):
     (trees / f"{snap.name}.json").write_text(json.dumps(listing))
     with pytest.raises(UserError) as caught:
         hub.snapshot(VALUE, KEY)
-    assert str(caught.value) == (
-        f"{KEY} = {VALUE!r}: revision main of {TINY_REPO} is not in the cache {cache}: "
-        f"run `hf download {TINY_REPO}` first (nothing is downloaded at run time)"
-    )
+    text = refused(caught, KEY, VALUE)
+    assert str(cache) in text and f"`{hub.Spec(TINY_REPO, None).download()}`" in text
     (snap / "model.safetensors").write_bytes(b"weights!")  # the download completed
     assert hub.snapshot(VALUE, KEY).path == snap
 
@@ -482,10 +461,8 @@ def test_a_snapshot_without_weights_is_refused_naming_its_commits_first_12_chara
     add_snapshot(cache, TINY_REPO, {"config.json": b"{}"}, commit=commit)
     with pytest.raises(UserError) as caught:
         hub.weights(hub.snapshot(VALUE, KEY), KEY, VALUE)
-    assert str(caught.value) == (
-        f"{KEY} = {VALUE!r}: the cached snapshot 0123456789ab of {TINY_REPO} has no weights "
-        f"(.safetensors, *final.pth, .pth): run `hf download {TINY_REPO}`"
-    )
+    text = refused(caught, KEY, VALUE)
+    assert f" {commit[:12]} " in text and f"`{hub.Spec(TINY_REPO, None).download()}`" in text
 
 
 def test_a_ref_the_system_cannot_read_is_a_damaged_cache_named_with_the_systems_reason(cache, monkeypatch):
@@ -503,20 +480,20 @@ def test_a_ref_the_system_cannot_read_is_a_damaged_cache_named_with_the_systems_
     monkeypatch.setattr(Path, "read_text", refusing)
     with pytest.raises(UserError) as caught:
         hub.snapshot(VALUE, KEY)
-    assert str(caught.value) == (
-        f"{KEY} = {VALUE!r}: the Hugging Face cache is damaged: {ref} is unreadable (Permission denied) "
-        f"(an interrupted or disk-full download): run `hf download {TINY_REPO}` to write it again"
-    )
+    text = refused(caught, KEY, VALUE)
+    assert f" {ref} " in text and f"({os.strerror(13)})" in text  # the ref, and the system's reason
+    assert f"`{hub.Spec(TINY_REPO, None).download()}`" in text
 
 
-# The whole one-line refusal of each of hub.py's raises, on the smallest fake cache that reaches it.
-ADVICE = f"run `hf download {TINY_REPO}` first (nothing is downloaded at run time)"
+# Each of hub.py's raises, on the smallest fake cache that reaches it: one line naming the key, the
+# value, and what the user needs (the cache, a ref, a commit, files, the command that repairs it).
+DOWNLOAD = f"`{hub.Spec(TINY_REPO, None).download()}`"
 
 
-def refusal(value: str = VALUE, call=None) -> str:
+def refusal(value: str = VALUE, call=None, key: str = KEY) -> str:
     with pytest.raises(UserError) as caught:
         (call or (lambda: hub.snapshot(value, KEY)))()
-    return str(caught.value)
+    return refused(caught, key, value)
 
 
 def test_the_download_command_names_the_file_and_the_revision():
@@ -525,16 +502,16 @@ def test_the_download_command_names_the_file_and_the_revision():
 
 
 def test_a_repository_absent_from_the_cache_is_refused_naming_the_cache_and_the_command(cache):
-    assert refusal() == (f"{KEY} = {VALUE!r}: {TINY_REPO} is not in the Hugging Face cache {cache}: {ADVICE}")
+    text = refusal()
+    assert f" {cache}" in text and DOWNLOAD in text
 
 
 def test_an_empty_folder_of_refs_is_refused_without_naming_refs_inside(cache):
     snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
     (snap.parent.parent / "refs" / "v1").mkdir()
     value = f"hf:{TINY_REPO}@v1"
-    assert refusal(value) == (
-        f"{KEY} = {value!r}: revision v1 names a folder (refs/v1), not a branch, tag or commit"
-    )
+    text = refusal(value)
+    assert "(refs/v1)" in text and "refs/v1/" not in text  # the folder, and no ref inside it
 
 
 def test_a_folder_of_refs_names_at_most_four_refs_inside(cache):
@@ -544,80 +521,65 @@ def test_a_folder_of_refs_names_at_most_four_refs_inside(cache):
     for n in range(1, 6):
         (prs / str(n)).write_text(snap.name)
     value = f"hf:{TINY_REPO}@refs/pr"
-    assert refusal(value) == (
-        f"{KEY} = {value!r}: revision refs/pr names a folder (refs/refs/pr), not a branch, tag or commit: "
-        "name one of refs/pr/1, refs/pr/2, refs/pr/3, refs/pr/4"
-    )
+    assert refusal(value).endswith(" refs/pr/1, refs/pr/2, refs/pr/3, refs/pr/4")  # not refs/pr/5
 
 
 def test_a_revision_without_a_ref_is_refused_naming_the_cache_and_the_command(cache):
     add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
     value = f"hf:{TINY_REPO}@v9"
-    assert refusal(value) == (
-        f"{KEY} = {value!r}: revision v9 of {TINY_REPO} is not in the cache {cache}: "
-        f"run `hf download {TINY_REPO} --revision v9` first (nothing is downloaded at run time)"
-    )
+    text = refusal(value)
+    assert f" {cache}" in text and f"`{hub.Spec(TINY_REPO, 'v9').download()}`" in text
 
 
 @pytest.mark.parametrize(
-    "content,reason",
-    [(b"", "empty"), (b"0123456789abcdefghijklmnop", "not a commit hash ('0123456789abcdefghij')")],
+    "content,shown",
+    [(b"", None), (b"0123456789abcdefghijklmnop", "'0123456789abcdefghij'")],
 )
-def test_a_garbled_ref_is_refused_whole_with_its_first_20_characters(cache, content, reason):
+def test_a_garbled_ref_is_refused_whole_with_its_first_20_characters(cache, content, shown):
     snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
     ref = snap.parent.parent / "refs" / "main"
     ref.write_bytes(content)
-    assert refusal() == (
-        f"{KEY} = {VALUE!r}: the Hugging Face cache is damaged: {ref} is {reason} (an interrupted or "
-        f"disk-full download): run `hf download {TINY_REPO}` to write it again"
-    )
+    text = refusal()
+    assert f" {ref} " in text and DOWNLOAD in text
+    assert shown is None or (shown in text and content.decode() not in text)
 
 
 def test_a_ref_to_a_commit_without_a_snapshot_names_the_commits_first_12_characters(cache):
     snap = add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
     (snap.parent.parent / "refs" / "main").write_text("0123456789abcdef0123456789abcdef01234567")
-    assert refusal() == (
-        f"{KEY} = {VALUE!r}: revision main (commit 0123456789ab) of {TINY_REPO} is not in the cache "
-        f"{cache}: {ADVICE}"
-    )
+    text = refusal()
+    assert "0123456789ab" in text and "0123456789abc" not in text and f" {cache}" in text and DOWNLOAD in text
 
 
 def test_a_commit_without_a_snapshot_is_named_by_its_first_12_characters(cache):
     add_snapshot(cache, TINY_REPO, {"config.json": b"{}"})
     commit = "abcdef0123456789abcdef0123456789abcdef01"
     value = f"hf:{TINY_REPO}@{commit}"
-    assert refusal(value) == (
-        f"{KEY} = {value!r}: commit abcdef012345 of {TINY_REPO} is not in the cache {cache}: "
-        f"run `hf download {TINY_REPO} --revision {commit}` first (nothing is downloaded at run time)"
-    )
+    text = refusal(value)
+    assert f" {commit[:12]} " in text and f" {cache}" in text
+    assert f"`{hub.Spec(TINY_REPO, commit).download()}`" in text
 
 
 def test_several_weights_name_at_most_four_files(cache):
     names = [f"{c}.safetensors" for c in "abcde"]
-    assert refusal(call=lambda: chosen_file(cache, names)) == (
-        f"{KEY} = {VALUE!r}: {TINY_REPO} has several safetensors files (a.safetensors, b.safetensors, "
-        "c.safetensors, d.safetensors): name one in a copy under train.checkpoint_dir"
-    )
+    text = refusal(call=lambda: chosen_file(cache, names))
+    assert f"({', '.join(names[:4])})" in text and names[4] not in text
 
 
 def test_a_snapshot_without_config_json_is_refused_naming_the_known_repositories(cache):
     commit = "0123456789abcdef0123456789abcdef01234567"
     add_snapshot(cache, TINY_REPO, {"model.pth": b"x"}, commit=commit)
-    assert refusal(call=lambda: hub.checkpoint(VALUE)) == (
-        f"{KEY} = {VALUE!r}: the cached snapshot 0123456789ab of {TINY_REPO} has no config.json "
-        f"(run `hf download {TINY_REPO} config.json`; repositories known without one: "
-        "callummcdougall/attn_only_2L_half)"
-    )
+    text = refusal(call=lambda: hub.checkpoint(VALUE))
+    assert f" {commit[:12]} " in text and f"`{hub.Spec(TINY_REPO, None).download('config.json')}`" in text
+    assert all(known in text for known in hub.KNOWN)  # the repositories known without one
 
 
 def test_a_snapshot_without_tokenizer_json_is_refused_naming_the_download(cache):
     commit = "0123456789abcdef0123456789abcdef01234567"
     add_snapshot(cache, TINY_REPO, {"config.json": b"{}"}, commit=commit, ref="v1")
     value = f"hf:{TINY_REPO}@v1"
-    assert refusal(call=lambda: hub.tokenizer_file(value)) == (
-        f"data.tokenizer.pretrained = {value!r}: the cached snapshot 0123456789ab of {TINY_REPO} has no "
-        f"tokenizer.json: run `hf download {TINY_REPO} tokenizer.json --revision v1`"
-    )
+    text = refusal(value, lambda: hub.tokenizer_file(value), key="data.tokenizer.pretrained")
+    assert f" {commit[:12]} " in text and f"`{hub.Spec(TINY_REPO, 'v1').download('tokenizer.json')}`" in text
 
 
 def test_a_malformed_hub_name_is_refused_with_its_value():
@@ -634,3 +596,13 @@ def test_a_revision_with_an_empty_or_dotted_part_is_refused(revision):
     assert caught.value.where == "train.checkpoint" and caught.value.value == f"hf:org/name@{revision}"
     assert "\n" not in str(caught.value) and repr(revision) in str(caught.value)
     assert hub.require_hub_name("hf:org/name@refs/pr/1", "train.checkpoint")["revision"] == "refs/pr/1"
+
+
+def test_a_short_commit_hash_is_refused_naming_the_full_commit_the_cache_holds(cache):
+    """The cache names its snapshots by full commit: `@abcdef0` is refused, naming the commit it
+    abbreviates, never matched by prefix."""
+    commit = "abcdef0123456789abcdef0123456789abcdef01"
+    add_snapshot(cache, TINY_REPO, {"config.json": b"{}", "model.safetensors": b"w"}, commit=commit)
+    text = refusal(f"hf:{TINY_REPO}@{commit[:7]}")
+    assert commit in text
+    assert hub.checkpoint(f"hf:{TINY_REPO}@{commit}")["hub"]["commit"] == commit

@@ -5,9 +5,11 @@ write that cannot be removed whole."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 
 import pytest
+from refusals import refused
 
 from pipeline import io
 from pipeline.errors import UserError
@@ -18,7 +20,7 @@ def test_an_output_directory_it_may_not_write_is_refused_naming_it(tmp_path, mon
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # a read-only mount, say
     with pytest.raises(UserError) as caught:
         io.ensure_dir(out)
-    assert str(caught.value) == f"{out}: output directory is not writable"
+    refused(caught, out)
     assert out.is_dir()  # created, then found read-only
 
 
@@ -53,14 +55,14 @@ def test_an_output_directory_where_a_file_is_is_refused_naming_it(tmp_path):
     out.write_bytes(b"")
     with pytest.raises(UserError) as caught:
         io.ensure_dir(out)
-    assert str(caught.value) == f"{out}: cannot create output directory ({os.strerror(errno.EEXIST)})"
+    assert os.strerror(errno.EEXIST) in refused(caught, out)  # the system's reason, passed on
 
 
 def test_a_full_disk_while_writing_a_file_is_refused_naming_the_file(tmp_path):
     path = tmp_path / "summary.json"
     with pytest.raises(UserError) as caught, io.atomic_path(path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    assert str(caught.value) == f"{path}: cannot write ({os.strerror(errno.ENOSPC)})"
+    assert os.strerror(errno.ENOSPC) in refused(caught, path)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -68,7 +70,7 @@ def test_a_full_disk_while_writing_a_directory_is_refused_naming_the_directory(t
     path = tmp_path / "checkpoints"
     with pytest.raises(UserError) as caught, io.atomic_dir(path):
         raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
-    assert str(caught.value) == f"{path}: cannot write ({os.strerror(errno.EFBIG)})"
+    assert os.strerror(errno.EFBIG) in refused(caught, path)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -76,7 +78,7 @@ def test_a_json_file_that_does_not_exist_is_refused_naming_it(tmp_path):
     path = tmp_path / "origin.json"
     with pytest.raises(UserError) as caught:
         io.read_json(path)
-    assert str(caught.value) == f"{path}: file not found"
+    refused(caught, path)
 
 
 def test_a_json_file_that_is_not_json_is_refused_with_the_parsers_message(tmp_path):
@@ -84,10 +86,9 @@ def test_a_json_file_that_is_not_json_is_refused_with_the_parsers_message(tmp_pa
     path.write_text("{oops")
     with pytest.raises(UserError) as caught:
         io.read_json(path)
-    assert str(caught.value) == (
-        f"{path}: not valid JSON "
-        "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"
-    )
+    with pytest.raises(ValueError) as parsed:
+        json.loads("{oops")
+    assert str(parsed.value) in refused(caught, path)
 
 
 def tree(root) -> dict[str, bytes | None]:
@@ -125,14 +126,14 @@ def test_writing_into_a_file_or_onto_a_folder_is_one_line_and_changes_nothing(tm
     (tmp_path / "a-file").write_bytes(b"mine")
     with pytest.raises(UserError) as caught, io.atomic_files(tmp_path / "a-file"):
         pass
-    assert str(caught.value).startswith(f"{tmp_path / 'a-file'}: is a file, not a directory")
+    refused(caught, tmp_path / "a-file")
     (tmp_path / "mine" / "config.json").mkdir(parents=True)
     (tmp_path / "mine" / "config.json" / "x").write_bytes(b"x")
     before = tree(tmp_path)
     with pytest.raises(UserError) as caught, io.atomic_files(tmp_path / "mine") as tmp:
         io.write_text(tmp / "config.json", "new\n")
-    assert str(caught.value).startswith(f"{tmp_path / 'mine' / 'config.json'}: is a directory")
+    refused(caught, tmp_path / "mine" / "config.json")
     with pytest.raises(UserError) as caught:
         io.write_text(tmp_path / "mine" / "config.json", "new\n")  # a file where a folder stands
-    assert str(caught.value).startswith(f"{tmp_path / 'mine' / 'config.json'}: is a directory")
+    refused(caught, tmp_path / "mine" / "config.json")
     assert tree(tmp_path) == before

@@ -1,9 +1,7 @@
-"""The memory check (pipeline/memory.py): the sum of an estimate's terms is held against the
-memory available (the host's, or on a GPU its free memory for the device terms), a refusal is
-one line naming the key that grew with its value and both amounts, the project's own configs fit
-in a few GB, and /proc/meminfo is read in kibibytes. Each module's own terms are tested beside
-it (test_model_train, test_model_transformer, test_behaviour_ablation, test_behaviour_heads,
-test_data_datasets); the refusals through the stages are in test_bad_input."""
+"""The memory check (pipeline/memory.py): an estimate's terms held against the memory available
+(the host's, or on a GPU its free memory for the device terms), refused in one line naming the key
+that grew, its value and both amounts; the project's own configs fit in a few GB; /proc/meminfo
+is read in kibibytes. Each module's own terms are tested beside it."""
 
 from __future__ import annotations
 
@@ -125,14 +123,15 @@ def test_unknown_memory_checks_nothing():
 def test_a_refusal_of_one_term_names_it_and_of_several_the_estimate_and_the_largest():
     one = memory.Term("the synthetic data", 3_000_000, (memory.Size("data.n_train_sequences", 10**6, 20000),))
     two = memory.Term("the logits", 1_000_000, (memory.Size("model.d_vocab", 100, 64),))
+    whole = "the whole model"  # the estimate's own name, given here
     with pytest.raises(UserError) as caught:
-        memory.require_fits(memory.Estimate("the model", (one,)), available=2_000_000)
+        memory.require_fits(memory.Estimate(whole, (one,)), available=2_000_000)
     message = one_line_naming(caught, "data.n_train_sequences", 10**6, 3e6, 2e6)
-    assert one.what in message and "the model" not in message
+    assert one.what in message and whole not in message
     with pytest.raises(UserError) as caught:
-        memory.require_fits(memory.Estimate("the model", (one, two)), available=2_000_000)
+        memory.require_fits(memory.Estimate(whole, (one, two)), available=2_000_000)
     message = one_line_naming(caught, "data.n_train_sequences", 10**6, 4e6, 2e6)
-    assert "the model" in message and one.what in message and two.what not in message
+    assert whole in message and one.what in message and two.what not in message
 
 
 def test_the_culprit_is_the_largest_terms_size_furthest_above_its_default():

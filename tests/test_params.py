@@ -1,15 +1,14 @@
-"""Config flow: conf/ (Hydra) -> params.yaml -> validated schema, and its one-line errors.
-
-`python -m pipeline.params` in-process (`params.main`): its help, and the one-line refusal of an
-override's value under a conf/ other than the repository's, which the Hydra plugin does not check
-(hydra_plugins/ wraps the repository's conf/ only): `from_dict` then names the override."""
+"""Config flow (pipeline/params.py): conf/ (Hydra) -> params.yaml -> validated schema; the
+inputs a config names, checked before params.yaml is written; `python -m pipeline.params`
+in-process and as a process (its help, `--check`, its notes); and the one-line refusals of an
+override, a params file or a missing input, naming the key, file and value."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import functools
-import re
+import math
 import shutil
 import subprocess
 import sys
@@ -19,9 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from refusals import NO_VALUE, refused, refused_line
 
 from pipeline import params
-from pipeline.config import Config
+from pipeline.config import Config, TrainConfig
+from pipeline.config import notes as schema_notes
 from pipeline.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,9 +111,8 @@ def test_a_group_set_to_anything_but_an_options_name_is_one_line_naming_the_grou
     group = override.split("=")[0]
     with pytest.raises(UserError) as caught:
         params.compose([override], conf_dir=ROOT / "conf")
-    assert str(caught.value).startswith(f"override: {group} = ")
-    assert "a config group takes the name of one of its options: " in str(caught.value)
-    assert "\n" not in str(caught.value)
+    message = refused(caught, f"override: {group}", caught.value.value)
+    assert all(f" {p.stem}" in message for p in (ROOT / "conf" / group).glob("*.yaml"))  # its options
 
 
 def test_a_setup_whose_defaults_name_no_group_is_blamed_not_an_override(tmp_path):
@@ -126,7 +126,7 @@ def test_a_setup_whose_defaults_name_no_group_is_blamed_not_an_override(tmp_path
     )
     with pytest.raises(UserError) as caught:
         params.compose(["setup=mine"], conf_dir=conf)
-    assert str(caught.value).startswith("conf/setup/mine.yaml: defaults: override /modle: no config group")
+    assert "'modle'" in refused(caught, "conf/setup/mine.yaml: defaults: override /modle")
 
 
 def test_a_loaded_model_is_not_held_to_the_unused_model_section():
@@ -145,19 +145,23 @@ def test_bad_params_file_names_file_and_key(tmp_path):
     bad["model"]["n_head"] = 4
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(bad))
-    with pytest.raises(UserError, match=r"params\.yaml: model\.n_head: unknown key"):
+    with pytest.raises(UserError) as caught:
         params.load(path)
+    refused(caught, f"{path}: model.n_head")
 
 
 def test_missing_and_malformed_params_files(tmp_path):
-    with pytest.raises(UserError, match="not found"):
+    with pytest.raises(UserError) as caught:
         params.load(tmp_path / "absent.yaml")
+    refused(caught, tmp_path / "absent.yaml")
     (tmp_path / "broken.yaml").write_text("model: [unclosed\n")
-    with pytest.raises(UserError, match="not valid YAML"):
+    with pytest.raises(UserError) as caught:
         params.load(tmp_path / "broken.yaml")
+    refused(caught, tmp_path / "broken.yaml")
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
-    with pytest.raises(UserError, match="mapping"):
+    with pytest.raises(UserError) as caught:
         params.load(tmp_path / "list.yaml")
+    refused(caught, tmp_path / "list.yaml", "list")  # named by its type
 
 
 def run_params_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -202,26 +206,27 @@ def test_the_paper_setup_is_the_papers_shape_on_natural_code_for_one_gpu():
     assert cfg.analysis.device == "auto"
     assert train.training_estimate(cfg).bytes < 20 * 2**30  # fits a 24 GB GPU, let alone an H200
     if not torch.cuda.is_available():
-        with pytest.raises(UserError, match=r"^train\.device = 'cuda': CUDA is not available"):
+        with pytest.raises(UserError) as caught:
             train._setup(t)
+        refused(caught, "train.device", "cuda")
 
 
 @pytest.mark.parametrize(
-    "overrides,refused",
-    [
-        (["data.text.corpus=gutenberg"], "data.text.corpus = 'gutenberg': unknown corpus: one of kjv, torch"),
-        (["data=text", "data.dir=nowhere"], "data.dir = 'nowhere': directory not found"),
-        (["data=text", "data.text.glob=*.nothing"], "data.text.glob = '*.nothing': matches no files"),
-        (["data=tokens"], "data.tokens.path = 'tokens.npy': file not found under data.dir = 'data'"),
-        (["train=load", "seeds=[0]"], "checkpoints/seed0/model.safetensors not found"),
+    "overrides,names",
+    [  # the key and value the refusal names, and what else it names
+        (["data.text.corpus=gutenberg"], ("data.text.corpus = 'gutenberg'", "kjv", "torch-py")),
+        (["data=text", "data.dir=nowhere"], ("data.dir = 'nowhere'",)),
+        (["data=text", "data.text.glob=*.nothing"], ("data.text.glob = '*.nothing'",)),
+        (["data=tokens"], ("data.tokens.path = 'tokens.npy'", "data.dir = 'data'")),
+        (["train=load", "seeds=[0]"], ("train.checkpoint = ", "checkpoints/seed0/model.safetensors")),
     ],
 )
-def test_cli_refuses_inputs_a_stage_would_refuse_before_writing(tmp_path, overrides, refused):
+def test_cli_refuses_inputs_a_stage_would_refuse_before_writing(tmp_path, overrides, names):
     """A corpus, a path or a checkpoint that a stage would refuse: one line, nothing written."""
     out = tmp_path / "params.yaml"
     done = run_params_cli(*overrides, "--out", str(out))
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
-    assert refused in done.stderr and "Traceback" not in done.stderr
+    assert all(name in done.stderr for name in names) and "Traceback" not in done.stderr
     assert not out.exists()
 
 
@@ -231,8 +236,9 @@ def test_inputs_checks_each_seeds_checkpoint_and_its_config(tmp_path):
         (tmp_path / "checkpoints" / f"seed{seed}").mkdir(parents=True)
         (tmp_path / "checkpoints" / f"seed{seed}" / "model.safetensors").write_bytes(b"x")
     (tmp_path / "checkpoints" / "seed0" / "config.json").write_text("{}")
-    with pytest.raises(UserError, match=r"checkpoints/seed1/config\.json not found"):
+    with pytest.raises(UserError) as caught:
         params.require_inputs(cfg, tmp_path)
+    assert "checkpoints/seed1/config.json" in refused(caught, "train.checkpoint", cfg.train.checkpoint)
     (tmp_path / "checkpoints" / "seed1" / "config.json").write_text("{}")
     params.require_inputs(cfg, tmp_path)
 
@@ -283,7 +289,10 @@ def test_float_keys_cover_the_ones_the_issue_names():
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
 def test_every_float_setting_refuses_inf_and_nan_naming_its_own_key(value):
     """One rule for every float key of the schema (pipeline/config.py `_finite`): params.yaml
-    with `.inf` or `.nan` there is refused in one line naming that key, not a later one."""
+    with `.inf` or `.nan` there is refused in one line naming that key, not a later one, by that
+    rule (the refusal of an infinite weight decay, whose own rule `>= 0` inf passes)."""
+    with pytest.raises(UserError) as finite:
+        TrainConfig(weight_decay=math.inf).validate()
     good = yaml.safe_load((ROOT / "params.yaml").read_text())
     for key in float_keys():
         raw = copy.deepcopy(good)
@@ -295,9 +304,8 @@ def test_every_float_setting_refuses_inf_and_nan_naming_its_own_key(value):
             node[last] = value
         with pytest.raises(UserError) as caught:
             params.from_dict(raw)
-        text = str(caught.value)
-        assert text.startswith(f"params.yaml: {key} = {value!r}: must be a finite number"), text
-        assert "\n" not in text
+        refused(caught, f"params.yaml: {key}", value)
+        assert caught.value.problem == finite.value.problem, key
 
 
 @pytest.mark.parametrize(
@@ -306,14 +314,12 @@ def test_every_float_setting_refuses_inf_and_nan_naming_its_own_key(value):
 def test_an_infinite_override_names_its_key(override):
     """`dvc exp run -S` and `python -m pipeline.params` overrides (Hydra parses inf and nan as floats)."""
     key = override.split("=")[0] + ("[1]" if "betas" in override else "")
-    with pytest.raises(UserError, match=rf"^override: {re.escape(key)} = (inf|nan): must be a finite number"):
+    with pytest.raises(UserError) as caught:
         params.from_dict(params.compose([override], conf_dir=ROOT / "conf"), source="override")
+    refused(caught, f"override: {key}", float(override.split("=")[1].strip("[]").split(",")[-1]))
 
 
-NOTE = (
-    "note: train.checkpoint = 'hf:org/tiny' is unused: train.source = 'train' trains a model from scratch "
-    "(train=load, or train.source=load, loads the checkpoint)"
-)
+NOTE = schema_notes(Config(train=TrainConfig(checkpoint="hf:org/tiny")))[0]  # as the schema words it
 
 
 def test_a_checkpoint_named_while_training_from_scratch_is_a_note_where_the_config_is_composed(
@@ -343,7 +349,7 @@ def test_help_names_every_option(capsys):
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
     for option, metavar in (("--check", ""), ("--debug", ""), ("--out", " OUT"), ("--conf", " CONF")):
         assert f"{option}{metavar} " in shown, option
-    assert "(default: params.yaml)" in shown and "(default: conf)" in shown  # each default said
+    assert "params.yaml" in shown and str(params.CONF_DIR) in shown  # each default said
 
 
 def test_a_bad_value_under_another_conf_is_one_line_naming_the_override(tmp_path, capsys, monkeypatch):
@@ -352,20 +358,20 @@ def test_a_bad_value_under_another_conf_is_one_line_naming_the_override(tmp_path
     shutil.copytree(ROOT / "conf", conf)
     out = tmp_path / "params.yaml"
     assert params.main(["model.n_heads=0", "--conf", str(conf), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == "error: override: model.n_heads = 0: must be > 0\n"
+    refused_line(capsys.readouterr().err, "override: model.n_heads", 0)
     assert not out.exists()
 
 
 def test_a_conf_dir_without_its_config_is_refused_naming_the_file(tmp_path):
     with pytest.raises(UserError) as caught:
         params.compose([], conf_dir=tmp_path)
-    assert str(caught.value) == f"{tmp_path / (params.CONFIG_NAME + '.yaml')}: Hydra config not found"
+    refused(caught, tmp_path / (params.CONFIG_NAME + ".yaml"))
 
 
 def test_an_override_the_schema_refuses_names_the_override_once():
     with pytest.raises(UserError) as caught:
         params.compose(["model.n_heads=0"])
-    assert str(caught.value) == "override: model.n_heads = 0: must be > 0"
+    refused(caught, "override: model.n_heads", 0)
 
 
 def omegaconf_literal(value) -> str:
@@ -395,28 +401,23 @@ def test_interpolations_in_a_params_file_resolve_as_it_is_loaded(tmp_path):
 
 def test_a_missing_checkpoint_or_its_config_is_refused_naming_train_checkpoint(tmp_path):
     cfg = params.from_dict(params.compose(["train=load", "seeds=[0,1]"], conf_dir=ROOT / "conf"))
-    named = f"train.checkpoint = {cfg.train.checkpoint!r}: "
     first = Path(cfg.train.checkpoint_dir) / cfg.train.checkpoint.replace("{seed}", "0")
     with pytest.raises(UserError) as caught:
         params.require_inputs(cfg, tmp_path)
-    assert str(caught.value) == (
-        f"{named}{first} not found (relative to train.checkpoint_dir = {cfg.train.checkpoint_dir!r})"
-    )
+    message = refused(caught, "train.checkpoint", cfg.train.checkpoint)
+    assert f" {first} " in message and f"train.checkpoint_dir = {cfg.train.checkpoint_dir!r}" in message
     (tmp_path / first).parent.mkdir(parents=True)
     (tmp_path / first).write_bytes(b"x")
     with pytest.raises(UserError) as caught:
         params.require_inputs(cfg, tmp_path)
-    assert (
-        str(caught.value)
-        == f"{named}{first.parent / 'config.json'} not found (the checkpoint's config, beside it)"
-    )
+    assert f" {first.parent / 'config.json'} " in refused(caught, "train.checkpoint", cfg.train.checkpoint)
 
 
 def test_the_usage_line_names_the_module_to_run(capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["__main__.py"])  # what argparse would name it otherwise
     with pytest.raises(SystemExit):
         params.main(["--help"])
-    assert capsys.readouterr().out.startswith("usage: python -m pipeline.params [-h]")
+    assert capsys.readouterr().out.split()[1:4] == ["python", "-m", "pipeline.params"]
 
 
 def test_local_text_whose_glob_matches_no_file_is_refused_naming_the_glob(tmp_path):
@@ -428,7 +429,7 @@ def test_local_text_whose_glob_matches_no_file_is_refused_naming_the_glob(tmp_pa
     (tmp_path / "mine" / "a folder.txt").mkdir(parents=True)
     with pytest.raises(UserError) as caught:
         params.require_inputs(cfg, tmp_path)
-    assert str(caught.value) == "data.text.glob = '*.txt': matches no files under data.dir = 'mine'"
+    assert "data.dir = 'mine'" in refused(caught, "data.text.glob", "*.txt")
     (tmp_path / "mine" / "psalms.txt").write_text("Praise ye the LORD.")
     params.require_inputs(cfg, tmp_path)
 
@@ -442,9 +443,8 @@ def test_hydras_error_under_another_conf_is_one_line_without_its_search_path(tmp
     options = " ".join(sorted(p.stem for p in (conf / "setup").glob("*.yaml")))
     with pytest.raises(UserError) as caught:
         params.compose(["setup=nope"], conf_dir=conf)
-    assert str(caught.value) == (
-        f"override: In 'config': Could not find 'setup/nope' Available options in 'setup': {options}"
-    )
+    message = refused(caught, "override")  # Hydra's words, its lines joined
+    assert "'setup/nope'" in message and options in message and str(conf) not in message
     text = "Could not load 'x'\n\n\tin a file\nConfig search path:\n\tprovider=main, path=file:///conf"
     assert str(params.hydra_error(ValueError(text))) == "override: Could not load 'x' in a file"
 
@@ -462,12 +462,11 @@ def test_check_passes_on_a_fresh_compose_and_refuses_an_edited_params_file(tmp_p
     conf, out = str(ROOT / "conf"), tmp_path / "params.yaml"
     assert params.main(["--conf", conf, "--out", str(out)]) == 0
     assert params.main(["--check", "--conf", conf, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"{out} matches {conf}/"
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert str(out) in last and f"{conf}/" in last
     out.write_text(out.read_text().replace("lr: ", "lr: 1", 1))  # 0.001 -> 10.001: still valid
     assert params.main(["--check", "--conf", conf, "--out", str(out)]) == 2
-    assert capsys.readouterr().err.strip() == (
-        f"error: {out}: differs from a fresh compose of {conf}/: run python -m pipeline.params"
-    )
+    assert f"{conf}/" in refused_line(capsys.readouterr().err, out)
 
 
 def test_a_missing_data_dir_or_token_file_is_refused_naming_the_key_and_value(tmp_path):
@@ -476,11 +475,11 @@ def test_a_missing_data_dir_or_token_file_is_refused_naming_the_key_and_value(tm
     cfg = Config(data=DataConfig(source="tokens", dir="mine", tokens=TokensDataConfig(path="ids.npy")))
     with pytest.raises(UserError) as caught:
         params.require_inputs(cfg, tmp_path)
-    assert str(caught.value) == "data.dir = 'mine': directory not found (data.source = 'tokens' reads it)"
+    assert "data.source = 'tokens'" in refused(caught, "data.dir", "mine")  # the key that reads it
     (tmp_path / "mine").mkdir()
     with pytest.raises(UserError) as caught:
         params.require_inputs(cfg, tmp_path)
-    assert str(caught.value) == "data.tokens.path = 'ids.npy': file not found under data.dir = 'mine'"
+    assert "data.dir = 'mine'" in refused(caught, "data.tokens.path", "ids.npy")
 
 
 def committed_params() -> dict:
@@ -491,32 +490,41 @@ def committed_params() -> dict:
 def test_a_params_file_that_is_not_a_mapping_is_refused_naming_its_type():
     with pytest.raises(UserError) as caught:
         params.from_dict([1], source="mine.yaml")
-    assert str(caught.value) == "mine.yaml = 'list': must be a YAML mapping of config groups"
+    refused(caught, "mine.yaml", "list")
 
 
 def test_an_empty_params_file_is_refused_saying_how_to_write_one():
     with pytest.raises(UserError) as caught:
         params.from_dict({}, source="mine.yaml")
-    assert str(caught.value) == "mine.yaml: empty: python -m pipeline.params writes a full one from conf/"
+    assert "python -m pipeline.params" in refused(caught, "mine.yaml")  # the command that writes one
 
 
 @pytest.mark.parametrize(
-    "key, value, message",
-    [
-        ("n_head", 2, "mine.yaml: model.n_head: unknown key"),
-        ("n_heads", "four", "mine.yaml: model.n_heads = 'four': wrong type, expected int"),
-        ("n_heads", "${nope}", "mine.yaml: model.n_heads: Interpolation key 'nope' not found"),
+    "key, value, shown, names",
+    [  # the entry, the value it names (NO_VALUE: none) and the further names the line holds
+        ("n_head", 2, NO_VALUE, ()),
+        ("n_heads", "four", "four", ("int",)),  # the type the schema asks for
+        ("n_heads", "${nope}", NO_VALUE, ("'nope'",)),  # the key the interpolation lacks
     ],
     ids=["unknown key", "wrong type", "unresolved interpolation"],
 )
-def test_a_bad_model_entry_in_a_params_file_is_refused_in_one_line_naming_it(key, value, message):
+def test_a_bad_model_entry_in_a_params_file_is_refused_in_one_line_naming_it(key, value, shown, names):
     """An unknown key, a value of the wrong type (named as the schema asks), an interpolation that
     does not resolve (OmegaConf's first line)."""
     raw = committed_params()
     raw["model"][key] = value
     with pytest.raises(UserError) as caught:
         params.from_dict(raw, source="mine.yaml")
-    assert str(caught.value) == message
+    message = refused(caught, f"mine.yaml: model.{key}", shown)
+    assert all(name in message for name in names)
+
+
+def test_a_list_element_of_the_wrong_type_is_refused_naming_its_index():
+    raw = committed_params()
+    raw["seeds"] = [0.5]
+    with pytest.raises(UserError) as caught:
+        params.from_dict(raw, source="mine.yaml")
+    assert refused(caught, "mine.yaml: seeds[0]", 0.5).endswith(" int")  # the type the schema asks for
 
 
 def test_a_params_file_missing_a_key_is_refused_naming_the_full_key():
@@ -524,9 +532,7 @@ def test_a_params_file_missing_a_key_is_refused_naming_the_full_key():
     del raw["train"]["lr"]
     with pytest.raises(UserError) as caught:
         params.from_dict(raw, source="mine.yaml")
-    assert str(caught.value) == (
-        "mine.yaml: train.lr: missing (python -m pipeline.params writes a full one from conf/)"
-    )
+    assert "'???'" not in refused(caught, "mine.yaml: train.lr")
 
 
 @pytest.mark.parametrize("where", [("train", "lr"), ("model",)], ids=["a value", "a whole group"])
@@ -540,17 +546,14 @@ def test_a_params_file_with_omegaconfs_missing_marker_is_refused_not_given_the_s
     node[where[-1]] = "???"
     with pytest.raises(UserError) as caught:
         params.from_dict(raw, source="mine.yaml")
-    assert str(caught.value) == (
-        f"mine.yaml: {'.'.join(where)}: missing, the value is '???' "
-        "(python -m pipeline.params writes a full one from conf/)"
-    )
+    assert "'???'" in refused(caught, f"mine.yaml: {'.'.join(where)}")  # the marker, named
 
 
 def test_a_params_file_that_does_not_exist_is_refused_naming_it(tmp_path):
     path = tmp_path / "nowhere.yaml"
     with pytest.raises(UserError) as caught:
         params.load(path)
-    assert str(caught.value) == f"{path}: params file not found"
+    refused(caught, path)
 
 
 def test_a_params_file_that_is_not_yaml_is_refused_with_the_parsers_first_line(tmp_path):
@@ -558,14 +561,14 @@ def test_a_params_file_that_is_not_yaml_is_refused_with_the_parsers_first_line(t
     path.write_text("model: [oops\n")
     with pytest.raises(UserError) as caught:
         params.load(path)
-    assert str(caught.value) == f"{path}: not valid YAML (while parsing a flow sequence)"
+    with pytest.raises(yaml.YAMLError) as parsed:
+        yaml.safe_load(path.read_text())
+    assert f"({str(parsed.value).splitlines()[0]})" in refused(caught, path)  # the parser's first line
 
 
 def test_hydras_could_not_override_becomes_an_unknown_key_naming_the_override():
     text = "Could not override 'model.n_head'.\nTo append to your config use +model.n_head=4\nKey 'n_head'"
-    assert str(params.hydra_error(ValueError(text))) == (
-        "override: model.n_head: unknown key (check its spelling in conf/)"
-    )
+    refused(params.hydra_error(ValueError(text)), "override: model.n_head")
 
 
 def test_load_without_a_path_reads_params_yaml_in_the_working_directory(tmp_path, monkeypatch):
@@ -574,6 +577,6 @@ def test_load_without_a_path_reads_params_yaml_in_the_working_directory(tmp_path
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as caught:
         params.load()
-    assert str(caught.value) == "params.yaml: params file not found"
+    refused(caught, "params.yaml")
     shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
     assert params.load() == params.load(ROOT / "params.yaml")
