@@ -25,7 +25,8 @@ from refusals import refused
 
 from pipeline import cli, params
 from pipeline.behaviour import ablation
-from pipeline.circuits import channels, composition, invariant, weights
+from pipeline.circuits import channel_null, composition, invariant, weights
+from pipeline.cli import resolve_device
 from pipeline.config import CompositionConfig
 from pipeline.errors import UserError
 
@@ -447,12 +448,12 @@ def test_invariant_and_channel_nulls_show_their_bars(capsys):
     hw = tiny_weights(1)
     inv = invariant.invariant_scores(hw, CFG, seed=0)
     gen = torch.Generator().manual_seed(0)
-    blocks = channels.channel_blocks(8, hw.d_model, hw.d_head, gen)
-    rows, _ = channels.channel_rows(hw, blocks, CompositionConfig().channel_tolerance)
+    blocks = channel_null.channel_blocks(8, hw.d_model, hw.d_head, gen)
+    rows, _ = channel_null.channel_rows(hw, blocks, CompositionConfig().channel_tolerance)
     capsys.readouterr()
     with cli.showing_progress("bar"):
         inv_shown = invariant.invariant_scores(hw, CFG, seed=0)
-        rows_shown, _ = channels.channel_rows(hw, blocks, CompositionConfig().channel_tolerance)
+        rows_shown, _ = channel_null.channel_rows(hw, blocks, CompositionConfig().channel_tolerance)
     out, err = capsys.readouterr()
     assert out == ""
     assert bar_total(err, "invariant null") == 3 * 3  # kinds x (writer, later reader) layer pairs of 3 layers
@@ -547,3 +548,27 @@ def test_a_bar_in_a_table_of_calls_is_cheap():
                 bar.update()
         per_update = (time.perf_counter() - started) / 10_000
     assert per_update < 1e-4  # 100 us: under 0.1% of a 0.1 s step
+
+
+def test_an_unavailable_device_names_its_key() -> None:
+    if torch.cuda.is_available():
+        assert resolve_device("cuda", "analysis.device") == torch.device("cuda")
+    else:
+        with pytest.raises(UserError) as caught:
+            resolve_device("cuda", "analysis.device")
+        message = str(caught.value)
+        assert "\n" not in message and message.startswith("analysis.device = 'cuda': "), message
+    assert resolve_device("cpu", "analysis.device") == torch.device("cpu")
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto", "analysis.device").type == want
+
+
+def test_keep_freed_memory_takes_on_glibc() -> None:
+    """The heads and dynamics stages' allocator settings (pipeline.cli.keep_freed_memory): glibc
+    takes them (this project's machines are Linux); anywhere else the call is a no-op."""
+    import platform
+
+    from pipeline.cli import keep_freed_memory
+
+    took = keep_freed_memory()
+    assert took is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
