@@ -44,12 +44,14 @@ test: lint browser $(VENV_TL4)/.installed
 	ATTN_CIRCUITS_REQUIRE_BROWSER=1 PYTHONDONTWRITEBYTECODE= $(ONE_THREAD) python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not interop4" $(PYTEST_ARGS)
 	ATTN_CIRCUITS_REQUIRE_TL4=1 PYTHONDONTWRITEBYTECODE= $(TL4_BIN)/python -m pytest -p no:xdist -q -m interop4 $(INTEROP4_FILES)
 
-# The tier that runs in about a minute: everything not marked slow (real training, real dvc) in these
-# files, less the bad-input catalogue's subprocess reruns (the same cases run in-process here).
-FAST_TESTS := $(patsubst %,tests/test_%.py,strands composition score_ranges errata_diagram params bad_input \
-	weights model patterns data checkpoint ablation compare memory invariant glue install)
+# The edit-test loop (docs/testing.md gives its time): the tests of the maths, the comparison across
+# seeds, the config and the bad-input catalogue that run no real training, no dvc and no oracle, less
+# the catalogue's subprocess reruns (the same cases run in-process here).
+FAST_TESTS := $(wildcard tests/test_circuits_*.py tests/test_compare_*.py) \
+	$(patsubst %,tests/test_%.py,config params errors memory io tables bad_input)
 test-fast: $(VENV)/.installed-dev
-	python -m pytest -q -m "not slow" -k "not real_process and not debug_shows" $(FAST_TESTS) $(PYTEST_ARGS)
+	python -m pytest -q -p no:xdist -m "not slow and not interop and not interop4" \
+	  -k "not real_process and not debug_shows" $(FAST_TESTS) $(PYTEST_ARGS)
 
 # The report test opens the page in headless Chromium (Debian's package `chromium`).
 browser:
