@@ -70,6 +70,25 @@ TINY = [
     "analysis.compare.dpi=30",
     "seeds=[0]",
 ]
+# In-process training tests (test_model_train, test_model_origin): a shorter run, smaller batches.
+TINY_TRAIN = [
+    "setup=synthetic",
+    "model.n_heads=2",
+    "model.d_head=4",
+    "model.d_model=16",
+    "model.n_ctx=20",
+    "model.d_vocab=16",
+    "data.n_train_sequences=64",
+    "train.steps=12",
+    "train.save_steps=[]",
+    "train.warmup_steps=2",
+    "train.eval_every=5",
+    "train.batch_size=4",
+    "train.eval_batch_size=4",
+    "train.probe_length=6",
+    "train.threads=1",
+    "analysis.heads.repeat_length=6",
+]
 # The text source on a 20k-character slice of the corpus, a 300-token BPE vocabulary.
 TINY_TEXT = [
     "setup=kjv",

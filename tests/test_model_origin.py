@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from dvc_repo import TINY_TRAIN as TINY
 from models import random_model
 from refusals import one_line
 
@@ -18,26 +19,6 @@ from pipeline.model import origin, tl_checkpoint
 from stages import origin as origin_stage
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-TINY = [
-    "setup=synthetic",
-    "model.n_heads=2",
-    "model.d_head=4",
-    "model.d_model=16",
-    "model.n_ctx=20",
-    "model.d_vocab=16",
-    "data.n_train_sequences=64",
-    "train.steps=12",
-    "train.save_steps=[]",
-    "train.warmup_steps=2",
-    "train.eval_every=5",
-    "train.batch_size=4",
-    "train.eval_batch_size=4",
-    "train.probe_length=6",
-    "train.threads=1",
-    "analysis.heads.repeat_length=6",
-]
 
 
 STANDARD = ModelConfig(

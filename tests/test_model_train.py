@@ -21,6 +21,7 @@ import planted
 import pytest
 import tiny_chain
 import torch
+from dvc_repo import TINY_TRAIN as TINY
 from models import random_model
 from refusals import one_line
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -65,26 +66,6 @@ def cuda_setup(monkeypatch):
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before[:2]
     torch.use_deterministic_algorithms(before[2], warn_only=before[3])
     torch.set_num_threads(before[4])
-
-
-TINY = [
-    "setup=synthetic",
-    "model.n_heads=2",
-    "model.d_head=4",
-    "model.d_model=16",
-    "model.n_ctx=20",
-    "model.d_vocab=16",
-    "data.n_train_sequences=64",
-    "train.steps=12",
-    "train.save_steps=[]",
-    "train.warmup_steps=2",
-    "train.eval_every=5",
-    "train.batch_size=4",
-    "train.eval_batch_size=4",
-    "train.probe_length=6",
-    "train.threads=1",
-    "analysis.heads.repeat_length=6",
-]
 
 
 def write_params(tmp_path: Path, overrides: list[str] = ()) -> Path:
