@@ -372,7 +372,6 @@ def test_run_draws_the_held_out_text_and_the_probe_from_the_runs_seed(run, cfg, 
     assert tuple(heldout.shape) == (8, shape.n_ctx) and tuple(repeated.shape) == (8, 1 + 2 * LENGTH)
 
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ModelConfig(n_heads=2, d_head=4, d_model=16, n_ctx=20, d_vocab=16)
 
 

@@ -472,13 +472,13 @@ def test_a_role_serves_held_out_text_only_where_few_enough_placebo_sets_reach_it
 PROPERTY = settings(derandomize=True, max_examples=30, deadline=None)
 
 
-N_CTX, LENGTH = 9, 4  # repeated sequences [first, span, span] of 1 + 2 x 4 tokens
+RANDOM_N_CTX, RANDOM_LENGTH = 9, 4  # repeated sequences [first, span, span] of 1 + 2 x 4 tokens
 
 
 COMPOSITION = CompositionConfig(baseline_samples=8, null_samples=8)
 
 
-HEADS = HeadsConfig(eval_sequences=4, repeat_length=LENGTH, window_length=2)
+RANDOM_HEADS = HeadsConfig(eval_sequences=4, repeat_length=RANDOM_LENGTH, window_length=2)
 
 
 @st.composite
@@ -488,7 +488,7 @@ def random_models(draw) -> AttnOnlyTransformer:
     n_heads, d_head = draw(st.integers(1, 3)), draw(st.integers(1, 4))
     shape = dict(
         n_layers=draw(st.integers(2, 3)), n_heads=n_heads, d_head=d_head,
-        d_model=draw(st.integers(n_heads * d_head, 12)), n_ctx=N_CTX, d_vocab=draw(st.integers(2, 12)),
+        d_model=draw(st.integers(n_heads * d_head, 12)), n_ctx=RANDOM_N_CTX, d_vocab=draw(st.integers(2, 12)),
         positional_embedding_type=draw(st.sampled_from(["standard", "shortformer"])),
         normalization_type=draw(st.sampled_from([None, "LN"])),
     )  # fmt: skip
@@ -509,18 +509,20 @@ def head_weights(model: AttnOnlyTransformer) -> weights.HeadWeights:
 @given(random_models(), st.integers(0, 2**31 - 1))
 def test_head_scores_are_in_range_and_finite_where_defined(model, seed):
     gen = torch.Generator().manual_seed(seed)
-    span = torch.randint(0, model.cfg.d_vocab, (4, LENGTH), generator=gen)
-    repeated = torch.cat([torch.zeros(4, 1, dtype=torch.long), span, span], dim=1)  # [batch, 1 + 2 LENGTH]
-    heldout = torch.randint(0, model.cfg.d_vocab, (4, N_CTX), generator=gen)
+    span = torch.randint(0, model.cfg.d_vocab, (4, RANDOM_LENGTH), generator=gen)
+    repeated = torch.cat(
+        [torch.zeros(4, 1, dtype=torch.long), span, span], dim=1
+    )  # [batch, 1 + 2 RANDOM_LENGTH]
+    heldout = torch.randint(0, model.cfg.d_vocab, (4, RANDOM_N_CTX), generator=gen)
     hw = head_weights(model)
     scores = composition.composition_scores(hw, COMPOSITION, seed=1)
-    result = heads.analyse_batches(model, hw, repeated, heldout, HEADS, scores)
+    result = heads.analyse_batches(model, hw, repeated, heldout, RANDOM_HEADS, scores)
     table = result.table
     fractions = table[list(heads.PATTERN_SCORES)].to_numpy()
     assert np.isfinite(fractions).all() and ((fractions >= 0) & (fractions <= 1 + 1e-12)).all()
     dup = table["duplicate_token"].to_numpy()
     assert (((dup >= 0) & (dup <= 1 + 1e-12)) | np.isnan(dup)).all()
-    has_repeat = any(len(set(row.tolist())) < N_CTX for row in heldout)
+    has_repeat = any(len(set(row.tolist())) < RANDOM_N_CTX for row in heldout)
     assert np.isnan(dup).all() != has_repeat  # undefined exactly when no query has an earlier copy
     for name in ("copying", "qk_positivity"):
         x = table[name].to_numpy()
@@ -640,9 +642,6 @@ def test_the_heads_library_refuses_a_shape_before_reading_the_checkpoint(tmp_pat
         heads.load_model(tmp_path / "absent.safetensors", config, cfg.analysis.heads, cfg.data)
     assert e.value.where == f"{config}: n_ctx" and e.value.value == 10**7
     assert memory.human(8e9) in str(e.value) and "\n" not in str(e.value)  # against the memory given
-
-
-LENGTH = 7
 
 
 # --- the heads stage: a previous-token head that is not head 0, and its batches --------------

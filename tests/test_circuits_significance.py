@@ -519,9 +519,6 @@ def test_the_planted_pair_is_discovered_and_few_others():
     assert placebo["discovery"].mean() <= FDR
 
 
-FDR = 0.05
-
-
 # --- significance: a q exactly at the FDR -------------------------------------------------
 
 

@@ -367,9 +367,6 @@ def test_t_is_untestable_with_one_checkpoint():
         assert (t["verdict"], t["seeds_tested"], t["mean"]) == ("untestable", 0, None), t
 
 
-EDGE, FDR = 0.1, 0.05
-
-
 # --- claims whose rotations differ; verdicts; reading a seed ---------------------------------
 
 

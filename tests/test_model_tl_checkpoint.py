@@ -372,7 +372,6 @@ def test_a_weight_with_no_bridge_counterpart_is_refused_naming_it():
 
 
 VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"]))
-NORMS = [None, "LN"]
 
 
 @pytest.mark.interop

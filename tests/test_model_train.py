@@ -560,7 +560,6 @@ def test_a_run_too_short_for_a_last_quarter_reports_the_whole_runs_copy_share_fo
     assert metrics["copy_share"] == metrics["copy_share_last_quarter"] == stream.tokens_copied / 240
 
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ModelConfig(n_heads=2, d_head=4, d_model=16, n_ctx=20, d_vocab=16)
 # L layers, H heads of d_head dh, d_model D, context T, vocabulary V
 L, H, dh, D, T, V = 2, 2, 4, 16, 20, 16
@@ -643,7 +642,7 @@ def keyed(estimate: memory.Estimate) -> list[tuple[list[str], bool]]:
     return [([s.key for s in t.sizes], t.host) for t in estimate.terms]
 
 
-CFG = Config(
+MEMORY_CFG = Config(
     model=MODEL,
     data=DataConfig(n_train_sequences=64),
     train=TrainConfig(batch_size=8, eval_batch_size=8, probe_length=6),
@@ -654,11 +653,11 @@ def test_the_training_estimate_is_the_weights_five_times_a_step_and_the_data():
     """A new model trained with batch 8 on 64 synthetic sequences: the weights five times, a
     training step (it outweighs the probe's evaluation here), the data in host memory."""
     s = memory.Shape(MODEL)
-    estimate = train.training_estimate(CFG)
+    estimate = train.training_estimate(MEMORY_CFG)
     assert estimate.terms == (
         *transformer.weight_terms(s, 5 * 4, "weights, gradients and AdamW's moments"),
         *train._training_step(s, memory.size("train.batch_size", 8)),
-        *datasets.synthetic_terms(s, CFG.data),
+        *datasets.synthetic_terms(s, MEMORY_CFG.data),
     )
     assert keyed(estimate) == [
         (["model.d_vocab", "model.d_model"], False),
@@ -676,11 +675,11 @@ def test_the_loading_estimate_is_the_checkpoint_twice_an_evaluation_and_the_data
     cached pass (8 probes of 1 + 2 x 6 outweigh the held-out loss), the synthetic data; the
     shape's keys named by the checkpoint's config.json."""
     s = memory.Shape(MODEL, C)
-    estimate = train.loading_estimate(MODEL, CFG, C)
+    estimate = train.loading_estimate(MODEL, MEMORY_CFG, C)
     assert estimate.terms == (
         *transformer.weight_terms(s, 2 * 4, "the checkpoint's tensors and the model's"),
-        *train._evaluation(s, CFG.train, datasets.eval_count(CFG.data, 8)),
-        *datasets.synthetic_terms(s, CFG.data),
+        *train._evaluation(s, MEMORY_CFG.train, datasets.eval_count(MEMORY_CFG.data, 8)),
+        *datasets.synthetic_terms(s, MEMORY_CFG.data),
     )
     E, P = "train.eval_batch_size", "train.probe_length"
     assert keyed(estimate) == [

@@ -341,9 +341,6 @@ def test_figures_show_every_seed():
     plt.close(fig)
 
 
-EDGE, FDR = 0.1, 0.05
-
-
 # --- the timing figure: every seed's lag where it belongs --------------------------------
 
 

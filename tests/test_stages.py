@@ -730,9 +730,6 @@ def dynamics_chain(tmp_path_factory) -> dict[str, Path]:
     return tiny_chain.run(tmp_path_factory.mktemp("dynamics"))
 
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 LENGTH = 7
 
 
