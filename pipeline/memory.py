@@ -1,6 +1,7 @@
-"""Memory estimates added up and checked before a stage allocates anything: a config whose
-tensors cannot fit (an enormous `model.d_vocab` or `model.n_ctx`) is refused in one line instead
-of running for minutes, swapping, before it fails.
+"""Memory estimates added up and checked before a stage allocates anything.
+
+A config whose tensors cannot fit (an enormous `model.d_vocab` or `model.n_ctx`) is refused in one
+line instead of running for minutes, swapping, before it fails.
 
 An estimate is a list of `Term`s: the bytes of one kind of buffer and the sizes it grows
 with. Each allocating module reports its own, beside the code that allocates (a rough upper

@@ -93,6 +93,27 @@ def shared_dir(tmp_path_factory, request) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_run(shared_dir) -> dict[str, Path]:
+    """The tiny project's stages, origin to dynamics, run in-process once a run (tests/tiny_chain.py,
+    dvc_repo.TINY, seed 0) for every test file and pytest-xdist worker that reads their outputs (a
+    file lock; a marker file written last). Read only: {stage: its directory, "root", "params"}."""
+    import shutil
+
+    import tiny_chain
+    from filelock import FileLock
+
+    root, done = shared_dir / "tiny-run", shared_dir / "tiny-run.done"
+    with FileLock(str(shared_dir / "tiny-run.lock")):
+        if not done.exists():
+            if root.exists():  # an earlier build in this directory that did not finish
+                shutil.rmtree(root)
+            root.mkdir()
+            tiny_chain.run(root)
+            done.write_text("")
+    return {name: root / name for name in tiny_chain.STAGES} | {"root": root, "params": root / "params.yaml"}
+
+
+@pytest.fixture(scope="session")
 def synthetic_seed0(shared_dir):
     """The synthetic setup's model, seed 0 (`train.train` on `setup=synthetic`): trained once a run
     for every module and pytest-xdist worker that asks (a file lock; the model pickled whole, so its

@@ -57,27 +57,23 @@ class Good:
 
 
 @pytest.fixture(scope="module")
-def good(tmp_path_factory) -> Good:
-    root = tmp_path_factory.mktemp("good")
+def good(tiny_run) -> Good:
+    """The tiny project's real run (conftest's `tiny_run`), read only: each case builds its bad input
+    beside it, in its own directory."""
     composed = params_mod.compose(TINY, conf_dir=ROOT / "conf")
-    p = root / "params.yaml"
-    p.write_text(params_mod.dump(composed))
-    stage = lambda name, *argv: import_module(f"stages.{name}").main(["--params", str(p), *argv])  # noqa: E731
-    out = {name: root / name for name in ("origin", "train", "weights", "composition", "heads")}
-    assert stage("origin", "--seed", "0", "--out", str(out["origin"])) == 0
-    origin = str(out["origin"] / "origin.json")
-    assert stage("train", "--seed", "0", "--origin", origin, "--out", str(out["train"]), "--no-progress") == 0
-    model, config = out["train"] / "model.safetensors", out["train"] / "config.json"
-    assert stage("weights", "--model", str(model), "--config", str(config), "--out", str(out["weights"])) == 0
-    weights = out["weights"] / "heads.safetensors"
-    assert stage("composition", "--weights", str(weights), "--out", str(out["composition"])) == 0
-    scores = out["composition"] / "scores.csv"
-    assert stage("heads", "--model", str(model), "--config", str(config), "--weights", str(weights),
-                 "--scores", str(scores), "--out", str(out["heads"])) == 0  # fmt: skip
-    checkpoints = out["train"] / "checkpoints"
-    assert stage("dynamics", "--checkpoints", str(checkpoints), "--config", str(config),
-                 "--out", str(root / "dynamics"), "--no-progress") == 0  # fmt: skip
-    return Good(composed, model, config, weights, scores, out["heads"], checkpoints, root / "dynamics")
+    train = tiny_run["train"]
+    model, config = train / "model.safetensors", train / "config.json"
+    weights, scores = tiny_run["weights"] / "heads.safetensors", tiny_run["composition"] / "scores.csv"
+    return Good(
+        composed,
+        model,
+        config,
+        weights,
+        scores,
+        tiny_run["heads"],
+        train / "checkpoints",
+        tiny_run["dynamics"],
+    )
 
 
 # --- how each case is built --------------------------------------------------------------

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import tiny_chain
 import torch
 from models import random_model
 from refusals import one_line
@@ -31,8 +30,8 @@ from pipeline.model.transformer import next_token_loss
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory) -> dict[str, Path]:
-    return tiny_chain.run(tmp_path_factory.mktemp("dynamics"))
+def chain(tiny_run) -> dict[str, Path]:
+    return tiny_run
 
 
 ROOT = Path(__file__).resolve().parents[1]

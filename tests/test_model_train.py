@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory) -> dict[str, Path]:
-    return tiny_chain.run(tmp_path_factory.mktemp("train"), last="train")
+def chain(tiny_run) -> dict[str, Path]:
+    return tiny_run
 
 
 CFG = ModelConfig(

@@ -14,7 +14,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
-import tiny_chain
 from matplotlib.colors import to_rgba
 
 from pipeline import tables
@@ -193,8 +192,8 @@ def test_read_summary_names_a_missing_fdr(tmp_path, fdr):
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory) -> dict[str, Path]:
-    return tiny_chain.run(tmp_path_factory.mktemp("dynamics"))
+def chain(tiny_run) -> dict[str, Path]:
+    return tiny_run
 
 
 def test_figure_marks_the_phase_change(chain):

@@ -23,7 +23,6 @@ import pandas as pd
 import planted
 import pytest
 import synthetic_seeds as syn
-import tiny_chain
 import torch
 from dvc_repo import TINY
 from models import random_model
@@ -726,8 +725,8 @@ def test_report_writes_one_page_titled_as_configured_with_the_compare_stats(comp
 
 
 @pytest.fixture(scope="module")
-def dynamics_chain(tmp_path_factory) -> dict[str, Path]:
-    return tiny_chain.run(tmp_path_factory.mktemp("dynamics"))
+def dynamics_chain(tiny_run) -> dict[str, Path]:
+    return tiny_run
 
 
 LENGTH = 7

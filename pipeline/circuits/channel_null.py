@@ -1,5 +1,7 @@
-"""Channel discoveries: whether a pair composes mainly through one channel, decided as a whole-pair
-discovery is (pipeline/circuits/significance.py), and channels.csv's rows. Maths only, no I/O.
+"""The channel null: whether a pair composes mainly through one channel, tested.
+
+Decided as a whole-pair discovery is (pipeline/circuits/significance.py), and channels.csv's rows.
+Maths only, no I/O.
 
 The statistic is the top channel's share of the pair's corrected score (pipeline/circuits/
 channels.py: the top block pair's). How large it is by chance depends on the two heads' spectra,

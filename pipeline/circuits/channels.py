@@ -1,7 +1,9 @@
-"""A pair's composition split into channels: its squared true numerator as a sum of non-negative
-shares, one per (writer channel, reader channel), a channel being a block of singular directions
-with (near-)equal singular values. Maths only, no I/O; float64 in, float64 out. The derivation,
-what is unique and why the blocks: docs/maths.md, "Channels".
+"""Splits a pair's composition score into channels.
+
+Its squared true numerator is a sum of non-negative shares, one per (writer channel, reader
+channel), a channel being a block of singular directions with (near-)equal singular values. Maths
+only, no I/O; float64 in, float64 out. The derivation, what is unique and why the blocks:
+docs/maths.md, "Channels".
 
 Row vectors, as stored. With the writer's circuit OV^a = sum_i s_i r_i w_i^T (reads r_i, writes
 w_i) and the reader's N^b = sum_j t_j k_j m_j^T (reads k_j), N^b the circuit of the kind whose

@@ -1,6 +1,7 @@
-"""The errata's rotated strand of K-composition, ||B C D A||, against the true ||A B C D||: what it
-keeps of the true score, as claim (e)'s statistics. Maths only, no I/O. The derivation:
-docs/maths.md, "Channels" (the errata's rotation).
+"""The errata's rotated strand of K-composition: what it keeps of the true score (claim (e)).
+
+||B C D A|| against the true ||A B C D||, as claim (e)'s statistics. Maths only, no I/O. The
+derivation: docs/maths.md, "Channels" (the errata's rotation).
 
 In paper letters A = W_Q^b, B = W_K^bT, C = W_O^aT, D = W_V^aT, ||B C D A|| = ||W_Q^bT OV^a W_K^b||:
 the writer's output meets the keys, as in the true score, but its input meets the queries. It

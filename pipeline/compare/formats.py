@@ -1,8 +1,9 @@
-"""How the compare stage's numbers are printed: each statistic's domain (the values it can take,
-`DOMAINS`: PR-AUC in [0, 1], Spearman's rho in [-1, 1], counts >= 0) and its one format
-(`Formats`): its decimals from its scale, every interval clipped to the domain, no zero with a
-sign. Declared beside the claims' registry (`claims.py`), whose statistics they are; the report
-and the generated docs text print with them.
+"""The formats and domains of the claims' statistics, for every printed number.
+
+Each statistic's domain (the values it can take, `DOMAINS`: PR-AUC in [0, 1], Spearman's rho in [-1,
+1], counts >= 0) and its one format (`Formats`): its decimals from its scale, every interval clipped
+to the domain, no zero with a sign. Declared beside the claims' registry (`claims.py`), whose
+statistics they are; the report and the generated docs text print with them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The machine and the commit building the report: each package's installed version, the
-threads torch may use and why, the git revision. The one part of the page that is not a
-function of the pipeline's outputs and config (`ENVIRONMENT_NOTE` says so on the page).
+"""The environment table: the machine and the commit that built the report.
+
+Each package's installed version, the threads torch may use and why, the git revision. The one part
+of the page that is not a function of the pipeline's outputs and config (`ENVIRONMENT_NOTE` says so
+on the page).
 """
 
 from __future__ import annotations

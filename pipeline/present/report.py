@@ -1,12 +1,14 @@
-"""One self-contained HTML page, rendered from the compare stage's tables and the figures, that
-leads with the answer: a line per claim with its verdict and the first seed's errata diagram,
-then a table of contents, the verdicts, the run's calibration, claim (c)'s comparison, then each
-seed with its errata diagram first; the long tables (every statistic across seeds, each seed's
-roles and role groups, the config) fold away in <details>. Its words about the method are read
-from where the method is computed (the claims' registry, significance.DESCRIPTION, the measures'
-MEASURE_WORDS, the figure modules' CAPTIONS, the verdict and calibration rules), never typed here.
-Images are embedded as data: URIs and the style is inline; the page has no script and no link
-outside itself, so it reads the same offline, from a mail attachment or a USB stick.
+"""Renders the report page from the compare stage's tables and the figures.
+
+One self-contained HTML page that leads with the answer: a line per claim with its verdict and the
+first seed's errata diagram, then a table of contents, the verdicts, the run's calibration, claim
+(c)'s comparison, then each seed with its errata diagram first; the long tables (every statistic
+across seeds, each seed's roles and role groups, the config) fold away in <details>. Its words about
+the method are read from where the method is computed (the claims' registry,
+significance.DESCRIPTION, the measures' MEASURE_WORDS, the figure modules' CAPTIONS, the verdict and
+calibration rules), never typed here. Images are embedded as data: URIs and the style is inline; the
+page has no script and no link outside itself, so it reads the same offline, from a mail attachment
+or a USB stick.
 
 Numbers are printed in each statistic's one format (`compare.formats.Formats`: its decimals
 from its scale, every interval clipped to the statistic's range). Every figure has a caption and
