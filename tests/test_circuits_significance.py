@@ -57,12 +57,36 @@ def as_objects(frame: pd.DataFrame) -> pd.DataFrame:
 # --- step 2: the shape, from the placebo blocks, each aligned on its own median -------------
 
 
+def empirical_null(z: np.ndarray) -> tuple[float, float]:
+    """(centre, scale): the median and the normal-consistent MAD of the finite z; NaN when fewer
+    than three are finite or they do not spread (scale 0: nothing to standardise by)."""
+    z = np.asarray(z, dtype=float)
+    z = z[np.isfinite(z)]
+    if len(z) < 3:
+        return math.nan, math.nan
+    centre = float(np.median(z))
+    scale = significance.MAD_NORMAL * float(np.median(np.abs(z - centre)))
+    return centre, (scale if scale > 0 else math.nan)
+
+
+def discovery_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per family (kind, variant): defined pairs, discoveries and their rate."""
+    g = frame.assign(defined=np.isfinite(frame["z"].to_numpy(dtype=float))).groupby(
+        significance.FAMILY, sort=False
+    )
+    out = pd.DataFrame(
+        {"n_pairs": g["defined"].sum().astype(int), "discoveries": g["discovery"].sum().astype(int)}
+    )
+    out["rate"] = out["discoveries"] / out["n_pairs"].where(out["n_pairs"] > 0)
+    return out.reset_index()
+
+
 def test_empirical_null_is_the_median_and_the_normal_consistent_mad():
-    centre, scale = significance.empirical_null(np.array([1.0, 2.0, 3.0, 4.0, 100.0, np.nan]))
+    centre, scale = empirical_null(np.array([1.0, 2.0, 3.0, 4.0, 100.0, np.nan]))
     assert centre == 3.0 and scale == pytest.approx(1.4826)  # |z - 3| = 2, 1, 0, 1, 97: MAD 1
-    assert all(math.isnan(v) for v in significance.empirical_null(np.array([1.0, 2.0])))  # too few
-    assert math.isnan(significance.empirical_null(np.array([5.0, 5.0, 5.0]))[1])  # no spread
-    assert significance.empirical_null([1.0, None, 2.0, 4.0]) == pytest.approx((2.0, 1.4826))  # None: NaN
+    assert all(math.isnan(v) for v in empirical_null(np.array([1.0, 2.0])))  # too few
+    assert math.isnan(empirical_null(np.array([5.0, 5.0, 5.0]))[1])  # no spread
+    assert empirical_null([1.0, None, 2.0, 4.0]) == pytest.approx((2.0, 1.4826))  # None: NaN
 
 
 def test_aligned_takes_each_blocks_own_median_away():
@@ -85,7 +109,7 @@ def test_blocks_that_sit_apart_do_not_widen_the_null():
         for loc, (i, j) in ((-2.0, (0, 0)), (1.0, (1, 0)), (2.5, (1, 1)))
     ], ignore_index=True)  # fmt: skip
     scale = significance.null_of(placebo).loc[("K", "true"), "scale"]
-    pooled = significance.empirical_null(placebo["z"])[1]
+    pooled = empirical_null(placebo["z"])[1]
     assert 0.85 < scale < 1.2 and pooled > 1.8
 
 
@@ -322,7 +346,7 @@ def test_family_rates_and_summary_count_defined_pairs_and_families_with_any_disc
     assert summary["L0->L0"] == {"families": 1, "with_discovery": 0, "rate": 0.0}  # V: no defined pair
     assert summary["all"] == {"families": 3, "with_discovery": 2, "rate": 2 / 3}
     assert significance.family_summary(tested.assign(z=np.nan, discovery=False))["all"]["rate"] is None
-    table = significance.discovery_table(tested)
+    table = discovery_table(tested)
     assert table[["kind", "n_pairs", "discoveries"]].to_dict("list") == {
         "kind": ["K", "V"], "n_pairs": [5, 0], "discoveries": [3, 0],
     }  # fmt: skip
@@ -381,7 +405,7 @@ def test_every_measure_on_analysis_device_equals_the_cpu_default() -> None:
 
 def rate_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Discoveries over defined pairs per kind and measure."""
-    return significance.discovery_table(frame).set_index(["kind", "variant"])
+    return discovery_table(frame).set_index(["kind", "variant"])
 
 
 @pytest.mark.parametrize("shape", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")))

@@ -24,7 +24,6 @@ from pipeline.circuits.strands import (
     norm,
     rotate,
     shrink_left,
-    singular_values,
     trace,
     transpose,
 )
@@ -114,6 +113,15 @@ def test_trace_and_eigenvalues_equal_dense_and_survive_rotation(s: Strand) -> No
             assert len(a) == len(b)
             for x, y in zip(a, b, strict=True):
                 assert abs(x - y) <= 1e-6 * max(1.0, abs(y))
+
+
+def singular_values(s: Strand) -> torch.Tensor:
+    """Singular values [..., r] (descending) of the folded strand, r = min of its folded outer
+    dims.
+
+    They are the strand's largest r singular values; the rest are zero.
+    """
+    return torch.linalg.svdvals(materialize(fold_outer(s)))
 
 
 def test_norm_is_not_invariant_under_rotation() -> None:

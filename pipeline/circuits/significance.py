@@ -96,18 +96,6 @@ MIN_TAIL_MEAN = 0.558
 MIN_TAIL_PAIRS = 5  # fewer pairs above the threshold: the conformal p alone
 
 
-def empirical_null(z: np.ndarray) -> tuple[float, float]:
-    """(centre, scale): the median and the normal-consistent MAD of the finite z; NaN when fewer
-    than three are finite or they do not spread (scale 0: nothing to standardise by)."""
-    z = np.asarray(z, dtype=float)
-    z = z[np.isfinite(z)]
-    if len(z) < 3:
-        return math.nan, math.nan
-    centre = float(np.median(z))
-    scale = MAD_NORMAL * float(np.median(np.abs(z - centre)))
-    return centre, (scale if scale > 0 else math.nan)
-
-
 def aligned(placebo: pd.DataFrame) -> np.ndarray:
     """Each placebo row's raw z minus the median of its family's block (kind, variant, src_layer,
     dst_layer): how far a non-composing pair strays from where its block sits (step 2). NaN where
@@ -345,16 +333,6 @@ def _family_counts(rates: pd.DataFrame) -> dict:
     families = int((rates["n_pairs"] > 0).sum())
     hits = int(rates["any"].sum())
     return {"families": families, "with_discovery": hits, "rate": hits / families if families else None}
-
-
-def discovery_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per family (kind, variant): defined pairs, discoveries and their rate."""
-    g = frame.assign(defined=np.isfinite(frame["z"].to_numpy(dtype=float))).groupby(FAMILY, sort=False)
-    out = pd.DataFrame(
-        {"n_pairs": g["defined"].sum().astype(int), "discoveries": g["discovery"].sum().astype(int)}
-    )
-    out["rate"] = out["discoveries"] / out["n_pairs"].where(out["n_pairs"] > 0)
-    return out.reset_index()
 
 
 def raw_tables(

@@ -214,14 +214,6 @@ def fold_outer(s: Strand) -> Strand:
     return Strand((shrink_left(s.factors[0]),) + s.factors[1:-1] + (shrink_right(s.factors[-1]),))
 
 
-def singular_values(s: Strand) -> Tensor:
-    """Singular values [..., r] (descending) of the folded strand, r = min of its folded outer dims.
-
-    They are the strand's largest r singular values; the rest are zero.
-    """
-    return torch.linalg.svdvals(materialize(fold_outer(s)))
-
-
 # --- all pairs -------------------------------------------------------------------------
 #
 # ||X_a Y_b||_F for every a in a batch of left strands and every b in a batch of right
