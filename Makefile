@@ -46,12 +46,13 @@ test: lint browser $(VENV_TL4)/.installed
 
 # The edit-test loop (docs/testing.md gives its time): the tests of the maths, the comparison across
 # seeds, the config and the bad-input catalogue that run no real training, no dvc and no oracle, less
-# the catalogue's subprocess reruns (the same cases run in-process here).
+# the catalogue's subprocess reruns (the same cases run in-process here) and the false-discovery
+# rates on untrained models of the paper's shapes (minutes: make test runs them).
 FAST_TESTS := $(wildcard tests/test_circuits_*.py tests/test_compare_*.py) \
 	$(patsubst %,tests/test_%.py,config params errors memory io tables bad_input)
 test-fast: $(VENV)/.installed-dev
 	python -m pytest -q -p no:xdist -m "not slow and not interop and not interop4" \
-	  -k "not real_process and not debug_shows" $(FAST_TESTS) $(PYTEST_ARGS)
+	  -k "not real_process and not debug_shows and not untrained_weights" $(FAST_TESTS) $(PYTEST_ARGS)
 
 # The report test opens the page in headless Chromium (Debian's package `chromium`).
 browser:

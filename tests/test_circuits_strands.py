@@ -277,7 +277,7 @@ def test_gram_vectors_multiply_a_wide_outer_factor_before_squaring(batch: tuple[
 
 
 def test_gram_vectors_name_a_bad_side() -> None:
-    with pytest.raises(ValueError, match=r"side must be 'left' or 'right', not 'up'"):
+    with pytest.raises(ValueError, match="'up'"):
         gram_vectors(random_strand(0, [3, 2, 4]), "up")
 
 
@@ -295,23 +295,19 @@ def test_grams_are_cheaper_counts_multiply_adds() -> None:
 
 
 def test_bad_strands_name_the_factor_and_shapes() -> None:
-    with pytest.raises(ValueError, match=r"^a strand needs at least one factor$"):
+    with pytest.raises(ValueError, match="^[^\n]+$"):
         Strand(())
-    with pytest.raises(
-        ValueError, match=r"^factor 1 has shape \[3\]: a factor is a matrix \[\.\.\., rows, cols\]$"
-    ):
+    with pytest.raises(ValueError, match=r"^factor 1 [^\n]*\[3\]"):
         Strand((torch.zeros(2, 3), torch.zeros(3)))
-    with pytest.raises(
-        ValueError, match=r"^factor 1 \[2, 3, 4\] has 4 columns but factor 2 \[5, 3\] has 5 rows$"
-    ):
+    with pytest.raises(ValueError, match=r"^factor 1 \[2, 3, 4\][^\n]*factor 2 \[5, 3\]"):
         Strand((torch.zeros(6, 3), torch.zeros(2, 3, 4), torch.zeros(5, 3)))
-    with pytest.raises(ValueError, match=r"^only a square strand can be rotated; this one is 3 x 4$"):
+    with pytest.raises(ValueError, match=r"3 x 4$"):
         rotate(random_strand(0, [3, 2, 4]), 1)
-    with pytest.raises(ValueError, match=r"^trace and eigenvalues need a square strand; this one is 3 x 4$"):
+    with pytest.raises(ValueError, match=r"3 x 4$"):
         eigenvalues(random_strand(0, [3, 2, 4]))
-    with pytest.raises(ValueError, match=r"^left is \[\.\., 3, 4\] but right is \[\.\., 5, 6\]$"):
+    with pytest.raises(ValueError, match=r"\[\.\., 3, 4\][^\n]*\[\.\., 5, 6\]$"):
         all_pairs_norms(random_strand(0, [3, 2, 4]), random_strand(1, [5, 2, 6]))
-    with pytest.raises(ValueError, match=r"^method must be 'auto', 'factors' or 'grams', not 'dense'$"):
+    with pytest.raises(ValueError, match="'dense'$"):
         all_pairs_norms(random_strand(0, [3, 2, 4]), random_strand(1, [4, 2, 6]), method="dense")
 
 
