@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
+from hypothesis import strategies as st
 
 from pipeline.circuits.weights import HeadWeights
 from pipeline.config import ModelConfig
@@ -92,3 +93,24 @@ def head_weights(W_Q, W_K, W_V, W_O) -> HeadWeights:
         W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, b_Q=z(L, H, d), b_K=z(L, H, d), b_V=z(L, H, d), b_O=z(L, D),
         W_E=z(5, D), W_pos=z(4, D), W_U=z(D, 5), b_U=z(5),
     )  # fmt: skip
+
+
+@st.composite
+def random_models(draw, n_ctx: int) -> AttnOnlyTransformer:
+    """A random attention-only model in float64 of any small shape and context `n_ctx`, every
+    parameter (biases and LayerNorm too) drawn at one std from 0.05 to 3; one head may be dead
+    (W_V = 0: OV = 0). A hypothesis strategy, for the property tests of scores and head roles."""
+    n_heads, d_head = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    shape = dict(
+        n_layers=draw(st.integers(2, 3)), n_heads=n_heads, d_head=d_head,
+        d_model=draw(st.integers(n_heads * d_head, 12)), n_ctx=n_ctx, d_vocab=draw(st.integers(2, 12)),
+        positional_embedding_type=draw(st.sampled_from(["standard", "shortformer"])),
+        normalization_type=draw(st.sampled_from([None, "LN"])),
+    )  # fmt: skip
+    seed, std = draw(st.integers(0, 2**31 - 1)), draw(st.floats(0.05, 3.0))
+    model = random_model(seed=seed, init_range=std, bias_std=std, **shape)
+    if draw(st.booleans()):
+        layer, head = draw(st.integers(0, model.cfg.n_layers - 1)), draw(st.integers(0, n_heads - 1))
+        with torch.no_grad():
+            model.blocks[layer].attn.W_V[head] = 0.0
+    return model

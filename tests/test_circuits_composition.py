@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from models import head_weights, random_model
+from models import head_weights, random_models
 
 from pipeline import streams
 from pipeline.behaviour import heads
@@ -28,7 +28,6 @@ from pipeline.circuits.scoring import summarize
 from pipeline.circuits.weights import HeadWeights, from_state_dict
 from pipeline.cli import use_threads
 from pipeline.config import CompositionConfig
-from pipeline.model.transformer import AttnOnlyTransformer
 
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)
 F64 = torch.float64
@@ -549,30 +548,6 @@ SMALL = CompositionConfig(baseline_samples=8, null_samples=8)
 N_CTX, LENGTH = 9, 4  # repeated sequences [first, span, span] of 1 + 2 x 4 tokens
 
 
-@st.composite
-def random_models(draw) -> AttnOnlyTransformer:
-    """A random attention-only model in float64 of any small shape, every parameter (biases and
-    LayerNorm too) drawn at one std from 0.05 to 3; one head may be dead (W_V = 0: OV = 0)."""
-    n_heads, d_head = draw(st.integers(1, 3)), draw(st.integers(1, 4))
-    shape = dict(
-        n_layers=draw(st.integers(2, 3)), n_heads=n_heads, d_head=d_head,
-        d_model=draw(st.integers(n_heads * d_head, 12)), n_ctx=N_CTX, d_vocab=draw(st.integers(2, 12)),
-        positional_embedding_type=draw(st.sampled_from(["standard", "shortformer"])),
-        normalization_type=draw(st.sampled_from([None, "LN"])),
-    )  # fmt: skip
-    seed, std = draw(st.integers(0, 2**31 - 1)), draw(st.floats(0.05, 3.0))
-    model = random_model(seed=seed, init_range=std, bias_std=std, **shape)
-    if draw(st.booleans()):
-        layer, head = draw(st.integers(0, model.cfg.n_layers - 1)), draw(st.integers(0, n_heads - 1))
-        with torch.no_grad():
-            model.blocks[layer].attn.W_V[head] = 0.0
-    return model
-
-
-def heads_of(model: AttnOnlyTransformer) -> weights.HeadWeights:
-    return weights.from_state_dict(model.state_dict())
-
-
 def frobenius(t: torch.Tensor) -> torch.Tensor:
     return torch.linalg.matrix_norm(t)
 
@@ -587,9 +562,9 @@ def zero_circuits(hw: weights.HeadWeights, frame: pd.DataFrame) -> tuple[np.ndar
 
 
 @PROPERTY
-@given(random_models())
+@given(random_models(N_CTX))
 def test_composition_scores_are_in_range_and_undefined_only_for_zero_circuits(model):
-    hw = heads_of(model)
+    hw = weights.from_state_dict(model.state_dict())
     frame = composition.composition_scores(hw.to(torch.float32), SMALL, seed=0)  # float32 in, float64 out
     assert all(frame[c].dtype == np.float64 for c in ("score", "baseline_mean", "baseline_std", "z"))
     score = frame["score"].to_numpy()
@@ -611,10 +586,10 @@ def exponents(draw, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 @PROPERTY
-@given(random_models(), st.data())
+@given(random_models(N_CTX), st.data())
 def test_scaling_any_head_matrix_by_a_power_of_two_changes_no_score(model, data):
     """Weights from 2^-900 to 2^900 times normal: the same scores, bit for bit."""
-    hw = heads_of(model)
+    hw = weights.from_state_dict(model.state_dict())
     L, H = hw.n_layers, hw.n_heads
     per_head = {name: torch.pow(2.0, data.draw(exponents((L, H, 1, 1)))) for name in weights.HEAD_MATRICES}
     scaled = replace(
