@@ -5,6 +5,7 @@ tests/synthetic_seeds.py, summary.json's parts and the headline."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -55,6 +56,12 @@ def curves_of(steps_per_seed: dict[int, list[int]]):
 def two_seeds() -> compare.Comparison:
     """The comparison of synthetic seeds 0 and 1 (read only)."""
     return compare.compare([syn.seed_inputs(s) for s in (0, 1)], CFG, EDGE, FDR)
+
+
+@pytest.fixture(scope="module")
+def three_seeds() -> compare.Comparison:
+    """The comparison of synthetic seeds 0, 1 and 2 (read only)."""
+    return compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE, FDR)
 
 
 def test_group_composition_known_values():
@@ -130,8 +137,8 @@ def test_verdict(stat, values, expected):
     assert compare.verdict(stat, 0.0, values, min_seeds=3) == expected
 
 
-def test_compare_across_seeds():
-    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE, FDR)
+def test_compare_across_seeds(three_seeds):
+    result = three_seeds
     assert list(result.claims["seed"].unique()) == [0, 1, 2]
     assert list(result.groups["seed"].unique()) == [0, 1, 2]
     assert list(result.roles["seed"].unique()) == [0, 1, 2]
@@ -273,9 +280,8 @@ def test_seeds_evaluated_at_different_steps_are_refused():
         ("untestable", "untestable", "untestable"),
     ],
 )
-def test_a_claim_against_both_rotations_holds_or_fails_only_against_both(bcda, dabc, expected):
-    result = compare.compare([syn.seed_inputs(s) for s in (0, 1, 2)], CFG, EDGE, FDR)
-    summary = result.summary
+def test_a_claim_against_both_rotations_holds_or_fails_only_against_both(three_seeds, bcda, dabc, expected):
+    summary = copy.deepcopy(three_seeds.summary)
     for rotation, word in (("errata_bcda", bcda), ("errata_dabc", dabc)):
         summary["claims"]["m"][rotation]["verdict"] = word
     summary["claims"]["m"]["errata_dabc"]["mean"] = -2.0
