@@ -45,14 +45,16 @@ test: lint browser $(VENV_TL4)/.installed
 	ATTN_CIRCUITS_REQUIRE_TL4=1 PYTHONDONTWRITEBYTECODE= $(TL4_BIN)/python -m pytest -p no:xdist -q -m interop4 $(INTEROP4_FILES)
 
 # The edit-test loop (docs/testing.md gives its time): the tests of the maths, the comparison across
-# seeds, the config and the bad-input catalogue that run no real training, no dvc and no oracle, less
-# the catalogue's subprocess reruns (the same cases run in-process here) and the false-discovery
-# rates on untrained models of the paper's shapes (minutes: make test runs them).
+# seeds, the config schemas, the errors, memory estimates, I/O and tables, on every core, that run no
+# Hydra composition, real training, dvc or oracle: not the untrained paper-shape false-discovery
+# rates (minutes), nor test_params and the bad-input catalogue (Hydra composes conf/ in each case):
+# make test runs them.
 FAST_TESTS := $(wildcard tests/test_circuits_*.py tests/test_compare_*.py) \
-	$(patsubst %,tests/test_%.py,config params errors memory io tables bad_input)
+	$(patsubst %,tests/test_%.py,config errors memory io tables)
 test-fast: $(VENV)/.installed-dev
-	python -m pytest -q -p no:xdist -m "not slow and not interop and not interop4" \
-	  -k "not real_process and not debug_shows and not untrained_weights" $(FAST_TESTS) $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(ONE_THREAD) python -m pytest -q -n $(TEST_WORKERS) \
+	  -m "not slow and not interop and not interop4" \
+	  -k "not untrained_weights" $(FAST_TESTS) $(PYTEST_ARGS)
 
 # The report test opens the page in headless Chromium (Debian's package `chromium`).
 browser:
