@@ -85,15 +85,28 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+def by_kind_and_variant(frame: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+    """`frame`'s rows of each kind and measure, in their order, found in one pass (comparing the
+    string columns for each would scan them each time); a pair with no rows gets the frame's
+    empty head, as the comparison would."""
+    groups = frame.groupby(["kind", "variant"], sort=False).indices
+    empty = frame.iloc[:0]
+    return {
+        (k, v): frame.iloc[groups[k, v]] if (k, v) in groups else empty
+        for k in KINDS
+        for v in (*VARIANTS, *OTHER_MEASURES)
+    }
+
+
 def spearman(effects: pd.DataFrame, scores: pd.DataFrame, effect: str) -> dict[str, dict[str, float | None]]:
     """{kind: {variant: rho}} between |effect| and the score, over the pairs where both are
     defined; None where undefined (fewer than 3 pairs, or a constant effect or score). Ties
     get average ranks (as scipy.stats.spearmanr; pandas computes it without scipy)."""
-    merged = effects.merge(scores, on=PAIR, how="inner")
+    merged = by_kind_and_variant(effects.merge(scores, on=PAIR, how="inner"))
     out: dict[str, dict[str, float | None]] = {}
     for kind in KINDS:
         for variant in measures(scores):
-            rows = merged[(merged["kind"] == kind) & (merged["variant"] == variant)]
+            rows = merged[kind, variant]
             x, y = rows[effect].abs().to_numpy(float), rows["score"].to_numpy(float)
             ok = np.isfinite(x) & np.isfinite(y)
             x, y = x[ok], y[ok]
@@ -146,6 +159,7 @@ def interaction(
     residual's variance over the log effect's, over the pairs where the log effect is defined."""
     rhos: dict[str, dict[str, float | None]] = {}
     shares: dict[str, float | None] = {}
+    groups = by_kind_and_variant(scores)
     for kind in KINDS:
         mine = effects[effects["kind"] == kind]
         e = pair_part(mine, effect)
@@ -155,7 +169,7 @@ def interaction(
         shares[kind] = _finite(1 - np.var(e[ok]) / np.var(logs[ok])) if ok.sum() >= 3 else None
         part = mine[PAIR].assign(effect_part=e)
         for variant in measures(scores):
-            theirs = scores[(scores["kind"] == kind) & (scores["variant"] == variant)]
+            theirs = groups[kind, variant]
             merged = part.merge(theirs[PAIR].assign(score_part=pair_part(theirs, "score")), on=PAIR)
             x, y = merged["effect_part"].to_numpy(float), merged["score_part"].to_numpy(float)
             both = np.isfinite(x) & np.isfinite(y)
@@ -181,12 +195,13 @@ def top_source(
     """{kind: {variant: {"match": m, "heads": n}}}: of the n later heads whose largest |effect|
     reaches `min_effect`, m have that edge's earlier head as their top-scoring source."""
     out: dict[str, dict[str, dict[str, int]]] = {}
+    groups = by_kind_and_variant(scores)
     for kind in KINDS:
         cut = effects[effects["kind"] == kind].assign(size=lambda f: f[effect].abs())
         causal = _top(cut, "size")
         causal = causal[causal["size"] >= min_effect]
         for variant in measures(scores):
-            ranked = _top(scores[(scores["kind"] == kind) & (scores["variant"] == variant)], "score")
+            ranked = _top(groups[kind, variant], "score")
             both = causal.merge(ranked, left_index=True, right_index=True, suffixes=("_causal", ""))
             match = (both["src_layer_causal"] == both["src_layer"]) & (
                 both["src_head_causal"] == both["src_head"]
@@ -252,11 +267,11 @@ def ranking(
 ) -> dict[str, dict[str, dict[str, float | int | None]]]:
     """{kind: {variant: {"pr_auc", "roc_auc", "causal", "pairs"}}}: each score as a ranking of the
     causal edges (`causal_edges`) over the pairs both tables have."""
-    merged = causal.merge(scores, on=PAIR, how="inner")
+    merged = by_kind_and_variant(causal.merge(scores, on=PAIR, how="inner"))
     out: dict = {}
     for kind in KINDS:
         for variant in measures(scores):
-            rows = merged[(merged["kind"] == kind) & (merged["variant"] == variant)]
+            rows = merged[kind, variant]
             labels, score = rows["causal"].to_numpy(bool), rows["score"].to_numpy(float)
             out.setdefault(kind, {})[variant] = {
                 "pr_auc": _finite(average_precision(labels, score)),
