@@ -36,9 +36,8 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-# A seed trains in a second or two; every stage still does real work. Others may append
-# keys their stages need to stay tiny.
-TINY = [
+# The tiny model and its data, shared by the DVC tests' config and the in-process training tests'.
+TINY_MODEL = [
     "setup=synthetic",
     "model.n_heads=2",
     "model.d_head=4",
@@ -46,6 +45,11 @@ TINY = [
     "model.n_ctx=20",
     "model.d_vocab=16",
     "data.n_train_sequences=64",
+]
+# A seed trains in a second or two; every stage still does real work. Others may append
+# keys their stages need to stay tiny.
+TINY = [
+    *TINY_MODEL,
     "data.copies.min_span=3",
     "data.copies.max_span=6",
     "train.steps=20",
@@ -72,13 +76,7 @@ TINY = [
 ]
 # In-process training tests (test_model_train, test_model_origin): a shorter run, smaller batches.
 TINY_TRAIN = [
-    "setup=synthetic",
-    "model.n_heads=2",
-    "model.d_head=4",
-    "model.d_model=16",
-    "model.n_ctx=20",
-    "model.d_vocab=16",
-    "data.n_train_sequences=64",
+    *TINY_MODEL,
     "train.steps=12",
     "train.save_steps=[]",
     "train.warmup_steps=2",
