@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
 import torch
 
-from pipeline.config import ModelConfig
+from pipeline.behaviour import heads
+from pipeline.circuits import composition, weights
+from pipeline.config import CompositionConfig, HeadsConfig, ModelConfig
 from pipeline.model.transformer import AttnOnlyTransformer
 
 V = 16  # d_vocab
@@ -176,3 +179,26 @@ def plant_key_channel(hw, src_head: int, dst_head: int, strength: float):
     W_K = hw.W_K.clone()
     W_K[1, dst_head] = G @ W_K[1, dst_head]  # the keys read x G: their input directions move by G
     return replace(hw, W_K=W_K)
+
+
+# --- the heads analysis of the planted model (test_behaviour_heads, the head figures' tests) ---
+
+LENGTH = 7  # the repeated probe's span
+HEADS = HeadsConfig(eval_sequences=32, repeat_length=LENGTH, window_length=WINDOW)
+ROLES = {
+    (0, 0): "previous_token", (0, 1): "first_token", (0, 2): "duplicate_token",
+    (1, 0): "induction", (1, 1): "current_token", (1, 2): "recent_window",
+}  # fmt: skip
+
+
+def scores_of(hw: weights.HeadWeights) -> pd.DataFrame:
+    """The composition scores of `hw` on a small null (8 baseline, 4 null draws, seed 0)."""
+    return composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
+
+
+def analysed(scores: pd.DataFrame) -> heads.HeadsResult:
+    """The heads analysis of the planted model on 32 repeated and 32 random sequences, `scores` its
+    composition."""
+    hw = weights.from_state_dict(state_dict())
+    probe, heldout = repeated(32, LENGTH, 0), random_tokens(32, N_CTX, 1)
+    return heads.analyse_batches(model(), hw, probe, heldout, HEADS, scores)

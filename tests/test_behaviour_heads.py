@@ -35,20 +35,7 @@ from pipeline.model import tl_checkpoint, transformer
 from pipeline.model.transformer import AttnOnlyTransformer
 from pipeline.tables import ABLATION_COLUMNS, KINDS, ROLES, VARIANTS
 
-LENGTH = 7
-
-
-CFG = HeadsConfig(eval_sequences=32, repeat_length=LENGTH, window_length=planted.WINDOW)
-
-
-PLANTED_ROLES = {
-    (0, 0): "previous_token", (0, 1): "first_token", (0, 2): "duplicate_token",
-    (1, 0): "induction", (1, 1): "current_token", (1, 2): "recent_window",
-}  # fmt: skip
-
-
-def scores_of(hw: weights.HeadWeights) -> pd.DataFrame:
-    return composition.composition_scores(hw, CompositionConfig(baseline_samples=8, null_samples=4), seed=0)
+LENGTH, CFG, PLANTED_ROLES, scores_of = planted.LENGTH, planted.HEADS, planted.ROLES, planted.scores_of
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +45,7 @@ def planted_scores():
 
 @pytest.fixture(scope="module")
 def planted_result(planted_scores):
-    model, hw = planted.model(), weights.from_state_dict(planted.state_dict())
-    repeated, heldout = planted.repeated(32, LENGTH, 0), planted.random_tokens(32, planted.N_CTX, 1)
-    return heads.analyse_batches(model, hw, repeated, heldout, CFG, planted_scores)
+    return planted.analysed(planted_scores)
 
 
 def dense_positivity(M: torch.Tensor) -> float:
