@@ -45,25 +45,25 @@ def mutant_watchdog(seconds: int = MUTANT_WALL_S) -> None:
 # first, longest first, so that no long file starts last while the other worker idles, and each
 # file that builds a shared fixture (a file lock: `reproduced`, `synthetic_seed0`) comes before the
 # files that read it, so that no worker waits on the lock, its core idle, while the other builds.
-# Seconds: one profiled run's on 2 cores, the machine busy with other work (the order matters, not
-# the numbers).
+# Seconds: each file's in one run of the suite on 2 cores (`--durations=0`; the order matters, not the
+# numbers).
 LONGEST_FIRST = (
-    "test_experiments.py",  # 1270 s; builds the tiny project reproduced, seeds [0] then [0, 1]
-    "test_model_train.py",  # 34 s; trains synthetic_seed0 first
-    "test_circuits_channel_null.py",  # 226 s; reads synthetic_seed0
-    "test_pipeline_dvc.py",  # 493 s; the rest read the reproduced projects, or nothing shared
-    "test_reliability.py",  # 296 s
-    "test_dvc_yaml.py",  # 201 s
-    "test_api.py",  # 175 s
-    "test_circuits_significance.py",  # 155 s; reads synthetic_seed0
-    "test_stages.py",  # 160 s
-    "test_model_tl_checkpoint.py",  # 95 s
-    "test_behaviour_heads.py",  # 87 s
-    "test_bad_input.py",  # 80 s
-    "test_hub.py",  # 76 s
-    "test_params.py",  # 58 s
-    "test_present_report.py",  # 51 s
-    "test_api_docs.py",  # 34 s
+    "test_experiments.py",  # 490 s; builds the tiny project reproduced, seeds [0] then [0, 1]
+    "test_model_train.py",  # 120 s; trains synthetic_seed0 first
+    "test_circuits_channel_null.py",  # 120 s; reads synthetic_seed0
+    "test_pipeline_dvc.py",  # 170 s; the rest read the reproduced projects, or nothing shared
+    "test_reliability.py",  # 150 s
+    "test_dvc_yaml.py",  # 45 s
+    "test_api.py",  # 55 s
+    "test_circuits_significance.py",  # 130 s; reads synthetic_seed0
+    "test_stages.py",  # 130 s
+    "test_model_tl_checkpoint.py",  # 85 s
+    "test_behaviour_heads.py",  # 20 s
+    "test_bad_input.py",  # 30 s
+    "test_hub.py",  # 70 s
+    "test_params.py",  # 60 s
+    "test_present_report.py",  # 55 s
+    "test_api_docs.py",  # 30 s
 )
 
 
