@@ -68,8 +68,6 @@ VERDICTS = tuple(CLAIMS)  # summary.json's verdicts, in the registry's order
 
 def readme_exp_show() -> list[str]:
     """The README's `dvc exp show` command for people (the verdicts), as arguments."""
-    import shlex
-
     line = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if "dvc exp show --drop" in ln)
     return shlex.split(line.split("#")[0])[1:]
 
