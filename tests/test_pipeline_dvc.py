@@ -1,5 +1,6 @@
 """The foundation, end to end with the real DVC, Hydra and torch on the tiny config:
-`dvc repro` produces every artifact; a second run does nothing; a figures parameter
+`dvc repro` produces every artifact; adding a seed runs only that seed, removing one leaves
+nothing of it; a second run does nothing; a figures parameter
 reruns only what draws; a bad experiment override fails in one line naming the key,
 leaving params.yaml as it was; a change to the model code reruns the stages that run the
 model and not composition (which reads only weight files);
@@ -67,6 +68,20 @@ def test_adding_a_seed_runs_only_the_new_seed(repo):
     assert sorted(grown) == sorted([f"{s}@1" for s in ARTIFACTS] + ["calibrate@0", "compare", "report"])
     assert list(pd.read_csv(path / "outputs" / "compare" / "claims.csv")["seed"].unique()) == [0, 1]
     assert '<h2 id="seed1">' in (path / "outputs" / "report" / "index.html").read_text()
+
+
+def test_shrinking_seeds_leaves_no_stale_seed(shared_dir, tmp_path):
+    grown = reproduced(shared_dir, (0, 1))[0]
+    repo = copy_repo(grown, tmp_path / "repo")
+    run(repo, str(BIN / "python"), "-m", "pipeline.params", "seeds=[1]")
+    proc = dvc(repo, "repro")
+    assert sorted(stages_run(proc)) == ["calibrate@1", "compare", "report"]  # its chimeras: no other seed
+    assert "seed0 is not in seeds [1]" in proc.stdout + proc.stderr  # named, left out
+    assert list(pd.read_csv(repo / "outputs" / "compare" / "claims.csv")["seed"].unique()) == [1]
+    assert set(pd.read_csv(repo / "outputs" / "compare" / "roles.csv")["seed"]) == {1}
+    page = (repo / "outputs" / "report" / "index.html").read_text()
+    assert '<h2 id="seed1">' in page and '<h2 id="seed0">' not in page
+    assert "Data and pipelines are up to date" in dvc(repo, "status").stdout
 
 
 def test_second_repro_runs_nothing(repo):
