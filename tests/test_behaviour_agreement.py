@@ -436,3 +436,10 @@ def test_each_effects_ranking_is_built_from_that_effect():
     # the pattern effect cut at each threshold: its edge (0.5) is causal up to 0.1
     for cut in summary["pattern_effect"]["by_threshold"].values():
         assert cut["ranking"]["K"]["true"]["causal"] == 1 and cut["ranking"]["K"]["true"]["pr_auc"] == 0.25
+    # and each effect's statistics, under their keys, are the functions' own
+    for effect in agreement.EFFECTS:
+        rhos, share = agreement.interaction(effects, scores, effect)
+        got = summary[effect]
+        assert (got["interaction"], got["main_share"]) == (rhos, share), effect
+        assert got["spearman"] == agreement.spearman(effects, scores, effect), effect
+        assert got["top_source"] == agreement.top_source(effects, scores, effect, 0.01), effect

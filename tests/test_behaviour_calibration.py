@@ -5,6 +5,7 @@ fixed sign, and the summaries, on small random models and hand-made tables."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -150,7 +151,6 @@ def test_bulk_p_is_the_tests_p_with_the_location_unfloored():
     )
 
 
-@pytest.mark.slow
 def test_calibrate_on_a_small_model_reports_every_part(hw):
     """Every part of calibration.json on a random model and a partner: the nulls' family rates per
     measure, the planted power per plant, reader and measure, the placebo rates, the limits."""
@@ -184,3 +184,10 @@ def test_calibrate_on_a_small_model_reports_every_part(hw):
         calibration.K_MEASURES
     )
     assert s["claim_e"]["model"]["e"] is None  # no circuit pairs: JSON null, not NaN
+    # a power row is the planted model's own test with the run's seed (the same null draws)
+    row = got.power.iloc[0]
+    src, dst = (int(x) for x in re.fullmatch(r"L0H(\d+)->L1H(\d+)", row["pair"]).groups())
+    tested, _ = significance.measured(calibration.plant(hw, src, dst, row["strength"], row["plant"]), CFG, 0,
+                                      "shortformer")  # fmt: skip
+    at = tested.set_index(["kind", "src_layer", "src_head", "dst_layer", "dst_head", "variant"])
+    assert at.loc[("K", 0, src, 1, dst, row["measure"]), "z"] == row["raw_z"]

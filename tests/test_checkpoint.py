@@ -83,6 +83,15 @@ def test_plain_tensor_pth_loads_with_weights_only(tmp_path):
     assert torch.equal(loaded.embed.W_E, model.embed.W_E)
 
 
+def test_a_pt_file_holding_its_state_under_state_dict_loads_that_state(tmp_path):
+    """A training script's `torch.save({"state_dict": ..., "step": ...})`: the state inside."""
+    state = AttnOnlyTransformer(CFG).state_dict()
+    torch.save({"state_dict": state, "step": torch.tensor(7)}, tmp_path / "model.pt")
+    loaded, meta = checkpoint.load_state(tmp_path / "model.pt")
+    assert meta == {} and list(loaded) == list(state)
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+
+
 def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
     state = AttnOnlyTransformer(CFG).state_dict()
     state["blocks.1.attn.W_K"] = torch.zeros(2, 8, 5)

@@ -318,10 +318,12 @@ def test_native_attention_scale_is_read_as_the_bridge_computes_it():
         {"use_attn_scale": False, "attn_scale": 5.0},
     ):
         assert tl_checkpoint.from_tl_config({**bridge, **change}) == STANDARD
-    with pytest.raises(UserError) as caught:
-        tl_checkpoint.from_tl_config({**bridge, "attn_scale": 5.0})
-    assert (caught.value.where, caught.value.value) == ("config.json: attn_scale", 5.0)
-    one_line(caught, "sqrt(d_head) = 2")
+    unset = {k: v for k, v in bridge.items() if k != "use_attn_scale"}  # the bridge's default: True
+    for divides_by_5 in ({**bridge, "attn_scale": 5.0}, {**unset, "attn_scale": 5.0}):
+        with pytest.raises(UserError) as caught:
+            tl_checkpoint.from_tl_config(divides_by_5)
+        assert (caught.value.where, caught.value.value) == ("config.json: attn_scale", 5.0)
+        one_line(caught, "sqrt(d_head) = 2")
     absent = {k: v for k, v in bridge.items() if k != "normalization_type"}  # the bridge's default: LN
     assert tl_checkpoint.from_tl_config(absent).normalization_type == "LN"
 

@@ -590,6 +590,14 @@ def test_claim_c_tables_show_the_role_only_baseline_and_each_threshold():
     # edges (a count: its mean to a tenth), the role-only ranker's PR-AUC, the corrected score's
     assert by_threshold["0.05"][2:5] == ["1.0 [1.0, 1.0]", "0.50 [0.50, 0.50]", "1.00 [1.00, 1.00]"]
     assert by_threshold["0.1"][2] == "0.0 [0.0, 0.0]" and set(by_threshold["0.1"][3:]) == {"–"}
+    # (c)'s own comparison: per effect, a row per measure, each rho with two decimals and its interval
+    interaction = rows_of(report.interaction_table(result.stats))
+    assert [r[:2] for r in interaction] == [
+        [e, m] for e in dict.fromkeys(r[0] for r in baseline) for m in MEASURES
+    ]
+    assert all(
+        re.fullmatch(r"-?\d\.\d\d \[-?\d\.\d\d, -?\d\.\d\d\]|–", c) for r in interaction for c in r[2:]
+    )
 
 
 # --- the page's words come from where the method is computed ------------------------------------

@@ -83,3 +83,24 @@ def test_the_committed_text_is_what_the_committed_runs_verdicts_give():
     ):
         text = path.read_text()
         assert results.fill(text, results.render(verdicts, results.FILES[path.name]), str(path)) == text, path
+
+
+def test_main_rewrites_every_file_given_and_a_one_seed_mean_has_no_interval(tmp_path):
+    """`python -m pipeline.present.results` on a one-seed run: each file named is rewritten from
+    the run's verdicts, and a mean over one seed stands without an interval."""
+    from pipeline import io
+
+    one = stats.compare([syn.seed_inputs(0)], CompareConfig(), 0.1, 0.05).summary
+    io.write_json(tmp_path / "verdicts.json", one)
+    given = [tmp_path / "README.md", tmp_path / "results.md"]
+    for path in given:
+        path.write_text("\n".join(["before", *map(block, results.FILES[path.name]), "after\n"]))
+    assert results.main([str(tmp_path / "verdicts.json"), *map(str, given)]) == 0
+    sides = [s for claim in one["claims"].values() for s in claim.values()]
+    for path in given:
+        text = path.read_text()
+        assert "\nold\n" not in text, path  # every block of the file rewritten
+        table = lines(text.split(results.MARK.format(name="verdicts", edge="end"))[0])
+        # the cell after each side's bold verdict (a label's norms, ||B A||, hold bars of their own)
+        means = [re.search(r"\| \*\*\w+\*\* \| ([^|]+) \|", line).group(1).strip() for line in table]
+        assert means == [results.fixed(s["mean"], 2) for s in sides], path
