@@ -592,6 +592,11 @@ def test_the_figures_stage_titles_the_errata_diagram_with_the_configured_fdr(cha
         drawn[fdr] = redraw(diagram, tmp_path, f"at{fdr}", cfg.dpi)
     written = (out / "errata_diagram.png").read_bytes()
     assert written == drawn[0.2] and written != drawn[0.05]
+    # given the scores alone, the figures of the scores alone: no head, dynamics or channel figure
+    assert {p.stem for p in out.iterdir()} == {
+        "errata_diagram",
+        *(f"composition_{k}" for k in composition_figures.KINDS),
+    }
 
 
 def tokens_dir(root: Path, vocab: int, n: int = 1200, cut: int = 400) -> Path:
@@ -917,33 +922,6 @@ def test_stage_names_a_missing_input_in_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_figures_stage_draws_the_head_figures(tmp_path):
-    from stages import figures as figures_stage
-    from stages import heads as heads_stage
-
-    args = stage_inputs(tmp_path)
-    out = tmp_path / "heads"
-    assert heads_stage.main([*args, "--out", str(out)]) == 0
-    figure_args = [
-        "--params", str(tmp_path / "params.yaml"), "--scores", str(tmp_path / "scores.csv"),
-        "--heads", str(out / "heads.csv"), "--ablation", str(out / "ablation.csv"),
-        "--heads-summary", str(out / "summary.json"), "--patterns", str(out / "patterns.safetensors"),
-    ]  # fmt: skip
-    assert figures_stage.main([*figure_args, "--out", str(tmp_path / "figures")]) == 0
-    names = {p.name for p in (tmp_path / "figures").iterdir()}
-    for base in (
-        "attention_patterns",
-        "copying_vs_qk",
-        "ablation_heldout_loss",
-        "ablation_loss",
-        "ablation_attn",
-        "ablation_pattern",
-    ):
-        assert {f"{base}.png", f"{base}.svg"} <= names
-    # given neither the channel files nor the dynamics, neither their figures nor their facts
-    assert not names & {"channels.png", "channels.svg", "channels.json", "dynamics.png", "dynamics.svg"}
-
-
 @pytest.mark.slow
 def test_stage_reads_exactly_the_listed_seeds_and_is_byte_stable(tmp_path, capsys):
     dirs = syn.write_stage_outputs(tmp_path / "outputs", [0, 1, 2])
