@@ -371,6 +371,14 @@ def seed_inputs(seed: int) -> SeedInputs:
     )
 
 
+COMPARE_INPUTS = ("train", "composition", "heads", "dynamics", "calibration")
+
+
+def compare_args(dirs: dict[str, Path]) -> list[str]:
+    """The compare stage's input options for `write_stage_outputs`' directories."""
+    return [arg for name in COMPARE_INPUTS for arg in (f"--{name}", str(dirs[name]))]
+
+
 def write_stage_outputs(root: Path, seeds: list[int]) -> dict[str, Path]:
     """The files the train, composition, heads, dynamics and figures stages would write under `root`."""
     import matplotlib

@@ -100,27 +100,7 @@ def build(root: Path, seeds=SEEDS) -> Path:
         )
     )
     compare_out = root / "outputs" / "compare"
-    assert (
-        compare_stage.main(
-            [
-                "--params",
-                str(p),
-                "--train",
-                str(dirs["train"]),
-                "--composition",
-                str(dirs["composition"]),
-                "--heads",
-                str(dirs["heads"]),
-                "--dynamics",
-                str(dirs["dynamics"]),
-                "--calibration",
-                str(dirs["calibration"]),
-                "--out",
-                str(compare_out),
-            ]
-        )
-        == 0
-    )
+    assert compare_stage.main(["--params", str(p), *syn.compare_args(dirs), "--out", str(compare_out)]) == 0
     page = root / "outputs" / "report" / "index.html"
     assert (
         report_stage.main(

@@ -778,24 +778,7 @@ def run_stage(tmp_path: Path, dirs: dict, out: Path, seeds: str) -> int:
         tmp_path / f"params-{out.name}.yaml",
         [f"seeds={seeds}", "analysis.compare.dpi=40"],
     )
-    return compare_stage.main(
-        [
-            "--params",
-            str(p),
-            "--train",
-            str(dirs["train"]),
-            "--calibration",
-            str(dirs["calibration"]),
-            "--composition",
-            str(dirs["composition"]),
-            "--heads",
-            str(dirs["heads"]),
-            "--dynamics",
-            str(dirs["dynamics"]),
-            "--out",
-            str(out),
-        ]
-    )
+    return compare_stage.main(["--params", str(p), *syn.compare_args(dirs), "--out", str(out)])
 
 
 EXPECTED_FILES = {
