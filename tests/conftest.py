@@ -48,22 +48,22 @@ def mutant_watchdog(seconds: int = MUTANT_WALL_S) -> None:
 # Seconds: each file's in one run of the suite on 2 cores (`--durations=0`; the order matters, not the
 # numbers).
 LONGEST_FIRST = (
-    "test_experiments.py",  # 490 s; builds the tiny project reproduced, seeds [0] then [0, 1]
-    "test_model_train.py",  # 120 s; trains synthetic_seed0 first
-    "test_circuits_channel_null.py",  # 120 s; reads synthetic_seed0
-    "test_pipeline_dvc.py",  # 170 s; the rest read the reproduced projects, or nothing shared
-    "test_reliability.py",  # 150 s
-    "test_dvc_yaml.py",  # 45 s
-    "test_api.py",  # 55 s
-    "test_circuits_significance.py",  # 130 s; reads synthetic_seed0
-    "test_stages.py",  # 130 s
-    "test_model_tl_checkpoint.py",  # 85 s
+    "test_experiments.py",  # 320 s; builds the tiny project reproduced, seeds [0]
+    "test_model_train.py",  # 100 s; trains synthetic_seed0 first
+    "test_circuits_channel_null.py",  # 100 s; reads synthetic_seed0
+    "test_pipeline_dvc.py",  # 175 s; grows it to seeds [0, 1]; the rest read them, or nothing shared
+    "test_reliability.py",  # 115 s
+    "test_dvc_yaml.py",  # 40 s
+    "test_api.py",  # 60 s
+    "test_circuits_significance.py",  # 115 s; reads synthetic_seed0
+    "test_stages.py",  # 90 s
+    "test_model_tl_checkpoint.py",  # 80 s
     "test_behaviour_heads.py",  # 20 s
     "test_bad_input.py",  # 30 s
-    "test_hub.py",  # 70 s
-    "test_params.py",  # 60 s
-    "test_present_report.py",  # 55 s
-    "test_api_docs.py",  # 30 s
+    "test_hub.py",  # 50 s
+    "test_params.py",  # 50 s
+    "test_present_report.py",  # 50 s
+    "test_api_docs.py",  # 40 s
 )
 
 
