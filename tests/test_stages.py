@@ -905,7 +905,6 @@ def test_stage_names_a_missing_input_in_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_stage_reads_exactly_the_listed_seeds_and_is_byte_stable(tmp_path, capsys):
     dirs = syn.write_stage_outputs(tmp_path / "outputs", [0, 1, 2])
     assert run_stage(tmp_path, dirs, tmp_path / "a", "[2,0]") == 0
