@@ -43,7 +43,7 @@ from pipeline import io, params  # noqa: E402
 from pipeline.data import tokenizer  # noqa: E402
 from pipeline.model import train  # noqa: E402
 from pipeline.model.tl_checkpoint import tl_config  # noqa: E402
-from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss  # noqa: E402
+from pipeline.model.transformer import Transformer, next_token_loss  # noqa: E402
 
 TARGET_RATIO = 1.5
 TARGET_SECONDS = 60.0
@@ -114,10 +114,10 @@ def throughput(cfg, rounds: int, steps: int, also: list[str] = ()) -> list[tuple
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, m.d_vocab, (t.batch_size, m.n_ctx), generator=gen) for _ in range(steps)]
     torch.manual_seed(0)
-    models = {"ours": AttnOnlyTransformer(m)}
+    models = {"ours": Transformer(m)}
     for revision in also:
         torch.manual_seed(0)
-        models[f"ours at {revision}"] = model_at(revision).AttnOnlyTransformer(m)
+        models[f"ours at {revision}"] = model_at(revision).Transformer(m)
     theirs = hooked_transformer(m)
     if theirs is not None:
         models["TransformerLens 3.9"] = theirs
@@ -150,7 +150,7 @@ def cuda_throughput(cfg, rounds: int, steps: int) -> list[tuple[str, float]]:
         torch.randint(0, m.d_vocab, (t.batch_size, m.n_ctx), generator=gen).to(device) for _ in range(steps)
     ]
     torch.manual_seed(0)
-    model = AttnOnlyTransformer(m).to(device)
+    model = Transformer(m).to(device)
 
     def seconds(precision: str) -> float:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"

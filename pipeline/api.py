@@ -41,7 +41,7 @@ from .config import AnalysisConfig, CompositionConfig, Config, HeadsConfig, Mode
 from .data import datasets
 from .errors import UserError
 from .model import tl_checkpoint
-from .model.transformer import AttnOnlyTransformer
+from .model.transformer import Transformer
 from .tables import INVARIANT, PROJECTION, join_measures
 
 __all__ = [
@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 MODEL_KINDS = (
-    "a TransformerLens HookedTransformer (3.x), a TransformerBridge (4.x), our AttnOnlyTransformer, "
+    "a TransformerLens HookedTransformer (3.x), a TransformerBridge (4.x), our Transformer, "
     "a state dict in TransformerLens names, or a path to a checkpoint or heads.safetensors"
 )
 
@@ -105,7 +105,7 @@ def weights_of(model: Any, model_config: Any = None, device: str | torch.device 
     folds them (`weights.prepare`), and the checked checkpoint (for roles and the path ablation).
 
     `model`: a HookedTransformer (3.x; its `cfg`), a TransformerBridge (4.x, converted by
-    `tl_checkpoint.bridge_state_dict`), an `AttnOnlyTransformer`, a state dict in TransformerLens
+    `tl_checkpoint.bridge_state_dict`), an `Transformer`, a state dict in TransformerLens
     names, a path (a checkpoint with `config.json` beside it or given as `model_config`, the
     weights stage's `heads.safetensors`, or a folder holding either), or a `Weights`.
     `model_config` (state dicts and paths): HookedTransformerConfig fields (a dict, a config.json
@@ -118,9 +118,9 @@ def weights_of(model: Any, model_config: Any = None, device: str | torch.device 
         loaded = model
     elif _is_instance_of(model, "TransformerBridge"):
         loaded = _from_bridge(model, model_config)
-    elif _is_instance_of(model, "HookedTransformer") or isinstance(model, AttnOnlyTransformer):
+    elif _is_instance_of(model, "HookedTransformer") or isinstance(model, Transformer):
         _no_config(model_config, type(model).__name__)
-        cfg = model.cfg if isinstance(model, AttnOnlyTransformer) else model.cfg.to_dict()
+        cfg = model.cfg if isinstance(model, Transformer) else model.cfg.to_dict()
         source = type(model).__name__
         loaded = _from_state(model.state_dict(), cfg, source, _device_of(model.parameters()))
     elif isinstance(model, (str, Path)):
@@ -138,7 +138,7 @@ def weights_of(model: Any, model_config: Any = None, device: str | torch.device 
 
 def _no_config(model_config: Any, what: str) -> None:
     if model_config is not None:
-        article = "an" if what[:1] in "AEIOU" else "a"  # an AttnOnlyTransformer, a Weights
+        article = "an" if what[:1] in "AEIOU" else "a"  # an Transformer, a Weights
         raise UserError("model_config", f"{article} {what} carries its own config: leave model_config out")
 
 
@@ -179,7 +179,7 @@ def _from_state(state: Mapping[str, Tensor], model_config: Any, source: str, dev
     else:
         cfg = _model_config(model_config, state, source)
     with torch.device("meta"):  # only the expected names and shapes: allocates nothing
-        expected = AttnOnlyTransformer(cfg).state_dict()
+        expected = Transformer(cfg).state_dict()
     cpu = {k: v.detach().to("cpu") for k, v in state.items()}
     return _prepared(cfg, tl_checkpoint.check_state(cpu, expected, source, "its config"), source, device)
 
@@ -324,7 +324,7 @@ def _batches(
     return probes, heldout
 
 
-def _runnable(model: Any, device: Any, what: str) -> tuple[Weights, AttnOnlyTransformer]:
+def _runnable(model: Any, device: Any, what: str) -> tuple[Weights, Transformer]:
     """The model's weights and our model built from its checked checkpoint, in float64 (as the
     heads stage's `load_model`), on the analysis's device."""
     w = weights_of(model, device=device)
@@ -346,7 +346,7 @@ def _scores(w: Weights, given: Composition | None, seed: int, config: Any) -> Co
 
 def _heads_inputs(
     model: Any, tokens: Any, seed: int, probe: Any, config: Any, device: Any, settings: dict, what: str
-) -> tuple[HeadsConfig, Weights, AttnOnlyTransformer, list[Tensor], list[Tensor]]:
+) -> tuple[HeadsConfig, Weights, Transformer, list[Tensor], list[Tensor]]:
     """What `heads`, `roles` and `path_ablation` each start from: the heads settings, the weights,
     our model built from them, and the (probe, held-out) batches."""
     _seed(seed)

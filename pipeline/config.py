@@ -22,6 +22,8 @@ from .tables import ERRATA
 
 POSITIONAL_EMBEDDINGS = ("standard", "shortformer")
 NORMALIZATIONS = (None, "LN")
+# MLP activations (HookedTransformerConfig's `act_fn` names): gelu_new is GPT-2's (tanh approximation)
+ACTIVATIONS = ("gelu_new", "gelu", "relu")
 DATA_SOURCES = ("synthetic", "text", "tokens")
 # data.text.corpus: the corpora a config may name. Their pinned packages and texts are
 # pipeline/data/corpus.py's (which checks it names the same ones); the name alone is here, so that
@@ -126,7 +128,9 @@ class Section:
 
 @dataclass
 class ModelConfig(Section):
-    """An attention-only transformer; field names are HookedTransformerConfig's."""
+    """A transformer of `n_layers` blocks: attention, then (with `d_mlp`) an MLP, each reading the
+    residual stream through a pre-LayerNorm when `normalization_type` is "LN"; field names are
+    HookedTransformerConfig's."""
 
     n_layers: int = 2
     n_heads: int = 8
@@ -138,9 +142,25 @@ class ModelConfig(Section):
     normalization_type: str | None = None  # None or "LN" (pre-LN, TransformerLens placement)
     use_bias: bool = True  # False: b_Q, b_K, b_V, b_O, b_U stay zero (still saved, for interop)
     init_range: float | None = None  # std of weight init; None: 0.8 / sqrt(d_model) as TransformerLens
+    d_mlp: int | None = None  # None: attention-only; else each block's MLP has this many neurons
+    act_fn: str = "gelu_new"  # the MLP's activation (ACTIVATIONS)
+    parallel_attn_mlp: bool = False  # the MLP reads the block's input, beside attention (GPT-J, Pythia)
+
+    @property
+    def attn_only(self) -> bool:
+        return self.d_mlp is None
 
     def check(self) -> None:
         _positive(self, "n_layers", "n_heads", "d_head", "d_model", "n_ctx", "d_vocab")
+        if self.d_mlp is not None:
+            _positive(self, "d_mlp")
+        require(self.act_fn in ACTIVATIONS, "act_fn", f"must be one of {', '.join(ACTIVATIONS)}", self.act_fn)
+        require(
+            not (self.parallel_attn_mlp and self.attn_only),
+            "parallel_attn_mlp",
+            "needs an MLP (d_mlp) to run beside attention",
+            self.parallel_attn_mlp,
+        )
         # composition, induction and the ablation all need a head that reads an earlier one
         require(
             self.n_layers >= 2,

@@ -12,11 +12,11 @@ from torch import Tensor
 
 from pipeline.behaviour.ablation import ChannelCut
 from pipeline.model import patterns
-from pipeline.model.transformer import AttnOnlyTransformer, Cache, next_token_loss
+from pipeline.model.transformer import Cache, Transformer, next_token_loss
 
 
 def _one_head_reads(
-    model: AttnOnlyTransformer,
+    model: Transformer,
     tokens: Tensor,
     cache: Cache,
     clean_logits: Tensor,
@@ -52,7 +52,7 @@ def _one_head_reads(
 
 @torch.no_grad()
 def ablate_path(
-    model: AttnOnlyTransformer,
+    model: Transformer,
     tokens: Tensor,
     src: tuple[int, int],
     dst: tuple[int, int],
@@ -70,7 +70,7 @@ def ablate_path(
 
 @torch.no_grad()
 def ablate_channel(
-    model: AttnOnlyTransformer, tokens: Tensor, cut: ChannelCut, length: int | None
+    model: Transformer, tokens: Tensor, cut: ChannelCut, length: int | None
 ) -> tuple[float, float, float]:
     """`channel_ablation`'s row for one cut: b's key input is resid - (delta W W^T) K K^T, delta =
     a's write less its batch mean, W and K the cut's directions as columns [d_model, n]."""

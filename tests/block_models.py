@@ -13,7 +13,7 @@ from models import F64, random_model
 from pipeline.circuits import channel_null
 from pipeline.circuits.weights import HeadWeights, from_state_dict
 from pipeline.config import CompositionConfig
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 
 TOL = CompositionConfig().channel_tolerance
 
@@ -32,9 +32,7 @@ def turn(d: int, first: int, angle: float) -> torch.Tensor:
     return G
 
 
-def block_model(
-    s: tuple[float, ...], writer_turn: torch.Tensor, reader_turn: torch.Tensor
-) -> AttnOnlyTransformer:
+def block_model(s: tuple[float, ...], writer_turn: torch.Tensor, reader_turn: torch.Tensor) -> Transformer:
     """The tiny random model with the K edge 0.0 -> 1.0 rebuilt around known blocks. With p, q
     orthonormal [d_model, d_head] and u_0 .. u_3 orthonormal in d_model:
 
@@ -67,7 +65,7 @@ def block_model(
     return model
 
 
-def heads_of(model: AttnOnlyTransformer) -> HeadWeights:
+def heads_of(model: Transformer) -> HeadWeights:
     return from_state_dict(model.state_dict())  # no LayerNorm: the model's own weights
 
 

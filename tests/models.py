@@ -17,7 +17,7 @@ How values are drawn, under `torch.manual_seed(seed)`:
 `init_range` None takes the shape's (`SHAPES[...].init_range`; a ModelConfig without one: the
 model's default 0.8 / sqrt(d_model), TransformerLens's); `bias_std` None takes the weights'
 std. In float32 with `perturb_biases=False` the model is exactly `torch.manual_seed(seed);
-AttnOnlyTransformer(cfg)`, the initialisation training starts from.
+Transformer(cfg)`, the initialisation training starts from.
 
 Hand-built models with known answers are tests/planted.py's; TransformerLens's own random
 HookedTransformer is tests/tl_oracle.py's.
@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from pipeline.circuits.weights import HeadWeights
 from pipeline.config import ModelConfig
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 
 _TINY = ModelConfig(
     n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=20,
@@ -61,7 +61,7 @@ def random_model(
     perturb_biases: bool = True,
     bias_std: float | None = None,
     **overrides,
-) -> AttnOnlyTransformer:
+) -> Transformer:
     """A random model of `shape` (a name in SHAPES, or a ModelConfig) with `overrides` (any
     ModelConfig field), in `dtype`, in eval mode; see the module doc for how values are drawn."""
     cfg = SHAPES[shape] if isinstance(shape, str) else shape
@@ -69,11 +69,11 @@ def random_model(
     if init_range is not None:
         cfg = replace(cfg, init_range=init_range)
     torch.manual_seed(seed)
-    model = AttnOnlyTransformer(cfg)
+    model = Transformer(cfg)
     if model.unembed.W_U.dtype != dtype:
         model = model.to(dtype)
         model.reset_parameters()  # drawn again in dtype, not rounded to float32
-    std = cfg.init_range or 0.8 / cfg.d_model**0.5  # as AttnOnlyTransformer.reset_parameters
+    std = cfg.init_range or 0.8 / cfg.d_model**0.5  # as Transformer.reset_parameters
     if perturb_biases:
         with torch.no_grad():
             for p in model.weight_matrices()[1]:  # biases and LayerNorm parameters
@@ -96,7 +96,7 @@ def head_weights(W_Q, W_K, W_V, W_O) -> HeadWeights:
 
 
 @st.composite
-def random_models(draw, n_ctx: int) -> AttnOnlyTransformer:
+def random_models(draw, n_ctx: int) -> Transformer:
     """A random attention-only model in float64 of any small shape and context `n_ctx`, every
     parameter (biases and LayerNorm too) drawn at one std from 0.05 to 3; one head may be dead
     (W_V = 0: OV = 0). A hypothesis strategy, for the property tests of scores and head roles."""

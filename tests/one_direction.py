@@ -12,11 +12,11 @@ from models import F64, random_model
 
 from pipeline.circuits import weights
 from pipeline.config import CompositionConfig
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 from pipeline.tables import CHANNELS_COLUMNS
 
 
-def one_direction_model(weak: float) -> AttnOnlyTransformer:
+def one_direction_model(weak: float) -> Transformer:
     """The tiny random model (no LayerNorm) with the edge 0.0 -> 1.0(K) rebuilt so that it runs
     through known channels. With u_0 .. u_3 orthonormal in d_model:
 

@@ -30,7 +30,7 @@ import torch
 from pipeline.behaviour import heads
 from pipeline.circuits import composition, weights
 from pipeline.config import CompositionConfig, HeadsConfig, ModelConfig
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 
 V = 16  # d_vocab
 N_CTX = 16
@@ -98,13 +98,13 @@ def state_dict() -> dict[str, torch.Tensor]:
     return state
 
 
-def model() -> AttnOnlyTransformer:
-    m = AttnOnlyTransformer(CONFIG).to(torch.float64)
+def model() -> Transformer:
+    m = Transformer(CONFIG).to(torch.float64)
     m.load_state_dict(state_dict())
     return m.eval()
 
 
-def wide_model(extra: int) -> AttnOnlyTransformer:
+def wide_model(extra: int) -> Transformer:
     """The planted model with `extra` more heads in each layer (heads 3 .. 2 + extra) whose weights
     are all zero: they write exactly nothing, so ablating one changes no loss."""
     wide = {}
@@ -112,7 +112,7 @@ def wide_model(extra: int) -> AttnOnlyTransformer:
         if name.endswith(("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")):  # [head, ...]
             tensor = torch.cat([tensor, torch.zeros(extra, *tensor.shape[1:], dtype=tensor.dtype)])
         wide[name] = tensor
-    m = AttnOnlyTransformer(dataclasses.replace(CONFIG, n_heads=N_HEADS + extra)).to(torch.float64)
+    m = Transformer(dataclasses.replace(CONFIG, n_heads=N_HEADS + extra)).to(torch.float64)
     m.load_state_dict(wide)
     return m.eval()
 

@@ -37,7 +37,7 @@ from pipeline.config import AnalysisConfig, CompositionConfig, HeadsConfig, Mode
 from pipeline.data import datasets
 from pipeline.errors import UserError
 from pipeline.model import tl_checkpoint
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 from pipeline.tables import INVARIANT, PROJECTION, join_measures
 from stages import composition as composition_stage
 from stages import weights as weights_stage
@@ -160,17 +160,21 @@ def test_heads_equal_the_heads_stage_on_its_batches(repo, tmp_path, case):
 
 
 @pytest.mark.interop
-@pytest.mark.parametrize("positions", ["standard", "shortformer"])
-def test_a_layernorm_hooked_transformer_equals_the_weights_and_composition_stages(tmp_path, positions):
-    """LayerNorm is folded by the weights stage: a HookedTransformer with LayerNorm through the
-    API, and its checkpoint through the weights and composition stages (in-process, their
-    command lines), give the same bytes."""
+@pytest.mark.parametrize(
+    "positions,block",
+    [("standard", {}), ("shortformer", {}), ("standard", {"n_layers": 3, "d_mlp": 32})],
+    ids=["standard", "shortformer", "gpt2-block-three-layers"],
+)
+def test_a_layernorm_hooked_transformer_equals_the_weights_and_composition_stages(tmp_path, positions, block):
+    """LayerNorm is folded by the weights stage: a HookedTransformer with LayerNorm (GPT-2's block,
+    with MLPs, too) through the API, and its checkpoint through the weights and composition stages
+    (in-process, their command lines), give the same bytes, every later layer pair scored."""
     from stages import composition as composition_stage
     from stages import weights as weights_stage
 
     model_cfg = ModelConfig(
-        n_layers=2, n_heads=2, d_head=4, d_model=16, n_ctx=12, d_vocab=20,
-        positional_embedding_type=positions, normalization_type="LN",
+        **{"n_layers": 2, "n_heads": 2, "d_head": 4, "d_model": 16, "n_ctx": 12, "d_vocab": 20,
+           "positional_embedding_type": positions, "normalization_type": "LN", **block}
     )  # fmt: skip
     checkpoint_path, config_path = tmp_path / "model.safetensors", tmp_path / "config.json"
     torch.manual_seed(3)
@@ -193,11 +197,13 @@ def test_a_layernorm_hooked_transformer_equals_the_weights_and_composition_stage
     w = api.weights_of(hooked)
     summary = json.loads((tmp_path / "weights" / "summary.json").read_text())
     assert w.steps and list(w.steps) == summary["steps"] and w.positions == positions  # the stage's folding
+    pairs = result.scores[["src_layer", "dst_layer"]].drop_duplicates()
+    assert len(pairs) == model_cfg.n_layers * (model_cfg.n_layers - 1) // 2
 
 
 def _perturbed(cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """A model's fresh initialisation with LayerNorm weights and biases away from 1 and 0."""
-    state = AttnOnlyTransformer(cfg).state_dict()
+    state = Transformer(cfg).state_dict()
     return {
         k: v + 0.2 * torch.randn_like(v) if (".ln" in k or "ln_final" in k) else v for k, v in state.items()
     }
@@ -214,7 +220,7 @@ def test_defaults_are_conf_analysis_default_yaml():
 
 
 def test_settings_override_the_defaults_and_unknown_ones_are_named(tmp_path):
-    state = AttnOnlyTransformer(ModelConfig(n_heads=2, d_head=4, d_model=16, d_vocab=20)).state_dict()
+    state = Transformer(ModelConfig(n_heads=2, d_head=4, d_model=16, d_vocab=20)).state_dict()
     w = api.weights_of(state, {"positional_embedding_type": "shortformer"})
     result = api.composition(w, fdr=0.2, baseline_samples=4, null_samples=4)
     assert result.summary["fdr"] == 0.2
@@ -265,9 +271,9 @@ SETTINGS = AnalysisConfig(
 
 
 @pytest.fixture(scope="module")
-def model() -> AttnOnlyTransformer:
+def model() -> Transformer:
     torch.manual_seed(0)
-    return AttnOnlyTransformer(CFG).eval()
+    return Transformer(CFG).eval()
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +308,7 @@ def test_heads_are_the_heads_stage_functions_on_the_same_batches(model, tokens):
 
     built = tl_checkpoint.build_model(CFG, model.state_dict(), dtype=torch.float64).eval()
     probes = probes_for(tokens, seed, h)
-    sources = ("AttnOnlyTransformer", "AttnOnlyTransformer")
+    sources = ("Transformer", "Transformer")
     expected = heads_analysis.analyse_batches(
         built, w.heads, probes, tokens, h, found.scores, sources, seed, "cpu"
     )
@@ -541,7 +547,7 @@ def test_weights_without_their_checkpoint_or_their_config_are_refused_by_roles_n
     for missing in ({"state": None}, {"config": None}):
         with pytest.raises(UserError) as caught:
             api.roles(dataclasses.replace(w, **missing), tokens, config=SETTINGS)
-        assert refused(caught, "AttnOnlyTransformer").split(": ", 1)[1].startswith("roles "), missing
+        assert refused(caught, "Transformer").split(": ", 1)[1].startswith("roles "), missing
 
 
 def test_an_unknown_setting_is_refused_listing_every_known_one():
@@ -635,7 +641,7 @@ def test_a_model_that_carries_its_config_refuses_another_beside_it(model):
     beside one is refused, naming the model's class."""
     with pytest.raises(UserError) as caught:
         api.weights_of(model, CFG)
-    assert "AttnOnlyTransformer" in refused(caught, "model_config")
+    assert "Transformer" in refused(caught, "model_config")
 
 
 # --- each refusal: the argument and value it names ---------------------------------------------
@@ -645,7 +651,7 @@ def test_a_model_of_no_known_kind_is_refused_listing_every_kind():
     with pytest.raises(UserError) as caught:
         api.weights_of(3)
     message = refused(caught, "model", "int")
-    assert all(kind in message for kind in ("HookedTransformer", "TransformerBridge", "AttnOnlyTransformer"))
+    assert all(kind in message for kind in ("HookedTransformer", "TransformerBridge", "Transformer"))
 
 
 def test_weights_refuse_a_model_config_beside_them():
@@ -691,7 +697,7 @@ def test_weights_without_their_checkpoint_are_refused_by_heads_and_path_ablation
     for call, name in ((api.heads, "heads"), (api.path_ablation, "path_ablation")):
         with pytest.raises(UserError) as caught:
             call(w, tokens, config=SETTINGS)
-        assert refused(caught, "AttnOnlyTransformer").split(": ", 1)[1].startswith(f"{name} ")  # the call
+        assert refused(caught, "Transformer").split(": ", 1)[1].startswith(f"{name} ")  # the call
 
 
 def test_a_bridge_state_dict_whose_heads_disagree_with_its_config_names_the_model_config(model):

@@ -388,10 +388,12 @@ CASES: dict[str, tuple[str, Callable[[Path, Good], list[str]], tuple[str, ...]]]
         ),
         ("m.safetensors: blocks.0.mlp.W_in",),
     ),
-    "config-not-attention-only": (
+    "config-mlp-activation-not-computed": (
         "weights",
-        lambda t, g: weights_args(t, g, config=config_with(t, g, attn_only=False)),
-        ("config.json: attn_only = False",),
+        lambda t, g: weights_args(
+            t, g, config=config_with(t, g, attn_only=False, d_mlp=64, act_fn="solu_ln")
+        ),
+        ("config.json: act_fn = 'solu_ln'",),
     ),
     "pickle-that-runs-code": (
         "train",

@@ -25,7 +25,7 @@ from pipeline.behaviour import ablation, channel_check
 from pipeline.circuits import channels, weights
 from pipeline.config import ModelConfig
 from pipeline.model import tl_checkpoint
-from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss
+from pipeline.model.transformer import Transformer, next_token_loss
 
 LENGTH = 7
 
@@ -38,7 +38,7 @@ def planted_effects():
 SPAN = 5
 
 
-def random_cuts(model: AttnOnlyTransformer, edges, seed: int) -> list[ablation.ChannelCut]:
+def random_cuts(model: Transformer, edges, seed: int) -> list[ablation.ChannelCut]:
     """A cut of random unit directions w, k [d_model] for each (src, dst) of `edges`."""
     gen = torch.Generator().manual_seed(seed)
     unit = lambda: (v := torch.randn(model.cfg.d_model, generator=gen, dtype=F64)) / v.norm()  # noqa: E731
@@ -54,7 +54,7 @@ def text():
     return torch.randint(0, 20, (64, 16), generator=torch.Generator().manual_seed(3))
 
 
-def pair_effect(model: AttnOnlyTransformer, tokens: torch.Tensor) -> float:
+def pair_effect(model: Transformer, tokens: torch.Tensor) -> float:
     """The whole-path K cut 0.0 -> 1.0's pattern effect."""
     return ablate_path(model, tokens, (0, 0), (1, 0), "K", None)[2]
 
@@ -142,11 +142,23 @@ def test_table_layout(planted_effects):
     assert (planted_effects["src_layer"] < planted_effects["dst_layer"]).all()
 
 
+# the three-layer model's variants that the fast paths are checked on: the paper's (shortformer,
+# no LayerNorm), GPT-2's (standard positions, LayerNorm, an MLP after attention in each block) and
+# a parallel MLP (reading the block's input beside attention, as Pythia's; seed 3, a draw where every
+# edge moves its reader measurably, which the tests check so that no effect is trivially 0)
+ARCHITECTURES = {
+    "shortformer": {},
+    "standard+LN": {"positional_embedding_type": "standard", "normalization_type": "LN"},
+    "standard+LN+MLP": {"positional_embedding_type": "standard", "normalization_type": "LN", "d_mlp": 24},
+    "parallel-MLP": {"d_mlp": 32, "act_fn": "relu", "parallel_attn_mlp": True, "seed": 3},
+}
+
+
 @pytest.mark.parametrize("chunk", [ablation._CHUNK, 1], ids=["batched", "one-head-at-a-time"])
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"positional_embedding_type": "standard", "normalization_type": "LN"}],
-    ids=["shortformer", "standard+LN"],
+    list(ARCHITECTURES.values()),
+    ids=list(ARCHITECTURES),
 )
 def test_fast_path_equals_single_edge_ablation(overrides, chunk, monkeypatch):
     """Three layers: edges into layer 1 also pass through layer 2 on their way to the loss.
@@ -178,8 +190,8 @@ def test_fast_path_equals_single_edge_ablation(overrides, chunk, monkeypatch):
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"positional_embedding_type": "standard", "normalization_type": "LN"}],
-    ids=["shortformer", "standard+LN"],
+    list(ARCHITECTURES.values()),
+    ids=list(ARCHITECTURES),
 )
 def test_fast_path_equals_single_edge_ablation_on_held_out_text(overrides):
     """Held-out text (no repeat): the loss and pattern effects of every edge, fast and direct."""
@@ -242,10 +254,11 @@ def test_heads_loss_effect_of_the_last_layer_equals_a_dense_float64_reference():
     assert got == pytest.approx(float(expected), abs=1e-12)
 
 
-def test_heads_loss_effects_of_many_sets_equal_each_set_alone():
+@pytest.mark.parametrize("overrides", list(ARCHITECTURES.values()), ids=list(ARCHITECTURES))
+def test_heads_loss_effects_of_many_sets_equal_each_set_alone(overrides):
     """The role ablation's placebo sets share one clean pass (`heads_loss_effects`): each set's
     effect is the one it has alone, bit for bit, whichever layer it starts at and in any order."""
-    model = random_model("three_layers")
+    model = random_model("three_layers", **overrides)
     tokens = torch.randint(
         0, model.cfg.d_vocab, (6, model.cfg.n_ctx), generator=torch.Generator().manual_seed(4)
     )
@@ -293,8 +306,8 @@ def test_pattern_effect_is_half_the_l1_change_of_each_query_row_over_its_keys():
 @pytest.mark.parametrize("text", [False, True], ids=["probe", "held-out"])
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"positional_embedding_type": "standard", "normalization_type": "LN"}],
-    ids=["shortformer", "standard+LN"],
+    list(ARCHITECTURES.values()),
+    ids=list(ARCHITECTURES),
 )
 def test_fast_channel_cut_equals_the_direct_single_edge_cut(overrides, text, chunk, monkeypatch):
     """The batched cut (every head of layer j reading the cut stream, cuts stacked along the batch)

@@ -32,7 +32,7 @@ from pipeline.config import (
 from pipeline.data import datasets
 from pipeline.errors import UserError
 from pipeline.model import tl_checkpoint, transformer
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 from pipeline.tables import ABLATION_COLUMNS, KINDS, ROLES, VARIANTS
 
 LENGTH, CFG, PLANTED_ROLES, scores_of = planted.LENGTH, planted.HEADS, planted.ROLES, planted.scores_of
@@ -621,7 +621,7 @@ def reordered_state() -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def reordered():
     state = reordered_state()
-    model = AttnOnlyTransformer(planted.CONFIG).to(torch.float64)
+    model = Transformer(planted.CONFIG).to(torch.float64)
     model.load_state_dict(state)
     model.eval()
     hw = weights.from_state_dict(state)

@@ -16,7 +16,7 @@ from pipeline import checkpoint
 from pipeline.config import ModelConfig
 from pipeline.errors import UserError
 from pipeline.model import tl_checkpoint
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 
 CFG = ModelConfig(n_layers=2, n_heads=2, d_head=4, d_model=8, n_ctx=8, d_vocab=10, normalization_type="LN")
 
@@ -38,7 +38,7 @@ def one_line(caught) -> str:
 
 
 def test_safetensors_round_trip_keeps_tensors_and_metadata(tmp_path):
-    model = AttnOnlyTransformer(CFG)
+    model = Transformer(CFG)
     path = checkpoint.save_state(tmp_path / "m.safetensors", model.state_dict(), {"seed": 3})
     state, meta = checkpoint.load_state(path)
     assert meta == {"seed": "3"}
@@ -78,14 +78,14 @@ def test_pickled_objects_are_refused(tmp_path):
 
 
 def test_plain_tensor_pth_loads_with_weights_only(tmp_path):
-    model = AttnOnlyTransformer(CFG)
+    model = Transformer(CFG)
     loaded = tl_checkpoint.load_model(*write(tmp_path, model.state_dict(), name="model.pth"))
     assert torch.equal(loaded.embed.W_E, model.embed.W_E)
 
 
 def test_a_pt_file_holding_its_state_under_state_dict_loads_that_state(tmp_path):
     """A training script's `torch.save({"state_dict": ..., "step": ...})`: the state inside."""
-    state = AttnOnlyTransformer(CFG).state_dict()
+    state = Transformer(CFG).state_dict()
     torch.save({"state_dict": state, "step": torch.tensor(7)}, tmp_path / "model.pt")
     loaded, meta = checkpoint.load_state(tmp_path / "model.pt")
     assert meta == {} and list(loaded) == list(state)
@@ -93,7 +93,7 @@ def test_a_pt_file_holding_its_state_under_state_dict_loads_that_state(tmp_path)
 
 
 def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
-    state = AttnOnlyTransformer(CFG).state_dict()
+    state = Transformer(CFG).state_dict()
     state["blocks.1.attn.W_K"] = torch.zeros(2, 8, 5)
     with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(*write(tmp_path, state))
@@ -104,7 +104,7 @@ def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
 @pytest.mark.parametrize(
     "change,key",
     [
-        ({"attn_only": False}, "attn_only"),
+        ({"attn_only": False}, "d_mlp"),  # MLPs of no size
         ({"positional_embedding_type": "rotary"}, "positional_embedding_type"),
         ({"normalization_type": "RMS"}, "normalization_type"),
         ({"use_attn_scale": False}, "use_attn_scale"),
@@ -117,14 +117,16 @@ def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
 def test_config_we_cannot_run_is_refused_naming_the_field(tmp_path, change, key):
     config = {**tl_checkpoint.tl_config(CFG), **change}
     with pytest.raises(UserError) as caught:
-        tl_checkpoint.load_model(*write(tmp_path, AttnOnlyTransformer(CFG).state_dict(), config))
+        tl_checkpoint.load_model(*write(tmp_path, Transformer(CFG).state_dict(), config))
     assert f"config.json: {key}" in one_line(caught)
 
 
 # every row of tl_checkpoint.UNSUPPORTED, in its order: a value it refuses
 REFUSED = {
     "model_type": "gpt2",
-    "attn_only": False,
+    "d_mlp": 0,
+    "act_fn": "solu_ln",
+    "gated_mlp": True,
     "architecture": "GPT2LMHeadModel",
     "use_attn_scale": False,
     "attention_dir": "bidirectional",
@@ -143,10 +145,17 @@ REFUSED = {
 }
 
 
+# the MLPs' rows judge a model with MLPs: the rest of such a config
+WITH_MLPS = {
+    "d_mlp": {"attn_only": False, "act_fn": "gelu_new"},
+    "act_fn": {"attn_only": False, "d_mlp": 64},
+}
+
+
 @pytest.mark.parametrize("field", list(REFUSED))
 def test_every_unsupported_setting_is_refused_with_its_rows_reason(field):
     """Refused naming the field and its value, with the reason of the field's own row."""
-    raw = {**tl_checkpoint.tl_config(CFG), field: REFUSED[field]}
+    raw = {**tl_checkpoint.tl_config(CFG), **WITH_MLPS.get(field, {}), field: REFUSED[field]}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config(raw)
     [reason] = [row[3] for row in tl_checkpoint.UNSUPPORTED if row[0] == field]
@@ -186,26 +195,26 @@ def test_the_first_unsupported_setting_in_the_tables_order_is_named():
 
 
 def test_mlp_weights_are_refused_naming_the_key(tmp_path):
-    state = {**AttnOnlyTransformer(CFG).state_dict(), "blocks.0.mlp.W_in": torch.zeros(8, 32)}
+    state = {**Transformer(CFG).state_dict(), "blocks.0.mlp.W_in": torch.zeros(8, 32)}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(*write(tmp_path, state))
     assert "blocks.0.mlp.W_in" in one_line(caught)
 
 
 def test_missing_and_unexpected_keys_are_refused(tmp_path):
-    state = AttnOnlyTransformer(CFG).state_dict()
+    state = Transformer(CFG).state_dict()
     del state["blocks.1.attn.W_O"]
     with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(*write(tmp_path, state))
     assert "blocks.1.attn.W_O" in one_line(caught)
-    state = {**AttnOnlyTransformer(CFG).state_dict(), "blocks.2.attn.W_Q": torch.zeros(2, 8, 4)}
+    state = {**Transformer(CFG).state_dict(), "blocks.2.attn.W_Q": torch.zeros(2, 8, 4)}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.load_model(*write(tmp_path, state))
     assert "blocks.2.attn.W_Q" in one_line(caught)
 
 
 def test_transformer_lens_buffers_are_ignored_and_lnpre_gets_identity_norms(tmp_path):
-    model = AttnOnlyTransformer(CFG)
+    model = Transformer(CFG)
     state = {k: v for k, v in model.state_dict().items() if ".ln1." not in k and not k.startswith("ln_final")}
     state["blocks.0.attn.mask"] = torch.ones(8, 8, dtype=torch.bool).tril()
     state["blocks.0.attn.IGNORE"] = torch.tensor(-1e5)
@@ -230,7 +239,7 @@ def test_transformer_lens_own_config_spelling(tmp_path):
 
 def test_metadata_order_never_changes_the_bytes(tmp_path):
     """safetensors writes metadata in hash-map order; we sort it (byte-identical artifacts)."""
-    state = AttnOnlyTransformer(CFG).state_dict()
+    state = Transformer(CFG).state_dict()
     meta = {f"key{i}": f"value {i}" for i in range(8)}
     first = checkpoint.save_state(tmp_path / "a.safetensors", state, meta).read_bytes()
     for i in range(5):

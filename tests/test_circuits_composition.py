@@ -534,6 +534,43 @@ def test_true_scores_equal_transformer_lens() -> None:
         np.testing.assert_allclose(table["score"].to_numpy(), theirs.numpy()[index], rtol=0, atol=1e-5)
 
 
+@pytest.mark.interop
+@pytest.mark.parametrize("parallel", [False, True], ids=["gpt2-shaped", "parallel-mlp"])
+def test_scores_of_a_model_with_mlps_and_layernorm_equal_transformer_lens_after_its_folding(parallel) -> None:
+    """A GPT-2-shaped random HookedTransformer (LayerNorm, GELU MLPs, standard positions; three
+    layers) and one with its MLPs beside attention: our scores of the weights stage's analysis-ready
+    weights (`weights.prepare` of its raw state dict) equal TransformerLens's all_composition_scores
+    after its own fold_ln and centring, for every later pair: the MLPs are in neither."""
+    tl = pytest.importorskip("transformer_lens")
+    from pipeline.model import tl_checkpoint
+
+    cfg = tl.HookedTransformerConfig(
+        n_layers=3, n_heads=4, d_model=32, d_head=8, n_ctx=8, d_vocab=16, d_mlp=128, act_fn="gelu_new",
+        normalization_type="LN", positional_embedding_type="standard", parallel_attn_mlp=parallel, seed=0,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model = tl.HookedTransformer(cfg)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # LayerNorm weights away from 1 and 0, so that folding them matters
+        for name, p in model.named_parameters():
+            if name.rsplit(".", 1)[-1] in ("w", "b"):
+                p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    ours_cfg = tl_checkpoint.from_tl_config(json.loads(json.dumps(model.cfg.to_dict(), default=str)))
+    assert ours_cfg.d_mlp == 128 and ours_cfg.parallel_attn_mlp == parallel
+    hw, _ = weights.prepare(model.state_dict(), ours_cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.process_weights_(fold_ln=True, center_writing_weights=True, center_unembed=True)
+    later = torch.arange(3)[:, None, None, None] < torch.arange(3)[None, None, :, None]  # [L1, 1, L2, 1]
+    for kind in KINDS:
+        with torch.no_grad():
+            theirs = model.all_composition_scores(kind).to(F64)  # [L1, H1, L2, H2]
+        ours = true_scores(hw)[kind]
+        mask = later.expand_as(ours)
+        torch.testing.assert_close(ours[mask], theirs[mask], rtol=0, atol=1e-5)
+
+
 # --- numerical guards, as properties of random models (hypothesis, derandomized: the same examples
 # every run): every score is finite where it is defined and lies in its range, for weights of any size:
 # true scores in [0, 1] (||A B C D|| <= ||A B|| ||C D||), a rotated strand's in [0, inf); NaN only for

@@ -26,7 +26,7 @@ from pipeline.circuits import composition, invariant, weights
 from pipeline.circuits.invariant import COLUMNS, KINDS, Frame, invariant_scores
 from pipeline.circuits.scoring import baseline, haar_blocks, later_pairs, placebo_pairs
 from pipeline.config import CompositionConfig
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 from pipeline.tables import INVARIANT
 
 FAST = CompositionConfig(baseline_samples=32, null_samples=16)
@@ -69,7 +69,7 @@ def test_change_of_residual_basis_keeps_logits_and_invariant_scores_but_not_frob
     T = well_conditioned(model.cfg.d_model, seed=2)
     state = {k: v for k, v in model.state_dict().items()}
     moved_state = change_of_basis(state, T)
-    moved = AttnOnlyTransformer(model.cfg).double()
+    moved = Transformer(model.cfg).double()
     moved.load_state_dict(moved_state)
     tokens = torch.randint(
         0, model.cfg.d_vocab, (4, model.cfg.n_ctx), generator=torch.Generator().manual_seed(3)

@@ -48,6 +48,9 @@ REFUSED = [  # (a section with one bad value, the key its refusal names, the val
     (HeadsConfig(ablation_batches=0), "ablation_batches", 0),
     (ModelConfig(init_range=0.0), "init_range", 0.0),
     (ModelConfig(normalization_type="RMS"), "normalization_type", "RMS"),
+    (ModelConfig(d_mlp=0), "d_mlp", 0),
+    (ModelConfig(d_mlp=32, act_fn="solu_ln"), "act_fn", "solu_ln"),
+    (ModelConfig(parallel_attn_mlp=True), "parallel_attn_mlp", True),  # no MLP to run beside attention
     (SyntheticDataConfig(topic_fraction=1.5), "topic_fraction", 1.5),
     (SyntheticDataConfig(min_segment=9), "min_segment", 9),
     (CopiesConfig(rate=1.5), "rate", 1.5),

@@ -33,7 +33,7 @@ from pipeline.config import ModelConfig, TrainConfig, notes
 from pipeline.data import corpus
 from pipeline.errors import UserError
 from pipeline.model import origin, tl_checkpoint
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {"d_head": 4, "d_model": 16}
@@ -53,7 +53,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 def logits(state: dict, cfg: ModelConfig) -> torch.Tensor:
-    model = AttnOnlyTransformer(cfg)
+    model = Transformer(cfg)
     model.load_state_dict({k: v for k, v in state.items() if not k.endswith(("mask", "IGNORE"))})
     tokens = torch.arange(cfg.n_ctx).remainder(cfg.d_vocab)[None]
     with torch.no_grad():
@@ -334,7 +334,7 @@ def test_neel_config_translates_as_transformer_lens_does(tmp_path):
     ours = tl_checkpoint.neel_translated(raw)
     for name in (*tl_checkpoint.TL_FIELDS, "attn_only"):
         assert ours.get(name) == theirs.get(name), name
-    assert tl_checkpoint.from_tl_config(raw) == ModelConfig(**{k: theirs[k] for k in tl_checkpoint.TL_FIELDS})
+    assert tl_checkpoint.from_tl_config(raw) == tl_checkpoint.from_tl_config(theirs)
 
 
 @pytest.mark.slow

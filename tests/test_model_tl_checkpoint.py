@@ -21,7 +21,7 @@ from pipeline import checkpoint
 from pipeline.config import ModelConfig
 from pipeline.errors import UserError
 from pipeline.model import tl_checkpoint
-from pipeline.model.transformer import AttnOnlyTransformer
+from pipeline.model.transformer import Transformer
 
 STANDARD_LN = ModelConfig(
     n_layers=2, n_heads=3, d_head=4, d_model=16, n_ctx=16, d_vocab=20,
@@ -180,7 +180,7 @@ def test_neel_nandas_config_without_normalization_keeps_its_normalization_type()
 def test_a_bad_field_of_a_checkpoint_without_config_json_names_the_checkpoint(tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "model.safetensors"
-    checkpoint.save_state(path, AttnOnlyTransformer(CFG).state_dict())
+    checkpoint.save_state(path, Transformer(CFG).state_dict())
     fields = {"positional_embedding_type": "rotary", "normalization_type": None, "attn_only": True}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.read_checkpoint(path, fields)
@@ -193,9 +193,9 @@ def test_a_bad_field_of_a_checkpoint_without_config_json_names_the_checkpoint(tm
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
 def test_a_checkpoint_tensor_with_nan_or_inf_is_refused_naming_the_file_and_the_tensor(bad):
     torch.manual_seed(0)
-    state = dict(AttnOnlyTransformer(CFG).state_dict())
+    state = dict(Transformer(CFG).state_dict())
     with torch.device("meta"):
-        expected = AttnOnlyTransformer(CFG).state_dict()
+        expected = Transformer(CFG).state_dict()
     clean = tl_checkpoint.check_state(state, expected, "m.safetensors", "config.json")
     assert clean.keys() == expected.keys()
     state["blocks.1.attn.W_V"] = state["blocks.1.attn.W_V"].clone()
@@ -206,21 +206,37 @@ def test_a_checkpoint_tensor_with_nan_or_inf_is_refused_naming_the_file_and_the_
     one_line(caught)
 
 
-def test_a_transformerlens_state_with_mlp_weights_is_refused_naming_its_first_mlp_key_in_order():
-    """Our model has no MLPs: a TransformerLens-layout checkpoint that has them is refused by
-    the alphabetically first MLP key, inside the file's name."""
+def test_mlp_weights_where_the_config_is_attention_only_are_refused_naming_the_first_mlp_key():
+    """A TransformerLens-layout checkpoint with MLPs whose config.json says attention-only is
+    refused by the alphabetically first MLP key, inside the file's name, not loaded without them."""
     torch.manual_seed(0)
-    state = dict(AttnOnlyTransformer(CFG).state_dict())
+    state = dict(Transformer(CFG).state_dict())
     state["blocks.1.mlp.W_in"] = torch.zeros(16, 64)
     state["blocks.0.mlp.b_out"] = torch.zeros(16)
     with torch.device("meta"):
-        expected = AttnOnlyTransformer(CFG).state_dict()
+        expected = Transformer(CFG).state_dict()
     with pytest.raises(UserError) as caught:
         tl_checkpoint.check_state(state, expected, "m.safetensors", "config.json")
-    assert (
-        str(caught.value)
-        == "m.safetensors: blocks.0.mlp.b_out: not an attention-only model (it has MLP weights)"
-    )
+    assert caught.value.where == "m.safetensors: blocks.0.mlp.b_out"
+    one_line(caught)
+
+
+def test_a_config_with_mlps_reads_its_size_activation_and_placement():
+    """attn_only false: d_mlp, act_fn and parallel_attn_mlp are read; absent attn_only follows d_mlp
+    (a config that names no d_mlp is attention-only); an activation or a gated MLP our model does not
+    compute is refused naming the field."""
+    base = {**SHAPE, "positional_embedding_type": "standard", "normalization_type": "LN"}
+    mlp = {**base, "attn_only": False, "d_mlp": 64, "act_fn": "gelu_new", "parallel_attn_mlp": True}
+    cfg = tl_checkpoint.from_tl_config(mlp)
+    assert (cfg.d_mlp, cfg.act_fn, cfg.parallel_attn_mlp, cfg.attn_only) == (64, "gelu_new", True, False)
+    assert tl_checkpoint.from_tl_config({**base, "d_mlp": 64, "act_fn": "relu"}).d_mlp == 64
+    assert tl_checkpoint.from_tl_config(base).attn_only
+    assert tl_checkpoint.from_tl_config(tl_checkpoint.tl_config(cfg)) == cfg
+    for field, value in [("act_fn", "solu_ln"), ("gated_mlp", True), ("d_mlp", None)]:
+        with pytest.raises(UserError) as caught:
+            tl_checkpoint.from_tl_config({**mlp, field: value})
+        assert caught.value.where == f"config.json: {field}"
+        one_line(caught)
 
 
 def test_attn_scale_is_not_judged_against_a_d_head_that_is_not_a_positive_integer():
@@ -242,7 +258,7 @@ def test_attn_scale_is_not_judged_against_a_d_head_that_is_not_a_positive_intege
 def test_a_checkpoint_without_config_json_missing_a_sized_weight_is_refused_naming_it():
     """Without config.json the sizes come from W_Q, W_pos and W_E: the first one missing is named."""
     torch.manual_seed(0)
-    state = AttnOnlyTransformer(CFG).state_dict()
+    state = Transformer(CFG).state_dict()
     sizes = {"n_layers": 2, "n_heads": 2, "d_head": 4, "d_model": 16, "n_ctx": 16, "d_vocab": 24}
     assert tl_checkpoint.inferred_config(state, {"attn_only": True}) == {"attn_only": True, **sizes}
     for missing in ("blocks.0.attn.W_Q", "pos_embed.W_pos", "embed.W_E"):
@@ -374,13 +390,20 @@ def test_a_weight_with_no_bridge_counterpart_is_refused_naming_it():
 
 
 VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"]))
+# attention-only, then an MLP after attention (GPT-2's activation) and one beside it (Pythia's placement)
+MLPS = {
+    "attn-only": {},
+    "mlp": {"d_mlp": 64, "act_fn": "gelu_new"},
+    "parallel-mlp": {"d_mlp": 48, "act_fn": "relu", "parallel_attn_mlp": True},
+}
 
 
 @pytest.mark.interop
+@pytest.mark.parametrize("mlp", list(MLPS.values()), ids=list(MLPS))
 @pytest.mark.parametrize("pos,norm", VARIANTS)
-def test_our_checkpoint_loads_into_hooked_transformer(tmp_path, pos, norm):
+def test_our_checkpoint_loads_into_hooked_transformer(tmp_path, pos, norm, mlp):
     tl = pytest.importorskip("transformer_lens")
-    cfg = ModelConfig(positional_embedding_type=pos, normalization_type=norm, **SHAPE)
+    cfg = ModelConfig(positional_embedding_type=pos, normalization_type=norm, **SHAPE, **mlp)
     ours = random_model(cfg, seed=1, dtype=torch.float32, bias_std=0.1)
     checkpoint.save_state(tmp_path / "model.safetensors", ours.state_dict())
     (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(cfg)))
@@ -398,15 +421,17 @@ def test_our_checkpoint_loads_into_hooked_transformer(tmp_path, pos, norm):
 
 
 @pytest.mark.interop
+@pytest.mark.parametrize("mlp", list(MLPS.values()), ids=list(MLPS))
 @pytest.mark.parametrize("pos,norm", VARIANTS)
-def test_hooked_transformer_checkpoint_loads_into_ours(tmp_path, pos, norm):
+def test_hooked_transformer_checkpoint_loads_into_ours(tmp_path, pos, norm, mlp):
     pytest.importorskip("transformer_lens")
     config = {
         **SHAPE,
         "positional_embedding_type": pos,
         "normalization_type": norm,
-        "attn_only": True,
+        "attn_only": not mlp,
         "act_fn": None,
+        **mlp,
     }
     theirs = hooked(config, seed=3)
     state = theirs.state_dict()  # includes the mask and IGNORE buffers

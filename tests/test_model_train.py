@@ -32,7 +32,7 @@ from pipeline.config import Config, DataConfig, ModelConfig, TrainConfig
 from pipeline.data import datasets
 from pipeline.errors import UserError
 from pipeline.model import origin, patterns, tl_checkpoint, train, transformer
-from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss
+from pipeline.model.transformer import Transformer, next_token_loss
 from stages import origin as origin_stage
 from stages import train as stage
 
@@ -88,7 +88,7 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def save_checkpoint(directory: Path, seed: int, suffix: str = ".safetensors") -> AttnOnlyTransformer:
+def save_checkpoint(directory: Path, seed: int, suffix: str = ".safetensors") -> Transformer:
     cfg = params.from_dict(params.compose(TINY, conf_dir=ROOT / "conf")).model
     model = random_model(
         cfg,
@@ -258,7 +258,7 @@ def test_curve_and_metrics(tmp_path):
     dataset = datasets.load(cfg.data, cfg.model, 0, n_eval=t.eval_batch_size)
     probe = datasets.repeated_probe(dataset, t.eval_batch_size, t.probe_length, cfg.model.d_vocab, 0)
     torch.manual_seed(streams.seed_of(0, "init"))
-    untrained = AttnOnlyTransformer(cfg.model)
+    untrained = Transformer(cfg.model)
     final = tl_checkpoint.load_model(out / "model.safetensors", out / "config.json")
     for row, model in ((0, untrained), (-1, final)):
         want = train.evaluate(model, dataset.eval, probe, t.probe_length)
@@ -574,7 +574,7 @@ def cfg_of(*overrides: str):
 def test_the_held_out_loss_chunks_as_its_term_estimates(monkeypatch):
     """A smaller LOSS_CHUNK shrinks `_chunked_loss`'s chunks and the held-out loss's term alike."""
     monkeypatch.setattr(train, "LOSS_CHUNK", 3 * SMALL.n_ctx * SMALL.d_vocab)  # 3 sequences a chunk
-    model = AttnOnlyTransformer(SMALL)
+    model = Transformer(SMALL)
     chunks: list[int] = []
     model.register_forward_pre_hook(lambda _, args: chunks.append(len(args[0])))
     loss = train._chunked_loss(model, torch.randint(0, SMALL.d_vocab, (8, SMALL.n_ctx)))

@@ -19,7 +19,7 @@ from pipeline import memory
 from pipeline.config import ModelConfig
 from pipeline.errors import UserError
 from pipeline.model import transformer
-from pipeline.model.transformer import AttnOnlyTransformer, next_token_loss
+from pipeline.model.transformer import Transformer, next_token_loss
 
 VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"], [True, False]))
 
@@ -188,22 +188,22 @@ def test_a_model_built_on_meta_draws_nothing_and_imports_no_compiler():
     code = (
         "import sys, torch\n"
         "from pipeline.config import ModelConfig\n"
-        "from pipeline.model.transformer import AttnOnlyTransformer\n"
+        "from pipeline.model.transformer import Transformer\n"
         "torch.manual_seed(0)\n"
         "before = torch.get_rng_state()\n"
         "with torch.device('meta'):\n"
-        "    m = AttnOnlyTransformer(ModelConfig(d_model=64, d_head=8, n_heads=2, d_vocab=50, n_ctx=10))\n"
+        "    m = Transformer(ModelConfig(d_model=64, d_head=8, n_heads=2, d_vocab=50, n_ctx=10))\n"
         "assert m.blocks[0].attn.W_Q.is_meta and torch.equal(torch.get_rng_state(), before)\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
-    from pipeline.model.transformer import AttnOnlyTransformer
+    from pipeline.model.transformer import Transformer
 
     torch.manual_seed(0)
     before = torch.get_rng_state()
-    m = AttnOnlyTransformer(ModelConfig(d_model=64, d_head=8, n_heads=2, d_vocab=500, n_ctx=10))
+    m = Transformer(ModelConfig(d_model=64, d_head=8, n_heads=2, d_vocab=500, n_ctx=10))
     assert not torch.equal(torch.get_rng_state(), before)
     assert float(m.embed.W_E.detach().std()) == pytest.approx(0.1, rel=0.05)  # 0.8 / sqrt(64), 32,000 draws
 
@@ -237,7 +237,7 @@ def test_a_block_called_without_cache_keeps_no_head_results_and_adds_what_the_ca
     """Block.forward's default is training's path (cache=False): the fused attention, no per-head
     result or pattern kept; its output is the cached path's resid + sum_h result^h + b_O."""
     torch.manual_seed(0)
-    block = AttnOnlyTransformer(CFG).blocks[0].double()
+    block = Transformer(CFG).blocks[0].double()
     resid = torch.randn(2, 5, CFG.d_model, dtype=torch.float64)
     plain = block(resid)
     assert plain.result is None and plain.pattern is None
@@ -263,7 +263,7 @@ MODEL = ModelConfig(n_layers=L, n_heads=H, d_head=dh, d_model=D, n_ctx=T, d_voca
 
 
 def parameter_count(m: ModelConfig) -> int:
-    """Trainable parameters of `AttnOnlyTransformer(m)` by hand (the biases without use_bias are
+    """Trainable parameters of `Transformer(m)` by hand (the biases without use_bias are
     buffers, not parameters): the oracle of the weights' terms."""
     ln = m.normalization_type == "LN"
     heads = 4 * m.n_heads * m.d_model * m.d_head + (3 * m.n_heads * m.d_head + m.d_model) * m.use_bias
@@ -276,7 +276,7 @@ def parameter_count(m: ModelConfig) -> int:
 def test_the_weights_terms_count_the_models_tensors(shape):
     cfg = SHAPES[shape]
     with torch.device("meta"):  # shapes only: nothing allocated
-        model = AttnOnlyTransformer(cfg)
+        model = Transformer(cfg)
     assert parameter_count(cfg) == sum(p.numel() for p in model.parameters())
     # the weights' terms count every tensor of the state dict, buffers (biases without bias) too
     terms = transformer.weight_terms(memory.Shape(cfg), 1, "elements")

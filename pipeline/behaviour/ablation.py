@@ -67,7 +67,7 @@ from torch import Tensor
 from .. import memory
 from ..cli import progress_bar
 from ..model import patterns, transformer
-from ..model.transformer import AttnOnlyTransformer, BlockOutput, Cache, next_token_loss
+from ..model.transformer import Block, BlockOutput, Cache, Transformer, next_token_loss
 from ..tables import ABLATION_COLUMNS, KINDS
 
 # the heads stage adds heldout_loss_effect and takes pattern_effect from the held-out text's run
@@ -111,11 +111,11 @@ def _induction(pattern: Tensor, length: int | None) -> Tensor:
     return patterns.induction(pattern, length)
 
 
-def _clean_layer(model: AttnOnlyTransformer, cache: Cache, j: int, length: int | None) -> tuple:
+def _clean_layer(model: Transformer, cache: Cache, j: int, length: int | None) -> tuple:
     """Layer j's clean state for the ablations into it: (block, its input stream [batch, pos,
     d_model], its heads' induction scores [head], their writes [batch, pos, head, d_model], its
-    output stream [batch, pos, d_model], the sources stacked per block call, the heads per loss
-    pass)."""
+    stream after attention [batch, pos, d_model] (before the block's MLP, if any), the sources
+    stacked per block call, the heads per loss pass)."""
     block = model.blocks[j]
     resid = cache.resid_pre[j]
     clean_result = cache.result[j]
@@ -129,7 +129,7 @@ def _clean_layer(model: AttnOnlyTransformer, cache: Cache, j: int, length: int |
 
 
 @torch.no_grad()
-def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None) -> pd.DataFrame:
+def path_ablation(model: Transformer, tokens: Tensor, length: int | None) -> pd.DataFrame:
     """One row per (kind, a, b), b in a later layer than a: COLUMNS (attn_effect, loss_effect,
     pattern_effect). `tokens` [batch, pos]: repeated `[first, span, span]` with `length`-token
     spans, or held-out text (`length` None)."""
@@ -141,7 +141,7 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
     L = model.cfg.n_layers
     bar = progress_bar(H * L * (L - 1) // 2, "path ablation", "source head")  # every (a, later layer)
     for j in range(1, model.cfg.n_layers):
-        block, resid, clean_induction, clean_result, resid_post, step, per_loss = _clean_layer(
+        block, resid, clean_induction, clean_result, resid_mid, step, per_loss = _clean_layer(
             model, cache, j, length
         )
         for i in range(j):
@@ -171,7 +171,8 @@ def path_ablation(model: AttnOnlyTransformer, tokens: Tensor, length: int | None
                         for g in range(0, H, per_loss):
                             heads = slice(g, min(g + per_loss, H))
                             m = heads.stop - heads.start
-                            stream = (resid_post + delta[s, heads]).reshape(
+                            # the block's MLP, if any, reads b's new write too
+                            stream = block.finish(resid, resid_mid + delta[s, heads]).reshape(
                                 m * B, T, -1
                             )  # [m * batch, pos, d_model]
                             new_logits = model.logits_from(stream, j + 1, cache.pos)
@@ -223,7 +224,7 @@ def _channel_cut(cache: Cache, cut: ChannelCut) -> Tensor:
 
 @torch.no_grad()
 def channel_ablation(
-    model: AttnOnlyTransformer, tokens: Tensor, cuts: Sequence[ChannelCut], length: int | None
+    model: Transformer, tokens: Tensor, cuts: Sequence[ChannelCut], length: int | None
 ) -> pd.DataFrame:
     """One row per cut of `cuts`, in their order: src_layer, src_head, dst_layer, dst_head and the
     effects of cutting that one channel (a block pair) of the K edge a -> b (module doc):
@@ -251,7 +252,7 @@ def channel_ablation(
         into = [n for n, cut in enumerate(cuts) if cut.dst[0] == j]  # the cuts into layer j
         for n in into:
             _require_order(cuts[n].src[0], j, model.cfg.n_layers)
-        block, resid, clean_induction, clean_result, resid_post, step, per_loss = _clean_layer(
+        block, resid, clean_induction, clean_result, resid_mid, step, per_loss = _clean_layer(
             model, cache, j, length
         )
         for first in range(0, len(into), step):
@@ -274,7 +275,8 @@ def channel_ablation(
             for g in range(0, m, per_loss):  # one copy of the batch per cut
                 part = slice(g, min(g + per_loss, m))
                 size = part.stop - part.start
-                stream = (resid_post + delta[part]).reshape(size * B, T, -1)  # [size * batch, pos, d_model]
+                # [size * batch, pos, d_model]; the block's MLP, if any, reads b's new write too
+                stream = block.finish(resid, resid_mid + delta[part]).reshape(size * B, T, -1)
                 new_logits = model.logits_from(stream, j + 1, cache.pos)
                 ablated = next_token_loss(new_logits, tokens.repeat(size, 1), reduce=False)
                 loss[part] = ablated.view(size, -1).mean(-1) - clean_loss
@@ -288,7 +290,7 @@ def channel_ablation(
 
 
 @torch.no_grad()
-def heads_loss_effect(model: AttnOnlyTransformer, tokens: Tensor, heads: Sequence[tuple[int, int]]) -> float:
+def heads_loss_effect(model: Transformer, tokens: Tensor, heads: Sequence[tuple[int, int]]) -> float:
     """Loss with every head of `heads` (layer, head) mean-ablated, minus the clean loss (nats).
 
     Each head's write into the residual stream is replaced by its per-position mean over the
@@ -300,7 +302,7 @@ def heads_loss_effect(model: AttnOnlyTransformer, tokens: Tensor, heads: Sequenc
 
 @torch.no_grad()
 def heads_loss_effects(
-    model: AttnOnlyTransformer, tokens: Tensor, head_sets: Sequence[Sequence[tuple[int, int]]]
+    model: Transformer, tokens: Tensor, head_sets: Sequence[Sequence[tuple[int, int]]]
 ) -> list[float]:
     """`heads_loss_effect` of each set of `head_sets` on the same `tokens`, bit for bit, with the
     clean pass run once for them all: a set's ablated pass starts from the clean block outputs
@@ -309,17 +311,21 @@ def heads_loss_effects(
         raise ValueError("no heads to ablate")
     embedded, pos = model.embed_tokens(tokens)
     clean = next_token_loss(model.logits_from(embedded, 0, pos), tokens)
-    clean_blocks = [model.blocks[0](embedded, pos, cache=True)]  # clean blocks, as far as a set needs
+    inputs = [embedded]  # the clean blocks' inputs and outputs, as far as a set needs
+    clean_blocks = [model.blocks[0](embedded, pos, cache=True)]
     effects = []
     bar = progress_bar(len(head_sets), "role ablation", "head set")
     for heads in head_sets:
         first = min(layer for layer, _ in heads)
         while len(clean_blocks) <= first:
-            clean_blocks.append(model.blocks[len(clean_blocks)](clean_blocks[-1].resid, pos, cache=True))
-        resid = _mean_ablated_writes(clean_blocks[first], [h for l, h in heads if l == first])
+            inputs.append(clean_blocks[-1].resid)
+            clean_blocks.append(model.blocks[len(clean_blocks)](inputs[-1], pos, cache=True))
+        resid = _mean_ablated_writes(
+            model.blocks[first], inputs[first], clean_blocks[first], [h for l, h in heads if l == first]
+        )
         for layer in range(first + 1, len(model.blocks)):
             out = model.blocks[layer](resid, pos, cache=True)
-            resid = _mean_ablated_writes(out, [h for l, h in heads if l == layer])
+            resid = _mean_ablated_writes(model.blocks[layer], resid, out, [h for l, h in heads if l == layer])
         ablated = next_token_loss(model.logits_from(resid, len(model.blocks), pos), tokens)
         effects.append(float(ablated - clean))
         bar.update()
@@ -327,13 +333,14 @@ def heads_loss_effects(
     return effects
 
 
-def _mean_ablated_writes(out: BlockOutput, heads: Sequence[int]) -> Tensor:
-    """A block's output stream with each of `heads`' writes replaced by its mean over the batch."""
-    resid = out.resid
+def _mean_ablated_writes(block: Block, resid: Tensor, out: BlockOutput, heads: Sequence[int]) -> Tensor:
+    """The output stream of `block` (its input `resid`, its cached output `out`) with each of
+    `heads`' writes replaced by its mean over the batch, before the block's MLP (if any) reads it."""
+    mid = out.mid
     for h in sorted(heads):
         write = out.result[:, :, h]  # [batch, pos, d_model]
-        resid = resid - write + write.mean(0, keepdim=True)
-    return resid
+        mid = mid - write + write.mean(0, keepdim=True)
+    return block.finish(resid, mid)
 
 
 # --- memory: what the path ablation allocates, for pipeline/memory.py's check ---------------

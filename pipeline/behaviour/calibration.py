@@ -47,7 +47,7 @@ from ..circuits import channel_null, rotated, scoring, significance
 from ..circuits.scoring import PAIR_COLUMNS
 from ..circuits.weights import HeadWeights, prepare
 from ..config import CalibrationConfig, CompositionConfig, ModelConfig
-from ..model.transformer import AttnOnlyTransformer
+from ..model.transformer import Transformer
 from ..tables import KINDS, MEASURES
 from .agreement import pair_part
 
@@ -73,7 +73,7 @@ def untrained(shape: ModelConfig, seed: int, n: int) -> list[HeadWeights]:
     out = []
     for i in range(n):
         torch.manual_seed(streams.seed_of(seed, "calibration.untrained", i))
-        out.append(prepare(AttnOnlyTransformer(shape).state_dict(), shape)[0])
+        out.append(prepare(Transformer(shape).state_dict(), shape)[0])
     return out
 
 

@@ -42,7 +42,7 @@ from ..circuits.weights import HeadWeights
 from ..config import HeadsConfig
 from ..data import datasets
 from ..errors import UserError
-from ..model.transformer import AttnOnlyTransformer
+from ..model.transformer import Transformer
 from ..tables import ABLATION_COLUMNS
 from . import ablation, heads
 
@@ -96,7 +96,7 @@ def cuts(hw: HeadWeights, pairs: pd.DataFrame, source: str = "channels") -> list
 
 
 def analyse(
-    model: AttnOnlyTransformer,
+    model: Transformer,
     hw: HeadWeights,
     table: pd.DataFrame,
     dataset: datasets.Dataset,
@@ -114,7 +114,7 @@ def analyse(
 
 
 def check_batches(
-    model: AttnOnlyTransformer,
+    model: Transformer,
     hw: HeadWeights,
     table: pd.DataFrame,
     repeated: Sequence[Tensor],

@@ -52,7 +52,7 @@ from ..config import DataConfig, HeadsConfig, ModelConfig, RoleThresholds
 from ..data import datasets
 from ..errors import UserError
 from ..model import patterns, tl_checkpoint, transformer
-from ..model.transformer import AttnOnlyTransformer
+from ..model.transformer import Transformer
 from ..tables import ABLATED_ROLES, ABLATION_COLUMNS, PATTERN_SCORES, ROLE_EFFECTS, ROLES, SERVES_LEVEL
 from . import ablation, agreement
 
@@ -130,7 +130,7 @@ def qk_positivity(hw: HeadWeights, sources: dict[tuple[int, int], tuple[int, int
 
 
 def pattern_scores(
-    model: AttnOnlyTransformer, repeated: Tensor, heldout: Tensor, length: int, k: int
+    model: Transformer, repeated: Tensor, heldout: Tensor, length: int, k: int
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Each attention score [layer, head] (induction on `repeated`, the rest on `heldout`),
     and the first repeated sequence with its patterns (tokens [pos], pattern [layer, head, q, k])."""
@@ -225,7 +225,7 @@ def memory_estimate(model: ModelConfig, h: HeadsConfig, data: DataConfig, source
 
 def load_model(
     model_path: str | Path, config_path: str | Path, cfg: HeadsConfig, data_config: DataConfig
-) -> AttnOnlyTransformer:
+) -> Transformer:
     """The checkpoint as the analysis runs it (float64), once its shape from config.json is known to
     fit (`require_shape_fits`: nothing large is read or allocated before)."""
     shape = tl_checkpoint.read_tl_config(config_path)
@@ -235,7 +235,7 @@ def load_model(
 
 @torch.no_grad()
 def analyse(
-    model: AttnOnlyTransformer,
+    model: Transformer,
     hw: HeadWeights,
     dataset: datasets.Dataset,
     cfg: HeadsConfig,
@@ -272,7 +272,7 @@ def evaluation_batches(
 
 @torch.no_grad()
 def analyse_batches(
-    model: AttnOnlyTransformer,
+    model: Transformer,
     hw: HeadWeights,
     repeated: Tensor | Sequence[Tensor],
     heldout: Tensor | Sequence[Tensor],
@@ -301,7 +301,7 @@ def analyse_batches(
 
 @torch.no_grad()
 def head_table(
-    model: AttnOnlyTransformer,
+    model: Transformer,
     hw: HeadWeights,
     repeated: Tensor,
     heldout: Tensor,
@@ -334,7 +334,7 @@ def head_table(
 
 @torch.no_grad()
 def ablation_tables(
-    model: AttnOnlyTransformer,
+    model: Transformer,
     repeated: Sequence[Tensor],
     heldout: Sequence[Tensor],
     cfg: HeadsConfig,
@@ -364,7 +364,7 @@ def ablation_tables(
 
 
 def role_ablation(
-    model: AttnOnlyTransformer,
+    model: Transformer,
     table: pd.DataFrame,
     repeated: Sequence[Tensor],
     heldout: Sequence[Tensor],

@@ -185,13 +185,13 @@ def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeig
     unfolded = sorted(k for k in state if LAYERNORM.match(k))
     if unfolded:  # `from_state_dict` reads the head matrices of any state dict as they are
         raise UserError(f"{path}: {unfolded[0]}", FOLD_FIRST)
-    # what `from_state_dict` does not read would be analysed as if absent: an MLP's weights (the
-    # model is not attention-only), or a key of another naming; the weights stage's positional terms
+    # what `from_state_dict` does not read would be analysed as if absent: an MLP's weights (a whole
+    # model's checkpoint, which the weights stage reads), or a key of another naming; the weights stage's positional terms
     # and TransformerLens's buffers are known
     unknown = sorted(k for k in state if not KNOWN_KEY.match(k) and not k.endswith(TL_BUFFERS))
     if unknown:
         mlp = ".mlp." in unknown[0] or ".ln2." in unknown[0]
-        problem = "not an attention-only model (it has MLP weights)" if mlp else UNKNOWN_KEY
+        problem = MLP_FIRST if mlp else UNKNOWN_KEY
         raise UserError(f"{path}: {unknown[0]}", problem)
     with within(str(path)):
         _check_positional_terms(state)
@@ -202,6 +202,10 @@ def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeig
 # weights (`HeadWeights.state_dict`) and the shortformer + LayerNorm positional terms (`positional_terms`)
 KNOWN_KEY = re.compile(
     r"(embed\.W_E|pos_embed\.W_pos|unembed\.(W_U|b_U)|blocks\.\d+\.attn\.(W_[QKVO]|b_[QKVO]|pos_[QK]))$"
+)
+MLP_FIRST = (
+    "a checkpoint of a model with MLPs, not a weights file: python -m stages.weights --model "
+    "CHECKPOINT --config CONFIG.json --out DIR writes its heads, then analyse DIR/heads.safetensors"
 )
 UNKNOWN_KEY = (
     "unexpected key: not a weight of an attention-only model in TransformerLens's names "
@@ -322,6 +326,11 @@ def prepare(
         sd[f"blocks.{l}.attn.b_O"] = sd[f"blocks.{l}.attn.b_O"] + torch.einsum("hd,hdm->m", b_V, W_O)
         sd[f"blocks.{l}.attn.b_V"] = torch.zeros_like(b_V)
     steps.append("folded value biases into b_O (b_O += sum_h b_V^h W_O^h; b_V = 0)")
+    if not model.attn_only:
+        steps.append(
+            f"MLPs (d_mlp {model.d_mlp}) left out: the scores are of the direct path from head to head "
+            "(an MLP between them is not in it), as TransformerLens's all_composition_scores"
+        )
     return from_state_dict(sd, source=source), steps
 
 

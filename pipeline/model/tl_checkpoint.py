@@ -5,9 +5,9 @@ state dicts checked against our model before it is built from them.
 (`cfg.to_dict()`, or the raw config.json of NeelNanda's attn-only models, which spell two
 fields `normalization` and `shortformer_pos` and which we translate field for field as
 TransformerLens's `convert_neel_model_config` does) and refuses, naming the field, any
-setting our model does not compute the same way (MLPs, RMS norm, rotary positions, a
-custom attention scale, ...). A repository that ships no config.json (`pipeline.hub.KNOWN`)
-gets its sizes from the weights' shapes (`inferred_config`).
+setting our model does not compute the same way (a gated MLP or another activation, RMS
+norm, rotary positions, a custom attention scale, ...). A repository that ships no config.json
+(`pipeline.hub.KNOWN`) gets its sizes from the weights' shapes (`inferred_config`).
 
 TransformerLens 4.x replaced `HookedTransformer` by `TransformerBridge`; its attention-only
 models are the native architecture (`TransformerBridge.boot_native`), whose config is a
@@ -31,9 +31,9 @@ import torch
 
 from .. import io
 from ..checkpoint import TL_BUFFERS, load_state, save_state
-from ..config import LN_EPS, ModelConfig
+from ..config import ACTIVATIONS, LN_EPS, ModelConfig
 from ..errors import UserError, within
-from .transformer import AttnOnlyTransformer
+from .transformer import Transformer
 
 # TransformerLens 4.x's own architecture (TransformerBridge.boot_native): the one that can be attention-only.
 NATIVE = "TransformerLensNative"
@@ -49,12 +49,17 @@ TL_FIELDS = (
     "positional_embedding_type",
     "normalization_type",
 )
+# and of a model with MLPs (an attention-only model's config.json has act_fn null and no others)
+MLP_FIELDS = ("d_mlp", "act_fn", "parallel_attn_mlp")
 
 
 def tl_config(model: ModelConfig) -> dict:
     """config.json for a checkpoint: HookedTransformerConfig field names and values."""
     out: dict[str, Any] = {name: getattr(model, name) for name in TL_FIELDS}
-    out.update(attn_only=True, act_fn=None, d_vocab_out=model.d_vocab, use_attn_scale=True, eps=LN_EPS)
+    out.update(attn_only=model.attn_only, act_fn=None)
+    if not model.attn_only:
+        out.update({name: getattr(model, name) for name in MLP_FIELDS})
+    out.update(d_vocab_out=model.d_vocab, use_attn_scale=True, eps=LN_EPS)
     return out
 
 
@@ -75,6 +80,12 @@ def _is_sqrt_d_head(scale: Any, raw: Mapping[str, Any]) -> bool:
     return abs(float(scale) - math.sqrt(d_head)) < 1e-6
 
 
+def _attn_only(raw: Mapping[str, Any]) -> bool:
+    """`attn_only` as given; absent, whether d_mlp is (HookedTransformerConfig's own default, false,
+    would give a config that names no d_mlp MLPs of 4 d_model, which its weights would not have)."""
+    return bool(raw.get("attn_only", raw.get("d_mlp") is None))
+
+
 _Reason = str | Callable[[Mapping[str, Any]], str]  # the problem, or how to word it from the config
 
 # HookedTransformerConfig settings our model would compute differently, in the order they are
@@ -86,11 +97,22 @@ UNSUPPORTED: tuple[tuple[str, Any, Callable[[Any, Mapping[str, Any]], bool], _Re
         "model_type",
         None,
         lambda v, raw: v is None,
-        "a Hugging Face transformers config.json (save_pretrained): TransformerLens 4.x wraps such "
-        "a model with its MLPs; only attention-only models are read (HookedTransformerConfig or "
-        "TransformerBridgeConfig fields)",
+        "a Hugging Face transformers config.json (save_pretrained): only HookedTransformerConfig or "
+        "TransformerBridgeConfig fields are read",
     ),
-    ("attn_only", True, lambda v, raw: v is True, "not an attention-only model (it has MLPs)"),
+    (
+        "d_mlp",
+        None,
+        lambda v, raw: _attn_only(raw) or (isinstance(v, int) and not isinstance(v, bool) and v > 0),
+        "a model with MLPs (attn_only false) needs d_mlp, a positive integer",
+    ),
+    (
+        "act_fn",
+        None,
+        lambda v, raw: _attn_only(raw) or v in ACTIVATIONS,
+        f"the MLP's activation must be one of {', '.join(ACTIVATIONS)}",
+    ),
+    ("gated_mlp", False, _off, "gated MLPs are not supported"),
     (
         "architecture",
         None,
@@ -198,6 +220,9 @@ def _model_config(raw: dict) -> ModelConfig:
     if missing:
         raise UserError(missing[0], "missing from config.json")
     fields = {name: raw.get(name) for name in TL_FIELDS}
+    if not _attn_only(raw):  # d_mlp and act_fn checked above (UNSUPPORTED)
+        fields.update(d_mlp=raw["d_mlp"], act_fn=raw["act_fn"])
+        fields["parallel_attn_mlp"] = bool(raw.get("parallel_attn_mlp", False))
     fields["positional_embedding_type"] = raw.get("positional_embedding_type", "standard")  # TL's default
     if fields["normalization_type"] == "LNPre":  # LN without weights: LN with w = 1, b = 0
         fields["normalization_type"] = "LN"
@@ -224,15 +249,15 @@ def check_state(
 
 
 def _is_norm(name: str) -> bool:
-    return name.startswith("ln_final.") or ".ln1." in name
+    return name.startswith("ln_final.") or ".ln1." in name or ".ln2." in name
 
 
 def _checked_state(
     state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], config_source: str
 ) -> dict[str, torch.Tensor]:
     mlp = sorted(k for k in state if ".mlp." in k)
-    if mlp:
-        raise UserError(mlp[0], "not an attention-only model (it has MLP weights)")
+    if mlp and not any(".mlp." in k for k in expected):
+        raise UserError(mlp[0], f"MLP weights, where {config_source} says the model is attention-only")
     lnpre = not any(_is_norm(k) for k in state)  # LayerNorm without weights (TransformerLens's LNPre)
     out: dict[str, torch.Tensor] = {}
     for name, tensor in expected.items():
@@ -252,7 +277,7 @@ def _checked_state(
         out[name] = got
     extra = sorted(set(state) - set(expected) - {k for k in state if k.endswith(TL_BUFFERS)})
     if extra:
-        problem = f"unexpected key: not an attention-only model with the shape in {config_source}"
+        problem = f"unexpected key: not a weight of the model in {config_source}"
         raise UserError(extra[0], problem)
     return out
 
@@ -301,22 +326,22 @@ def read_checkpoint(
             with within(str(model_path)):
                 state = from_bridge_state(state, cfg, source)
     with torch.device("meta"):  # only the expected names and shapes: allocates nothing
-        expected = AttnOnlyTransformer(cfg).state_dict()
+        expected = Transformer(cfg).state_dict()
     return cfg, check_state(state, expected, str(model_path), source)
 
 
 def load_model(
     model_path: str | Path, config: str | Path | Mapping[str, Any], dtype: torch.dtype = torch.float32
-) -> AttnOnlyTransformer:
+) -> Transformer:
     """Our model with a checkpoint's weights, in `dtype`; names and shapes checked against config.json."""
     return build_model(*read_checkpoint(model_path, config), dtype=dtype)
 
 
 def build_model(
     cfg: ModelConfig, state: Mapping[str, torch.Tensor], dtype: torch.dtype = torch.float32
-) -> AttnOnlyTransformer:
+) -> Transformer:
     """Our model with a checked state dict (`read_checkpoint`'s) loaded, in `dtype`."""
-    model = AttnOnlyTransformer(cfg).to(dtype)  # float64 weights reach a float64 analysis unrounded
+    model = Transformer(cfg).to(dtype)  # float64 weights reach a float64 analysis unrounded
     model.load_state_dict(state)
     return model
 
@@ -380,7 +405,7 @@ def from_bridge_state(
     out: dict[str, torch.Tensor] = {}
     for name, t in state.items():
         if ".mlp." in name or ".ln2." in name:
-            raise UserError(name, "not an attention-only model (it has MLP weights)")
+            raise UserError(name, BRIDGE_MLP)
         for pattern, ours in _FROM_BRIDGE.items():
             if m := pattern.match(name):
                 target = ours.replace("{l}", m[1]) if m.groups() else ours
@@ -393,6 +418,12 @@ def from_bridge_state(
     return out
 
 
+BRIDGE_MLP = (
+    "a TransformerBridge with MLPs is not read (only attention-only native bridges are); load the "
+    "model as a TransformerLens 3.9 HookedTransformer, or its checkpoint, instead"
+)
+
+
 def bridge_state_dict(bridge: Any) -> tuple[dict[str, torch.Tensor], dict]:
     """A TransformerLens 4.x `TransformerBridge`'s weights under HookedTransformer's names
     (`from_bridge_state`, checked against our model: `check_state`) and its config as
@@ -402,11 +433,14 @@ def bridge_state_dict(bridge: Any) -> tuple[dict[str, torch.Tensor], dict]:
     share the bridge's storage.
 
     Reads `bridge.cfg.to_dict()` and `bridge.state_dict()` only: transformer_lens is not imported."""
-    cfg = from_tl_config(bridge_translated(dict(bridge.cfg.to_dict())), "bridge.cfg")
+    raw = dict(bridge.cfg.to_dict())
+    if not _attn_only(raw):
+        raise UserError("bridge.cfg: attn_only", BRIDGE_MLP, raw.get("attn_only"))
+    cfg = from_tl_config(bridge_translated(raw), "bridge.cfg")
     with within("bridge.state_dict()"):
         state = from_bridge_state(bridge.state_dict(), cfg, "bridge.cfg")
     with torch.device("meta"):
-        expected = AttnOnlyTransformer(cfg).state_dict()
+        expected = Transformer(cfg).state_dict()
     return check_state(state, expected, "bridge.state_dict()", "bridge.cfg"), tl_config(cfg)
 
 

@@ -26,7 +26,7 @@ from ..data import datasets
 from ..errors import UserError
 from ..tables import CURVE_COLUMNS, INDUCTION_THRESHOLD
 from . import origin, patterns, tl_checkpoint, transformer
-from .transformer import AttnOnlyTransformer, next_token_loss
+from .transformer import Transformer, next_token_loss
 
 # called with (step, tokens seen, state dict on the CPU) at each of train.checkpoint_steps()
 SaveCheckpoint = Callable[[int, int, dict[str, torch.Tensor]], None]
@@ -34,7 +34,7 @@ SaveCheckpoint = Callable[[int, int, dict[str, torch.Tensor]], None]
 
 @dataclass
 class TrainResult:
-    model: AttnOnlyTransformer
+    model: Transformer
     curve: pd.DataFrame  # one row per evaluation, CURVE_COLUMNS
     metrics: dict  # the last row's values, and when induction first reached the threshold
     manifest: dict = field(default_factory=dict)  # data inputs (sha256) or generator, checkpoint read
@@ -61,7 +61,7 @@ def loss_chunk(n_ctx: int, d_vocab: int) -> int:
     return max(1, LOSS_CHUNK // max(1, n_ctx * d_vocab))
 
 
-def _chunked_loss(model: AttnOnlyTransformer, tokens: torch.Tensor) -> torch.Tensor:
+def _chunked_loss(model: Transformer, tokens: torch.Tensor) -> torch.Tensor:
     """Per-position loss `[batch, pos - 1]`, a few sequences at a time so that a large
     vocabulary's logits stay small (~64 MB per chunk; `loss_chunk`, as estimated)."""
     B, T = tokens.shape
@@ -75,9 +75,7 @@ def _chunked_loss(model: AttnOnlyTransformer, tokens: torch.Tensor) -> torch.Ten
 
 
 @torch.no_grad()
-def evaluate(
-    model: AttnOnlyTransformer, eval_tokens: torch.Tensor, probe: torch.Tensor, probe_length: int
-) -> dict:
+def evaluate(model: Transformer, eval_tokens: torch.Tensor, probe: torch.Tensor, probe_length: int) -> dict:
     """Held-out loss; in-context learning (mean loss over the last fifth of positions minus
     the first fifth: negative when later tokens are predicted better); the best induction
     head of layers >= 1 and the best previous-token head of the layers before the last,
@@ -137,7 +135,7 @@ def require_memory(estimate: memory.Estimate, device: torch.device) -> None:
     memory.require_fits(estimate, memory.available_bytes(), gpu)
 
 
-def cpu_state(model: AttnOnlyTransformer) -> dict[str, torch.Tensor]:
+def cpu_state(model: Transformer) -> dict[str, torch.Tensor]:
     """A copy of the weights on the CPU (what a checkpoint holds; training goes on changing them)."""
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
@@ -166,7 +164,7 @@ def train(
     )
 
     torch.manual_seed(streams.seed_of(seed, "init"))
-    model = AttnOnlyTransformer(cfg.model).to(device)
+    model = Transformer(cfg.model).to(device)
     decay, rest = model.weight_matrices()  # weight decay on the matrices; not on biases, LN
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}],

@@ -1,4 +1,4 @@
-"""A two-layer (any-layer) attention-only transformer, in the paper's notation.
+"""A transformer of N layers, attention-only or with MLPs, in the paper's notation.
 
 Row-vector convention and TransformerLens's state-dict names, so checkpoints move
 both ways (docs/design.md, "Weight formats"). For head h of a layer:
@@ -6,17 +6,23 @@ both ways (docs/design.md, "Weight formats"). For head h of a layer:
     q = x W_Q^h + b_Q^h        k = y W_K^h + b_K^h        scores = q k^T / sqrt(d_head)
     v = y W_V^h + b_V^h        result^h = pattern^h v W_O^h     out = sum_h result^h + b_O
 
+With `d_mlp` each block then adds an MLP, act(x W_in + b_in) W_out + b_out, reading the
+stream after attention (resid_mid), or the block's input beside attention with
+`parallel_attn_mlp` (TransformerLens's `TransformerBlock`). Without it the model is
+attention-only, as in the paper.
+
 Positional embeddings are `standard` (added to the residual stream) or `shortformer`
 (added only to the query and key inputs, never to the residual stream, so the
 residual stream carries token information only, as in the paper). With LayerNorm
-(`normalization_type: LN`, pre-LN as TransformerLens), shortformer positions are
-added after the norm.
+(`normalization_type: LN`, pre-LN as TransformerLens: ln1 before attention, ln2 before
+the MLP), shortformer positions are added after the norm.
 
 One path through a layer, `Block.forward`, serves training, `run_with_cache` and the
 path ablation. Its `replace` argument gives the query, key or value input its own
 residual stream, shared by all heads `[batch, pos, d_model]` or per head
 `[batch, pos, head, d_model]`: that is what path ablation needs (change only what
-reaches one head's keys). With `cache=False` (training) attention runs through a fused
+reaches one head's keys); the block's MLP then reads what attention wrote, as it would.
+With `cache=False` (training) attention runs through a fused
 kernel (`causal_attention`: hand-written on the CPU, torch's on CUDA) and no per-head result
 is kept.
 """
@@ -90,17 +96,58 @@ class Attention(nn.Module):
         return (torch.einsum("bphm,hmd->bphd", x, W) + b).transpose(1, 2)
 
 
+# TransformerLens's activations by `act_fn` name; gelu_new is GPT-2's tanh approximation
+ACTIVATIONS = {
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "relu": F.relu,
+}
+
+
+class MLP(nn.Module):
+    """act(x W_in + b_in) W_out + b_out, TransformerLens's names and shapes."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        assert cfg.d_mlp is not None
+        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
+        for name, size in (("b_in", cfg.d_mlp), ("b_out", cfg.d_model)):
+            if cfg.use_bias:
+                self.register_parameter(name, nn.Parameter(torch.zeros(size)))
+            else:  # zero buffers, so the state dict has TransformerLens's keys
+                self.register_buffer(name, torch.zeros(size))
+        self.act = ACTIVATIONS[cfg.act_fn]
+
+    def forward(self, x: Tensor) -> Tensor:  # [..., d_model]
+        return self.act(x @ self.W_in + self.b_in) @ self.W_out + self.b_out
+
+
 class BlockOutput(NamedTuple):
     resid: Tensor  # [batch, pos, d_model]  the residual stream after the layer
     result: Tensor | None  # [batch, pos, head, d_model]  each head's write, before b_O (cache only)
     pattern: Tensor | None  # [batch, head, query_pos, key_pos]  (cache only)
+    mid: Tensor | None = None  # [batch, pos, d_model]  after attention, before the MLP (cache only)
 
 
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.ln1 = LayerNorm(cfg.d_model) if cfg.normalization_type == "LN" else nn.Identity()
+        ln = cfg.normalization_type == "LN"
+        self.ln1 = LayerNorm(cfg.d_model) if ln else nn.Identity()
         self.attn = Attention(cfg)
+        if not cfg.attn_only:
+            self.ln2 = LayerNorm(cfg.d_model) if ln else nn.Identity()
+            self.mlp = MLP(cfg)
+        self.parallel = cfg.parallel_attn_mlp
+
+    def finish(self, resid: Tensor, mid: Tensor) -> Tensor:
+        """The block's output from its input `resid` and the stream after attention `mid` (both
+        [.., pos, d_model]): mid plus the MLP's output, the MLP reading mid (or, parallel, resid);
+        attention-only: mid itself."""
+        if not hasattr(self, "mlp"):
+            return mid
+        return mid + self.mlp(self.ln2(resid if self.parallel else mid))
 
     def forward(
         self,
@@ -130,13 +177,14 @@ class Block(nn.Module):
         if not cache:
             z = causal_attention(q, k, v)  # [batch * pos, head * d_head]
             out = torch.addmm(a.b_O, z, a.W_O.reshape(-1, d_model))  # [batch * pos, d_model]
-            return BlockOutput(resid + out.view(B, T, d_model), None, None)
+            return BlockOutput(self.finish(resid, resid + out.view(B, T, d_model)), None, None)
         scores = q @ k.transpose(-1, -2) / math.sqrt(d_head)  # [batch, head, query_pos, key_pos]
         future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
         pattern = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
         z = pattern @ v  # [batch, head, pos, d_head]
         result = torch.einsum("bhqd,hdm->bqhm", z, a.W_O)  # [batch, pos, head, d_model]
-        return BlockOutput(resid + result.sum(dim=2) + a.b_O, result, pattern)
+        mid = resid + result.sum(dim=2) + a.b_O
+        return BlockOutput(self.finish(resid, mid), result, pattern, mid)
 
     def _input(self, stream: Tensor, pos: Tensor | None, kind: str) -> Tensor:
         """A replacement residual stream as the `kind` input: ln1, then positions for Q and K."""
@@ -155,7 +203,7 @@ class Cache(NamedTuple):
     pos: Tensor | None  # shortformer: [pos, d_model] added to queries and keys
 
 
-class AttnOnlyTransformer(nn.Module):
+class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -223,7 +271,7 @@ class AttnOnlyTransformer(nn.Module):
         cache = Cache([], [], [], pos)
         for block in self.blocks:
             cache.resid_pre.append(resid)
-            resid, result, pattern = block(resid, pos, cache=True)
+            resid, result, pattern, _ = block(resid, pos, cache=True)
             cache.result.append(result)
             cache.pattern.append(pattern)
         return self.logits_from(resid, len(self.blocks)), cache
@@ -314,13 +362,17 @@ def next_token_loss(logits: Tensor, tokens: Tensor, reduce: bool = True) -> Tens
 
 
 def _parameter_groups(m: ModelConfig) -> dict[str, int]:
-    """Elements of the embeddings, the positional embedding and the layers of `AttnOnlyTransformer(m)`."""
+    """Elements of the embeddings, the positional embedding and the layers of `Transformer(m)`."""
     ln = m.normalization_type == "LN"
     heads = 4 * m.n_heads * m.d_model * m.d_head + (3 * m.n_heads * m.d_head + m.d_model) * m.use_bias
+    mlp = 0
+    if not m.attn_only:  # W_in, W_out, b_in, b_out, ln2
+        mlp = 2 * m.d_model * m.d_mlp + (m.d_mlp + m.d_model) * m.use_bias + 2 * m.d_model * ln
     return {
         "embeddings": 2 * m.d_vocab * m.d_model + m.d_vocab * m.use_bias,  # W_E, W_U, b_U
         "positions": m.n_ctx * m.d_model,  # W_pos
-        "layers": m.n_layers * (heads + 2 * m.d_model * ln) + 2 * m.d_model * ln,  # heads, ln1, ln_final
+        # heads, ln1, the MLP and ln2; ln_final
+        "layers": m.n_layers * (heads + 2 * m.d_model * ln + mlp) + 2 * m.d_model * ln,
     }
 
 
@@ -338,7 +390,7 @@ def weight_terms(s: memory.Shape, per_parameter: int, what: str) -> list[memory.
             (s.n_ctx, s.d_model),
         ),
         memory.Term(
-            f"the attention weights ({what})",
+            f"the attention{'' if s.m.attn_only else ' and MLP'} weights ({what})",
             per_parameter * full["layers"],
             (s.n_layers, s.n_heads, s.d_head, s.d_model),
         ),
@@ -366,13 +418,18 @@ def cache_terms(s: memory.Shape, b: memory.Batch, dtype: int) -> list[memory.Ter
 
 def forward_terms(s: memory.Shape, b: memory.Batch, dtype: int) -> list[memory.Term]:
     """Beside the cache while `run_with_cache` runs: one layer's scores and masked scores and
-    its queries, keys and values; then the logits (the matmul's output and the bias added)."""
+    its queries, keys and values, or its MLP's pre- and post-activations (the larger); then the
+    logits (the matmul's output and the bias added)."""
     m, n, T = s.m, b.n.value, b.pos
     n_, pos_ = b.dims
+    attention = 2 * m.n_heads * T * T + 3 * T * m.n_heads * m.d_head
+    mlp = 0 if m.attn_only else 2 * T * m.d_mlp
     return [
         memory.Term(
-            f"one layer's attention scores on {b.where}",
-            dtype * n * (2 * m.n_heads * T * T + 3 * T * m.n_heads * m.d_head),
+            f"one layer's attention scores on {b.where}"
+            if attention >= mlp
+            else f"one layer's MLP activations on {b.where}",
+            dtype * n * max(attention, mlp),
             (b.n, s.n_heads, b.length),
         ),
         memory.Term(
