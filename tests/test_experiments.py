@@ -111,6 +111,37 @@ def test_an_experiment_is_listed_with_its_metrics_and_the_readme_prints_a_handfu
     assert {c.split(".")[1] for c in declared if c.startswith("detection_limit_K.")} <= {"seed0", "seed1"}
 
 
+def test_an_experiment_on_three_layers_with_mlps_runs_every_stage_over_every_layer_pair(base, tmp_path):
+    """`dvc exp run -S` to GPT-2's block (LayerNorm, standard positions, an MLP after attention) three
+    layers deep: every stage runs again, and the composition, channel and path-ablation tables hold
+    every later layer pair; the weights stage writes the heads alone (no MLP weight in the file),
+    the checkpoint's config.json says the model has its MLPs."""
+    repo = clone(base, tmp_path / "repo")
+    overrides = {"model.n_layers": "3", "model.d_mlp": "32", "model.normalization_type": "LN",
+                 "model.positional_embedding_type": "standard"}  # fmt: skip
+    done = dvc(repo, "exp", "run", *[a for k, v in overrides.items() for a in ("-S", f"{k}={v}")])
+    stages = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]
+    ran = {name.split("@")[0] for name in stages_run(done)}
+    assert ran == set(stages), sorted(set(stages) - ran)
+    out = repo / "outputs"
+    config = json.loads((out / "train" / "seed0" / "config.json").read_text())
+    assert (config["n_layers"], config["d_mlp"], config["attn_only"]) == (3, 32, False)
+    from safetensors import safe_open
+
+    with safe_open(out / "weights" / "seed0" / "heads.safetensors", "pt") as f:
+        names = set(f.keys())
+    assert {f"blocks.{l}.attn.W_Q" for l in range(3)} <= names and not any(".mlp." in k for k in names)
+    every = {(0, 1), (0, 2), (1, 2)}
+    for table in (
+        "composition/seed0/scores.csv",
+        "composition/seed0/channels.csv",
+        "heads/seed0/ablation.csv",
+    ):
+        frame = pd.read_csv(out / table)
+        assert set(zip(frame["src_layer"], frame["dst_layer"], strict=True)) == every, table
+    assert (out / "report" / "index.html").stat().st_size > 0
+
+
 @pytest.mark.parametrize(
     "overrides,named",
     [
