@@ -967,6 +967,26 @@ def test_the_composition_tables_count_each_role_groups_pairs_k_first():
     assert none and "<table" not in none
 
 
+def test_the_composition_tables_show_only_the_role_groups_that_have_pairs():
+    """Deeper models meet role groups that are not every later role with every earlier one
+    (induction <- previous_token and other <- other, not induction <- other): two rows, no empty one."""
+    groups = pd.DataFrame(
+        [
+            {
+                "kind": "K",
+                "variant": "true",
+                "dst_role": dst,
+                "src_role": src,
+                "n_pairs": n,
+                "max_excess": 0.5,
+            }
+            for dst, src, n in (("induction", "previous_token", 2), ("other", "other", 7))
+        ]
+    )
+    rows = rows_of(report.composition_tables(groups))
+    assert [r[:2] for r in rows] == [["induction &lt;- previous_token", "2"], ["other &lt;- other", "7"]]
+
+
 # --- the page --------------------------------------------------------------------------------
 
 

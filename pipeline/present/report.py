@@ -383,6 +383,8 @@ def composition_tables(groups: pd.DataFrame) -> str:
         n_pairs = mine.drop_duplicates(["dst_role", "src_role"]).set_index(["dst_role", "src_role"])[
             "n_pairs"
         ]
+        # pivot_table's rows are every (later, earlier) role combination; only those with pairs are shown
+        wide = wide[wide.index.isin(n_pairs.index)]
         wide.insert(0, "pairs", n_pairs.reindex(wide.index).astype(int))
         wide.index = [f"{dst} <- {src}" for dst, src in wide.index]
         parts += [f"<h4>{kind}-composition</h4>", table(wide.rename_axis("later <- earlier").reset_index())]
