@@ -66,7 +66,7 @@ class Weights:
     """One model as the analysis reads it (`weights_of`)."""
 
     heads: HeadWeights  # analysis-ready (the weights stage's heads.safetensors), float64, on the CPU
-    positions: str  # the positional embedding type: "shortformer" or "standard"
+    positions: str  # the positional embedding type: "shortformer", "standard" or "rotary"
     config: ModelConfig | None  # None: analysis-ready weights read from a file, no model to run
     state: Mapping[str, Tensor] | None  # the checked checkpoint, on the CPU (forward passes); None likewise
     device: torch.device  # where the analysis runs: the model's

@@ -23,8 +23,9 @@ from . import io
 from .errors import UserError
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
-# Buffers a HookedTransformer keeps in its state dict: the causal mask and a constant.
-TL_BUFFERS = (".mask", ".IGNORE")
+# Buffers a HookedTransformer keeps in its state dict: the causal mask, a constant, and a rotary
+# model's waves (computed from its config).
+TL_BUFFERS = (".mask", ".IGNORE", ".rotary_sin", ".rotary_cos")
 
 
 def save_state(

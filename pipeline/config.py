@@ -20,7 +20,7 @@ from .errors import UserError, require, under
 from .hub import require_hub_name
 from .tables import ERRATA
 
-POSITIONAL_EMBEDDINGS = ("standard", "shortformer")
+POSITIONAL_EMBEDDINGS = ("standard", "shortformer", "rotary")
 NORMALIZATIONS = (None, "LN")
 # MLP activations (HookedTransformerConfig's `act_fn` names): gelu_new is GPT-2's (tanh approximation)
 ACTIVATIONS = ("gelu_new", "gelu", "relu")
@@ -138,23 +138,41 @@ class ModelConfig(Section):
     d_model: int = 64
     n_ctx: int = 64
     d_vocab: int = 64
-    positional_embedding_type: str = "shortformer"  # "standard": added to the residual stream
+    positional_embedding_type: str = "shortformer"  # "standard": added to the residual stream; "rotary"
     normalization_type: str | None = None  # None or "LN" (pre-LN, TransformerLens placement)
     use_bias: bool = True  # False: b_Q, b_K, b_V, b_O, b_U stay zero (still saved, for interop)
     init_range: float | None = None  # std of weight init; None: 0.8 / sqrt(d_model) as TransformerLens
     d_mlp: int | None = None  # None: attention-only; else each block's MLP has this many neurons
     act_fn: str = "gelu_new"  # the MLP's activation (ACTIVATIONS)
     parallel_attn_mlp: bool = False  # the MLP reads the block's input, beside attention (GPT-J, Pythia)
+    rotary_dim: int | None = None  # rotary: the leading query and key dimensions rotated (None: d_head)
+    rotary_base: int = 10000  # rotary: the wavelengths' base
+    rotary_adjacent_pairs: bool = (
+        False  # rotary: rotate pairs (0, 1), (2, 3).. (GPT-J); else halves (GPT-NeoX)
+    )
 
     @property
     def attn_only(self) -> bool:
         return self.d_mlp is None
+
+    @property
+    def rotated_dims(self) -> int:
+        """Rotary positions: how many leading dimensions of each query and key turn."""
+        return self.d_head if self.rotary_dim is None else self.rotary_dim
 
     def check(self) -> None:
         _positive(self, "n_layers", "n_heads", "d_head", "d_model", "n_ctx", "d_vocab")
         if self.d_mlp is not None:
             _positive(self, "d_mlp")
         require(self.act_fn in ACTIVATIONS, "act_fn", f"must be one of {', '.join(ACTIVATIONS)}", self.act_fn)
+        if self.positional_embedding_type == "rotary":
+            require(
+                0 < self.rotated_dims <= self.d_head and self.rotated_dims % 2 == 0,
+                "rotary_dim" if self.rotary_dim is not None else "d_head",
+                f"rotary positions turn pairs of dimensions: must be even, from 2 to d_head = {self.d_head}",
+                self.rotated_dims,
+            )
+        _positive(self, "rotary_base")
         require(
             not (self.parallel_attn_mlp and self.attn_only),
             "parallel_attn_mlp",

@@ -418,10 +418,10 @@ def test_a_heads_file_is_read_as_the_composition_stage_reads_it(model, tmp_path)
     with pytest.raises(UserError) as caught:
         api.roles(path, torch.zeros(2, 12, dtype=torch.long))
     assert "roles" in refused(caught, path)  # the file, and the call that needs more
-    weights.save(path, w.heads, {"config": json.dumps({"positional_embedding_type": "rotary"})})
+    weights.save(path, w.heads, {"config": json.dumps({"positional_embedding_type": "alibi"})})
     with pytest.raises(UserError) as caught:
         api.weights_of(path)
-    refused(caught, f"{path}: config.positional_embedding_type", "rotary")
+    refused(caught, f"{path}: config.positional_embedding_type", "alibi")
 
 
 def test_a_checkpoint_with_config_json_beside_it_is_the_checkpoint(model, tmp_path):

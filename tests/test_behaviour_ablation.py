@@ -151,6 +151,15 @@ ARCHITECTURES = {
     "standard+LN": {"positional_embedding_type": "standard", "normalization_type": "LN"},
     "standard+LN+MLP": {"positional_embedding_type": "standard", "normalization_type": "LN", "d_mlp": 24},
     "parallel-MLP": {"d_mlp": 32, "act_fn": "relu", "parallel_attn_mlp": True, "seed": 3},
+    # Pythia's block: rotary positions on half of each head's dimensions, LayerNorm, a parallel MLP
+    "rotary+parallel-MLP": {
+        "positional_embedding_type": "rotary",
+        "rotary_dim": 2,
+        "normalization_type": "LN",
+        "d_mlp": 32,
+        "act_fn": "gelu",
+        "parallel_attn_mlp": True,
+    },
 }
 
 

@@ -105,7 +105,7 @@ def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
     "change,key",
     [
         ({"attn_only": False}, "d_mlp"),  # MLPs of no size
-        ({"positional_embedding_type": "rotary"}, "positional_embedding_type"),
+        ({"positional_embedding_type": "alibi"}, "positional_embedding_type"),
         ({"normalization_type": "RMS"}, "normalization_type"),
         ({"use_attn_scale": False}, "use_attn_scale"),
         ({"attn_scale": 3.0}, "attn_scale"),

@@ -535,18 +535,24 @@ def test_true_scores_equal_transformer_lens() -> None:
 
 
 @pytest.mark.interop
-@pytest.mark.parametrize("parallel", [False, True], ids=["gpt2-shaped", "parallel-mlp"])
-def test_scores_of_a_model_with_mlps_and_layernorm_equal_transformer_lens_after_its_folding(parallel) -> None:
+@pytest.mark.parametrize(
+    "block",
+    [{}, {"parallel_attn_mlp": True, "positional_embedding_type": "rotary", "rotary_dim": 4}],
+    ids=["gpt2-shaped", "pythia-shaped"],
+)
+def test_scores_of_a_model_with_mlps_and_layernorm_equal_transformer_lens_after_its_folding(block) -> None:
     """A GPT-2-shaped random HookedTransformer (LayerNorm, GELU MLPs, standard positions; three
-    layers) and one with its MLPs beside attention: our scores of the weights stage's analysis-ready
-    weights (`weights.prepare` of its raw state dict) equal TransformerLens's all_composition_scores
-    after its own fold_ln and centring, for every later pair: the MLPs are in neither."""
+    layers) and a Pythia-shaped one (its MLPs beside attention, rotary positions on half of each
+    head's dimensions): our scores of the weights stage's analysis-ready weights (`weights.prepare`
+    of its raw state dict) equal TransformerLens's all_composition_scores after its own fold_ln and
+    centring, for every later pair: the MLPs are in neither, and a rotary model's Q and K scores
+    are both of the query-key circuit at relative offset 0 (W_Q and W_K unturned)."""
     tl = pytest.importorskip("transformer_lens")
     from pipeline.model import tl_checkpoint
 
     cfg = tl.HookedTransformerConfig(
         n_layers=3, n_heads=4, d_model=32, d_head=8, n_ctx=8, d_vocab=16, d_mlp=128, act_fn="gelu_new",
-        normalization_type="LN", positional_embedding_type="standard", parallel_attn_mlp=parallel, seed=0,
+        normalization_type="LN", **{"positional_embedding_type": "standard", **block}, seed=0,
     )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -557,7 +563,7 @@ def test_scores_of_a_model_with_mlps_and_layernorm_equal_transformer_lens_after_
             if name.rsplit(".", 1)[-1] in ("w", "b"):
                 p.add_(torch.randn(p.shape, generator=gen) * 0.3)
     ours_cfg = tl_checkpoint.from_tl_config(json.loads(json.dumps(model.cfg.to_dict(), default=str)))
-    assert ours_cfg.d_mlp == 128 and ours_cfg.parallel_attn_mlp == parallel
+    assert ours_cfg.d_mlp == 128 and ours_cfg.parallel_attn_mlp == block.get("parallel_attn_mlp", False)
     hw, _ = weights.prepare(model.state_dict(), ours_cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -51,6 +51,12 @@ REFUSED = [  # (a section with one bad value, the key its refusal names, the val
     (ModelConfig(d_mlp=0), "d_mlp", 0),
     (ModelConfig(d_mlp=32, act_fn="solu_ln"), "act_fn", "solu_ln"),
     (ModelConfig(parallel_attn_mlp=True), "parallel_attn_mlp", True),  # no MLP to run beside attention
+    (ModelConfig(positional_embedding_type="rotary", rotary_dim=3), "rotary_dim", 3),  # turns pairs
+    (
+        ModelConfig(positional_embedding_type="rotary", d_head=5, d_model=64),
+        "d_head",
+        5,
+    ),  # all of an odd d_head
     (SyntheticDataConfig(topic_fraction=1.5), "topic_fraction", 1.5),
     (SyntheticDataConfig(min_segment=9), "min_segment", 9),
     (CopiesConfig(rate=1.5), "rate", 1.5),
@@ -85,7 +91,7 @@ REFUSED = [  # (a section with one bad value, the key its refusal names, the val
     (TrainConfig(steps=10, warmup_steps=0, save_steps=[10, 11]), "save_steps[1]", 11),
     (TrainConfig(lr=NAN), "lr", NAN),
     (TrainConfig(betas=[0.9, INF]), "betas[1]", INF),
-    (ModelConfig(positional_embedding_type="rotary"), "positional_embedding_type", "rotary"),
+    (ModelConfig(positional_embedding_type="alibi"), "positional_embedding_type", "alibi"),
     (ModelConfig(d_head=16), "d_head", 16),
     (SyntheticDataConfig(topics=0), "topics", 0),
     (CopiesConfig(anneal_end=1.5), "anneal_end", 1.5),

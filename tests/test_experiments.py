@@ -112,13 +112,15 @@ def test_an_experiment_is_listed_with_its_metrics_and_the_readme_prints_a_handfu
 
 
 def test_an_experiment_on_three_layers_with_mlps_runs_every_stage_over_every_layer_pair(base, tmp_path):
-    """`dvc exp run -S` to GPT-2's block (LayerNorm, standard positions, an MLP after attention) three
-    layers deep: every stage runs again, and the composition, channel and path-ablation tables hold
-    every later layer pair; the weights stage writes the heads alone (no MLP weight in the file),
-    the checkpoint's config.json says the model has its MLPs."""
+    """`dvc exp run -S` to Pythia's block (LayerNorm, rotary positions on half of each head's
+    dimensions, an MLP beside attention) three layers deep: every stage runs again, and the
+    composition, channel and path-ablation tables hold every later layer pair; the weights stage
+    writes the heads alone (no MLP weight in the file), the checkpoint's config.json says the model
+    has its MLPs and rotary positions."""
     repo = clone(base, tmp_path / "repo")
-    overrides = {"model.n_layers": "3", "model.d_mlp": "32", "model.normalization_type": "LN",
-                 "model.positional_embedding_type": "standard"}  # fmt: skip
+    overrides = {"model.n_layers": "3", "model.d_mlp": "32", "model.parallel_attn_mlp": "true",
+                 "model.normalization_type": "LN", "model.positional_embedding_type": "rotary",
+                 "model.rotary_dim": "2"}  # fmt: skip
     done = dvc(repo, "exp", "run", *[a for k, v in overrides.items() for a in ("-S", f"{k}={v}")])
     stages = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]
     ran = {name.split("@")[0] for name in stages_run(done)}
@@ -126,6 +128,11 @@ def test_an_experiment_on_three_layers_with_mlps_runs_every_stage_over_every_lay
     out = repo / "outputs"
     config = json.loads((out / "train" / "seed0" / "config.json").read_text())
     assert (config["n_layers"], config["d_mlp"], config["attn_only"]) == (3, 32, False)
+    assert (config["positional_embedding_type"], config["rotary_dim"], config["parallel_attn_mlp"]) == (
+        "rotary",
+        2,
+        True,
+    )
     from safetensors import safe_open
 
     with safe_open(out / "weights" / "seed0" / "heads.safetensors", "pt") as f:

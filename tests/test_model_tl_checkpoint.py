@@ -181,12 +181,12 @@ def test_a_bad_field_of_a_checkpoint_without_config_json_names_the_checkpoint(tm
     torch.manual_seed(0)
     path = tmp_path / "model.safetensors"
     checkpoint.save_state(path, Transformer(CFG).state_dict())
-    fields = {"positional_embedding_type": "rotary", "normalization_type": None, "attn_only": True}
+    fields = {"positional_embedding_type": "alibi", "normalization_type": None, "attn_only": True}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.read_checkpoint(path, fields)
     # the file, then the config read off its shapes, then the field, its value and the choices
     assert caught.value.where == f"{path}: the shapes in {path}: positional_embedding_type"
-    assert caught.value.value == "rotary"
+    assert caught.value.value == "alibi"
     one_line(caught, "standard, shortformer")
 
 
@@ -389,7 +389,8 @@ def test_a_weight_with_no_bridge_counterpart_is_refused_naming_it():
     one_line(caught)
 
 
-VARIANTS = list(itertools.product(["standard", "shortformer"], [None, "LN"]))
+VARIANTS = list(itertools.product(["standard", "shortformer", "rotary"], [None, "LN"]))
+ROTARY = {"rotary_dim": 4}  # half of d_head turns, as Pythia's quarter: the rest passes unturned
 # attention-only, then an MLP after attention (GPT-2's activation) and one beside it (Pythia's placement)
 MLPS = {
     "attn-only": {},
@@ -403,7 +404,8 @@ MLPS = {
 @pytest.mark.parametrize("pos,norm", VARIANTS)
 def test_our_checkpoint_loads_into_hooked_transformer(tmp_path, pos, norm, mlp):
     tl = pytest.importorskip("transformer_lens")
-    cfg = ModelConfig(positional_embedding_type=pos, normalization_type=norm, **SHAPE, **mlp)
+    rotary = ROTARY if pos == "rotary" else {}
+    cfg = ModelConfig(positional_embedding_type=pos, normalization_type=norm, **SHAPE, **mlp, **rotary)
     ours = random_model(cfg, seed=1, dtype=torch.float32, bias_std=0.1)
     checkpoint.save_state(tmp_path / "model.safetensors", ours.state_dict())
     (tmp_path / "config.json").write_text(json.dumps(tl_checkpoint.tl_config(cfg)))
@@ -414,7 +416,7 @@ def test_our_checkpoint_loads_into_hooked_transformer(tmp_path, pos, norm, mlp):
     )
     state, _ = checkpoint.load_state(tmp_path / "model.safetensors")
     missing, unexpected = theirs.load_state_dict(state, strict=False)
-    assert not unexpected and all(k.endswith((".mask", ".IGNORE")) for k in missing)
+    assert not unexpected and all(k.endswith(checkpoint.TL_BUFFERS) for k in missing)
     tokens = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert torch.allclose(theirs(tokens), ours(tokens), atol=1e-5, rtol=0)
@@ -432,6 +434,7 @@ def test_hooked_transformer_checkpoint_loads_into_ours(tmp_path, pos, norm, mlp)
         "attn_only": not mlp,
         "act_fn": None,
         **mlp,
+        **(ROTARY if pos == "rotary" else {}),
     }
     theirs = hooked(config, seed=3)
     state = theirs.state_dict()  # includes the mask and IGNORE buffers

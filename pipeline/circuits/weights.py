@@ -27,7 +27,11 @@ from ..errors import UserError, within
 
 HEAD_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
-POSITIONS = ("shortformer", "standard")  # positional embedding types (HookedTransformerConfig names)
+POSITIONS = (
+    "shortformer",
+    "standard",
+    "rotary",
+)  # positional embedding types (HookedTransformerConfig names)
 
 
 @dataclass(frozen=True)
@@ -186,8 +190,8 @@ def load(path: str | Path, dtype: torch.dtype = torch.float64) -> tuple[HeadWeig
     if unfolded:  # `from_state_dict` reads the head matrices of any state dict as they are
         raise UserError(f"{path}: {unfolded[0]}", FOLD_FIRST)
     # what `from_state_dict` does not read would be analysed as if absent: an MLP's weights (a whole
-    # model's checkpoint, which the weights stage reads), or a key of another naming; the weights stage's positional terms
-    # and TransformerLens's buffers are known
+    # model's checkpoint, which the weights stage reads), or a key of another naming; the weights
+    # stage's positional terms and TransformerLens's buffers are known
     unknown = sorted(k for k in state if not KNOWN_KEY.match(k) and not k.endswith(TL_BUFFERS))
     if unknown:
         mlp = ".mlp." in unknown[0] or ".ln2." in unknown[0]
@@ -286,6 +290,15 @@ def prepare(
     L = model.n_layers
     ln = model.normalization_type == "LN"
     shortformer = model.positional_embedding_type == "shortformer"
+    if model.positional_embedding_type == "rotary":
+        # no embedding enters the residual stream: W_pos zero; Q and K read W_Q and W_K unturned,
+        # the circuits at relative offset 0
+        sd["pos_embed.W_pos"] = torch.zeros(model.n_ctx, model.d_model, dtype=torch.float64)
+        steps.append(
+            "rotary positions: no positional embedding (W_pos zero); the Q and K scores read W_Q and "
+            "W_K unturned, the query-key circuits at relative offset 0, as TransformerLens's "
+            "all_composition_scores"
+        )
     if ln:
         for l in range(L):
             w, b = sd.pop(f"blocks.{l}.ln1.w"), sd.pop(f"blocks.{l}.ln1.b")
@@ -302,7 +315,7 @@ def prepare(
         )
         sd["embed.W_E"] = _mean_out(sd["embed.W_E"], dim=-1)
         written = "W_E, W_O, b_O"
-        if not shortformer:
+        if model.positional_embedding_type == "standard":
             sd["pos_embed.W_pos"] = _mean_out(sd["pos_embed.W_pos"], dim=-1)
             written = "W_E, W_pos, W_O, b_O"
         for l in range(L):

@@ -49,8 +49,10 @@ TL_FIELDS = (
     "positional_embedding_type",
     "normalization_type",
 )
-# and of a model with MLPs (an attention-only model's config.json has act_fn null and no others)
+# and of a model with MLPs (an attention-only model's config.json has act_fn null and no others),
+# and of one with rotary positions
 MLP_FIELDS = ("d_mlp", "act_fn", "parallel_attn_mlp")
+ROTARY_FIELDS = ("rotary_dim", "rotary_base", "rotary_adjacent_pairs")
 
 
 def tl_config(model: ModelConfig) -> dict:
@@ -59,6 +61,8 @@ def tl_config(model: ModelConfig) -> dict:
     out.update(attn_only=model.attn_only, act_fn=None)
     if not model.attn_only:
         out.update({name: getattr(model, name) for name in MLP_FIELDS})
+    if model.positional_embedding_type == "rotary":
+        out.update({name: getattr(model, name) for name in ROTARY_FIELDS}, rotary_dim=model.rotated_dims)
     out.update(d_vocab_out=model.d_vocab, use_attn_scale=True, eps=LN_EPS)
     return out
 
@@ -113,6 +117,18 @@ UNSUPPORTED: tuple[tuple[str, Any, Callable[[Any, Mapping[str, Any]], bool], _Re
         f"the MLP's activation must be one of {', '.join(ACTIVATIONS)}",
     ),
     ("gated_mlp", False, _off, "gated MLPs are not supported"),
+    (
+        "rotary_dim",
+        None,
+        lambda v, raw: raw.get("positional_embedding_type") != "rotary"
+        or (isinstance(v, int) and not isinstance(v, bool) and v > 0),
+        "rotary positions need rotary_dim, a positive integer",
+    ),
+    ("use_NTK_by_parts_rope", False, _off, "NTK-by-parts rotary scaling is not supported"),
+    ("use_yarn_rope", False, _off, "YaRN rotary scaling is not supported"),
+    ("use_dynamic_ntk_rope", False, _off, "dynamic NTK rotary scaling is not supported"),
+    ("rotary_scaling_factor", 1.0, lambda v, raw: v in (None, 1, 1.0), "rotary scaling is not supported"),
+    ("use_logn_attn", False, _off, "log-n attention scaling is not supported"),
     (
         "architecture",
         None,
@@ -223,6 +239,9 @@ def _model_config(raw: dict) -> ModelConfig:
     if not _attn_only(raw):  # d_mlp and act_fn checked above (UNSUPPORTED)
         fields.update(d_mlp=raw["d_mlp"], act_fn=raw["act_fn"])
         fields["parallel_attn_mlp"] = bool(raw.get("parallel_attn_mlp", False))
+    if fields["positional_embedding_type"] == "rotary":  # rotary_dim checked above; TL's defaults
+        fields.update(rotary_dim=raw["rotary_dim"], rotary_base=raw.get("rotary_base", 10000))
+        fields["rotary_adjacent_pairs"] = bool(raw.get("rotary_adjacent_pairs", False))
     fields["positional_embedding_type"] = raw.get("positional_embedding_type", "standard")  # TL's default
     if fields["normalization_type"] == "LNPre":  # LN without weights: LN with w = 1, b = 0
         fields["normalization_type"] = "LN"
@@ -424,6 +443,12 @@ BRIDGE_MLP = (
 )
 
 
+BRIDGE_ROTARY = (
+    "a TransformerBridge with rotary positions is not read (a HookedTransformer with them is): load "
+    "the model in TransformerLens 3.9 instead"
+)
+
+
 def bridge_state_dict(bridge: Any) -> tuple[dict[str, torch.Tensor], dict]:
     """A TransformerLens 4.x `TransformerBridge`'s weights under HookedTransformer's names
     (`from_bridge_state`, checked against our model: `check_state`) and its config as
@@ -436,6 +461,8 @@ def bridge_state_dict(bridge: Any) -> tuple[dict[str, torch.Tensor], dict]:
     raw = dict(bridge.cfg.to_dict())
     if not _attn_only(raw):
         raise UserError("bridge.cfg: attn_only", BRIDGE_MLP, raw.get("attn_only"))
+    if raw.get("positional_embedding_type") == "rotary":
+        raise UserError("bridge.cfg: positional_embedding_type", BRIDGE_ROTARY, "rotary")
     cfg = from_tl_config(bridge_translated(raw), "bridge.cfg")
     with within("bridge.state_dict()"):
         state = from_bridge_state(bridge.state_dict(), cfg, "bridge.cfg")
@@ -459,6 +486,8 @@ def bridge_checkpoint(
     strict=True)` takes (contiguous tensors, `BRIDGE_NAMES`). Shortformer positions are refused."""
     if model.positional_embedding_type == "shortformer":
         raise UserError("positional_embedding_type", SHORTFORMER_4X, model.positional_embedding_type)
+    if model.positional_embedding_type == "rotary":
+        raise UserError("positional_embedding_type", BRIDGE_ROTARY, model.positional_embedding_type)
     H, d = model.n_heads, model.d_head
     to_bridge = {ours: b for b, ours in BRIDGE_NAMES}
     out: dict[str, torch.Tensor] = {}

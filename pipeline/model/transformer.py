@@ -11,9 +11,11 @@ stream after attention (resid_mid), or the block's input beside attention with
 `parallel_attn_mlp` (TransformerLens's `TransformerBlock`). Without it the model is
 attention-only, as in the paper.
 
-Positional embeddings are `standard` (added to the residual stream) or `shortformer`
+Positional embeddings are `standard` (added to the residual stream), `shortformer`
 (added only to the query and key inputs, never to the residual stream, so the
-residual stream carries token information only, as in the paper). With LayerNorm
+residual stream carries token information only, as in the paper) or `rotary` (no
+embedding: each query and key turned by its position, TransformerLens's `apply_rotary`,
+as GPT-NeoX and Pythia; the residual stream carries tokens only too). With LayerNorm
 (`normalization_type: LN`, pre-LN as TransformerLens: ln1 before attention, ln2 before
 the MLP), shortformer positions are added after the norm.
 
@@ -69,6 +71,9 @@ class Attention(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        self.rotary = cfg.positional_embedding_type == "rotary"
+        self.rotary_dim, self.rotary_base = cfg.rotated_dims, cfg.rotary_base
+        self.adjacent_pairs = cfg.rotary_adjacent_pairs
         H, d_model, d_head = cfg.n_heads, cfg.d_model, cfg.d_head
         self.W_Q = nn.Parameter(torch.empty(H, d_model, d_head))
         self.W_K = nn.Parameter(torch.empty(H, d_model, d_head))
@@ -94,6 +99,24 @@ class Attention(nn.Module):
             out = torch.addmm(b.reshape(-1), x.reshape(-1, d_model), flat)  # [batch * pos, head * d_head]
             return out.view(*x.shape[:2], H, d_head).transpose(1, 2)
         return (torch.einsum("bphm,hmd->bphd", x, W) + b).transpose(1, 2)
+
+    def rotate(self, x: Tensor) -> Tensor:
+        """Rotary positions: queries or keys x `[batch, head, pos, d_head]` with their first
+        rotary_dim dimensions turned, pair by pair, by position / base^(2i / rotary_dim) (pairs
+        (i, i + rotary_dim / 2), or adjacent ones); the waves computed in float32, float64 for a
+        float64 model, as TransformerLens's `calculate_sin_cos_rotary`."""
+        T, d = x.shape[-2], self.rotary_dim
+        wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+        freq = self.rotary_base ** (torch.arange(d // 2, dtype=wide, device=x.device) / (d / 2))
+        freq = freq.repeat_interleave(2) if self.adjacent_pairs else freq.repeat(2)  # [rotary_dim]
+        angles = torch.arange(T, dtype=wide, device=x.device)[:, None] / freq  # [pos, rotary_dim]
+        sin, cos = angles.sin().to(x.dtype), angles.cos().to(x.dtype)
+        turned, kept = x[..., :d], x[..., d:]
+        if self.adjacent_pairs:  # (x0, x1) -> (-x1, x0) for each adjacent pair
+            flip = torch.stack([-turned[..., 1::2], turned[..., ::2]], dim=-1).flatten(-2)
+        else:  # (x_i, x_{i + d/2}) -> (-x_{i + d/2}, x_i)
+            flip = torch.cat([-turned[..., d // 2 :], turned[..., : d // 2]], dim=-1)
+        return torch.cat([turned * cos + flip * sin, kept], dim=-1)
 
 
 # TransformerLens's activations by `act_fn` name; gelu_new is GPT-2's tanh approximation
@@ -173,6 +196,8 @@ class Block(nn.Module):
             a.project(self._input(replace[kind], pos, kind) if replace and kind in replace else clean, kind)
             for kind, clean in zip(KINDS, (x_qk, x_qk, x), strict=True)
         )  # each [batch, head, pos, d_head]
+        if a.rotary:
+            q, k = a.rotate(q), a.rotate(k)
         d_head = q.shape[-1]
         if not cache:
             z = causal_attention(q, k, v)  # [batch * pos, head * d_head]
@@ -208,7 +233,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = _holder(W_E=nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model)))
-        self.pos_embed = _holder(W_pos=nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model)))
+        if cfg.positional_embedding_type != "rotary":  # rotary positions have no embedding
+            self.pos_embed = _holder(W_pos=nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model)))
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_final = LayerNorm(cfg.d_model) if cfg.normalization_type == "LN" else nn.Identity()
         self.unembed = nn.Module()
@@ -245,12 +271,15 @@ class Transformer(nn.Module):
     def embed_tokens(self, tokens: Tensor) -> tuple[Tensor, Tensor | None]:
         """The residual stream's start `[batch, pos, d_model]` (token embeddings, plus the
         positions unless shortformer) and what each block adds to its queries and keys
-        (shortformer: the positional embeddings `[pos, d_model]`; else None)."""
+        (shortformer: the positional embeddings `[pos, d_model]`; else None: rotary positions
+        turn the queries and keys inside each block)."""
         T = tokens.shape[1]
         if T > self.cfg.n_ctx:
             raise ValueError(f"sequence length {T} exceeds n_ctx = {self.cfg.n_ctx}")
-        W_pos = self.pos_embed.W_pos[:T]  # [pos, d_model]
         resid = self.embed.W_E[tokens]  # [batch, pos, d_model]
+        if self.cfg.positional_embedding_type == "rotary":
+            return resid, None
+        W_pos = self.pos_embed.W_pos[:T]  # [pos, d_model]
         return (resid, W_pos) if self.shortformer else (resid + W_pos, None)
 
     def logits_from(self, resid: Tensor, layer: int = 0, pos: Tensor | None = None) -> Tensor:
@@ -370,7 +399,7 @@ def _parameter_groups(m: ModelConfig) -> dict[str, int]:
         mlp = 2 * m.d_model * m.d_mlp + (m.d_mlp + m.d_model) * m.use_bias + 2 * m.d_model * ln
     return {
         "embeddings": 2 * m.d_vocab * m.d_model + m.d_vocab * m.use_bias,  # W_E, W_U, b_U
-        "positions": m.n_ctx * m.d_model,  # W_pos
+        "positions": 0 if m.positional_embedding_type == "rotary" else m.n_ctx * m.d_model,  # W_pos
         # heads, ln1, the MLP and ln2; ln_final
         "layers": m.n_layers * (heads + 2 * m.d_model * ln + mlp) + 2 * m.d_model * ln,
     }
