@@ -96,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             analysis.composition.fdr,
         )
         figures.save(diagram, out / "errata_diagram", dpi=cfg.dpi)
+        if scores["dst_layer"].max() >= 2:  # more than one layer pair
+            variants = (cfg.errata_variant, "true")
+            fig = composition_figures.discoveries_map(scores, variants)
+            figures.save(fig, out / "discoveries_map", dpi=cfg.dpi)
         for kind in composition_figures.KINDS:
             figures.save(
                 composition_figures.composition_heatmap(scores, kind),

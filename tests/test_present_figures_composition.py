@@ -324,3 +324,35 @@ def test_the_default_draws_the_discoveries_and_says_so(scaled):
     fig = figures.errata_diagram(calibrated, "fdr", 3.0, 0.05, None, ("errata_bcda", "true"), fdr=0.05)
     assert numbers(fig._suptitle.get_text())[0] == "0.05"  # the FDR asked
     plt.close(fig)
+
+
+def test_the_discoveries_map_puts_each_pairs_calibrated_z_at_its_later_and_earlier_head():
+    """Three layers of two heads: each panel's [6, 6] grid holds z_cal at (later head, earlier
+    head) in (layer, head) order, nothing where a pair cannot compose, and a dot on each discovery."""
+    rows = []
+    for kind in ("Q", "K", "V"):
+        for variant in (ORIGINAL, CORRECTED):
+            for a, b in ((0, 1), (0, 2), (1, 2)):
+                for h in range(2):
+                    for g in range(2):
+                        z = 10 * a + 5 * b + 2 * h + g + (0.5 if variant == CORRECTED else 0)
+                        found = (kind, variant, a, h, b, g) == ("K", CORRECTED, 0, 1, 2, 0)
+                        rows.append((kind, variant, a, h, b, g, z, found))
+    columns = ["kind", "variant", "src_layer", "src_head", "dst_layer", "dst_head", "z_cal", "discovery"]
+    scores = pd.DataFrame(rows, columns=columns)
+    fig = figures.discoveries_map(scores, (ORIGINAL, CORRECTED))
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 6  # a row per kind, a column per variant
+    for ax, (kind, variant) in zip(
+        panels, [(k, v) for k in ("Q", "K", "V") for v in (ORIGINAL, CORRECTED)], strict=True
+    ):
+        grid = ax.images[0].get_array().filled(np.nan)
+        assert grid.shape == (6, 6)
+        for row in scores[(scores["kind"] == kind) & (scores["variant"] == variant)].itertuples():
+            assert grid[row.dst_layer * 2 + row.dst_head, row.src_layer * 2 + row.src_head] == row.z_cal
+        assert np.isnan(grid).sum() == 36 - 12  # 12 later pairs; the rest cannot compose
+        dots = (
+            np.concatenate([c.get_offsets() for c in ax.collections]) if ax.collections else np.zeros((0, 2))
+        )
+        assert dots.tolist() == ([[1.0, 4.0]] if (kind, variant) == ("K", CORRECTED) else [])
+    plt.close(fig)

@@ -599,6 +599,24 @@ def test_the_figures_stage_titles_the_errata_diagram_with_the_configured_fdr(cha
     }
 
 
+def test_the_figures_stage_maps_the_discoveries_of_a_model_with_more_than_one_layer_pair(chain, tmp_path):
+    """Scores of three layers (the tiny run's layer-0 -> 1 rows copied to 0 -> 2 and 1 -> 2): the
+    scores alone give the discoveries map beside the errata diagram and the heatmaps."""
+    from stages import figures as stage
+
+    scores = pd.read_csv(chain.out["composition"] / "scores.csv")
+    deeper = pd.concat([scores, scores.assign(dst_layer=2), scores.assign(src_layer=1, dst_layer=2)])
+    deeper.to_csv(tmp_path / "scores.csv", index=False)
+    out = tmp_path / "f"
+    assert stage.main(["--params", str(chain.root / "params.yaml"), "--scores", str(tmp_path / "scores.csv"),
+                       "--out", str(out)]) == 0  # fmt: skip
+    assert {p.stem for p in out.iterdir()} == {
+        "errata_diagram",
+        "discoveries_map",
+        *(f"composition_{k}" for k in composition_figures.KINDS),
+    }
+
+
 def tokens_dir(root: Path, vocab: int, n: int = 1200, cut: int = 400) -> Path:
     """A tokenizer stage's output by hand: n random ids below `vocab`, the first `cut` for training."""
     root.mkdir()

@@ -97,7 +97,8 @@ def captions() -> dict[str, Caption]:
 # channels), the dense scatter grids last; a stem not here follows, by name
 ORDER = (
     "claims", "timing", "curves", "roles",
-    "errata_diagram", "channels", "dynamics", "composition_K", "composition_Q", "composition_V",
+    "errata_diagram", "discoveries_map", "channels", "dynamics",
+    "composition_K", "composition_Q", "composition_V",
     "attention_patterns", "copying_vs_qk",
     "ablation_pattern", "ablation_attn", "ablation_loss", "ablation_heldout_loss",
 )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Composition figures: heatmaps of score minus baseline, and the errata diagram.
+"""Composition figures: heatmaps of score minus baseline, the errata diagram, and for deeper
+models the discoveries over every layer pair.
 
 Inputs are the composition stage's `scores.csv` table (one row per kind, variant and
 head pair) and, optionally, the heads stage's `heads.csv` (for role labels).
@@ -59,6 +60,57 @@ def composition_heatmap(scores: pd.DataFrame, kind: str, variants: tuple[str, ..
             ax.set_title(VARIANT_TITLES.get(variant, variant), fontsize=9)
             fig.colorbar(im, ax=ax, shrink=0.8, label="score - baseline")
     fig.suptitle(f"{kind}-composition")
+    fig.tight_layout()
+    return fig
+
+
+def discoveries_map(scores: pd.DataFrame, variants: tuple[str, str]) -> Figure:
+    """Every head reading every earlier head at once, for models with more than one layer pair: a
+    row per kind, a column per variant of `variants` (the original, then the corrected); each
+    panel a [heads, heads] grid, later head down and earlier head across, both in (layer, head)
+    order, coloured by the calibrated z (z_cal) of the pairs that can compose, grey elsewhere,
+    with a dot on each discovery and lines between layers. One cell per pair: legible at 12 x 12
+    heads, where the heatmaps' panel per layer pair would be 66 columns wide."""
+    n_layers = int(max(scores["src_layer"].max(), scores["dst_layer"].max())) + 1
+    n_heads = int(max(scores["src_head"].max(), scores["dst_head"].max())) + 1
+    N = n_layers * n_heads
+    finite = scores["z_cal"].to_numpy(dtype=float)
+    finite = np.abs(finite[np.isfinite(finite)])
+    vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    side = min(9.0, 2.2 + 0.045 * N)  # inches a panel: 2.3 at 2 x 2 heads, 8.7 at 12 x 12
+    fig, axes = plt.subplots(
+        len(KINDS), len(variants), figsize=(side * len(variants) + 1.2, side * len(KINDS)), squeeze=False
+    )
+    for r, kind in enumerate(KINDS):
+        for c, variant in enumerate(variants):
+            ax = axes[r][c]
+            rows = scores[(scores["kind"] == kind) & (scores["variant"] == variant)]
+            grid = np.full((N, N), np.nan)  # [later head, earlier head], (layer, head) order
+            reader = rows["dst_layer"].to_numpy() * n_heads + rows["dst_head"].to_numpy()
+            writer = rows["src_layer"].to_numpy() * n_heads + rows["src_head"].to_numpy()
+            grid[reader, writer] = rows["z_cal"].to_numpy(dtype=float)
+            cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#dddddd")
+            im = ax.imshow(grid, cmap=cmap, vmin=-vmax, vmax=vmax, interpolation="nearest")
+            found = rows[rows["discovery"].astype(bool)]
+            ax.scatter(
+                found["src_layer"] * n_heads + found["src_head"],
+                found["dst_layer"] * n_heads + found["dst_head"],
+                s=max(2.0, 60.0 / n_heads),
+                color="black",
+            )
+            for edge in range(n_heads, N, n_heads):  # between layers
+                ax.axhline(edge - 0.5, color="white", linewidth=0.8)
+                ax.axvline(edge - 0.5, color="white", linewidth=0.8)
+            centres = [layer * n_heads + (n_heads - 1) / 2 for layer in range(n_layers)]
+            ax.set_xticks(centres, [f"L{layer}" for layer in range(n_layers)], fontsize=7)
+            ax.set_yticks(centres, [f"L{layer}" for layer in range(n_layers)], fontsize=7)
+            ax.set_xlabel("earlier head (writes)", fontsize=8)
+            ax.set_ylabel("later head (reads)", fontsize=8)
+            ax.set_title(
+                f"{kind}: {VARIANT_TITLES.get(variant, variant)}, {len(found)} discoveries", fontsize=8
+            )
+            fig.colorbar(im, ax=ax, shrink=0.8, label="calibrated z")
+    fig.suptitle("Discoveries over every layer pair (dots: discoveries)")
     fig.tight_layout()
     return fig
 
@@ -187,6 +239,15 @@ CAPTIONS = {
         "in the figure's title (analysis.figures.edges; by default a discovery at the configured FDR), "
         "and each panel's title counts its edges per kind. The errata says the original figure shows only "
         "K-composition, from one layer-0 head (claim d).",
+    ),
+    "discoveries_map": Caption(
+        "discoveries map",
+        "Which heads compose, over every layer pair at once",
+        "Drawn for models of more than two layers. A row per kind, the original score (left) beside "
+        "the corrected one (right); in each panel a later head (row) reads an earlier head (column), "
+        "heads in layer order, white lines between layers. Colour: the pair's calibrated z (red above "
+        "the model's own null, blue below, one scale for every panel); grey: pairs that cannot compose "
+        "(a head read by its own or an earlier layer). A dot marks a discovery at the configured FDR.",
     ),
     **{
         f"composition_{kind}": Caption(
