@@ -325,6 +325,38 @@ def test_the_detection_limit_is_exact_for_a_lone_pair_of_a_quiet_block():
     assert none["Q"]["true"]["raw_z"] is None and none["Q"]["true"]["scale"] is None
 
 
+def test_each_layer_pair_of_a_deeper_model_has_its_own_detection_limit_where_calibrate_locates_it():
+    """Three layers: the later blocks 0 -> 1, 0 -> 2, 1 -> 2 sit apart (medians 2, 0.5, 3), so each
+    has its own bar, its centre that block's median, and a lone pair just above it is a discovery,
+    just below it not; a two-layer model's limits have no layer pairs."""
+    rng = np.random.default_rng(3)
+    placebo = pd.concat(
+        [
+            block(rng.normal(0.0, 1.0, size=(20, 20)), src_layer=a, dst_layer=b)
+            for a, b in ((0, 0), (1, 1), (2, 2))
+        ],
+        ignore_index=True,
+    )
+    later = pd.concat(
+        [block(np.linspace(c - 1, c + 1, 9).reshape(3, 3), src_layer=a, dst_layer=b)
+         for (a, b), c in (((0, 1), 2.0), ((0, 2), 0.5), ((1, 2), 3.0))],
+        ignore_index=True,
+    )  # fmt: skip
+    limit = significance.detection_limits(later, placebo, FDR)["K"]["true"]
+    pairs = limit["layer_pairs"]
+    assert {k: v["centre"] for k, v in pairs.items()} == {"L0->L1": 2.0, "L0->L2": 0.5, "L1->L2": 3.0}
+    for name, (a, b) in (("L0->L1", (0, 1)), ("L0->L2", (0, 2)), ("L1->L2", (1, 2))):
+        bar = pairs[name]["raw_z"]
+        assert bar == pytest.approx(pairs[name]["centre"] + limit["scale"] * limit["z_cal"])
+        at = later.index[(later["src_layer"] == a) & (later["dst_layer"] == b)][4]  # the block's median pair
+        for z, found in ((bar + 1e-6, True), (bar - 1e-6, False)):
+            moved = later.copy()
+            moved.loc[at, "z"] = z
+            assert significance.calibrate(moved, placebo, FDR)[0].loc[at, "discovery"] == found, (name, z)
+    two = significance.detection_limits(later[later["dst_layer"] == 1], placebo, FDR)["K"]["true"]
+    assert "layer_pairs" not in two
+
+
 # --- the false-positive summaries -------------------------------------------------------------
 
 

@@ -284,25 +284,43 @@ def detection_limits(scores: pd.DataFrame, placebo: pd.DataFrame, fdr: float) ->
     "Power"), with its location (the median of the family's later pairs, floored at 0: what any
     one pair of them is measured from, give or take the pair itself) and scale. JSON-ready: an
     unreachable bar is None. One layer pair per family (a two-layer model); with more, the
-    location is the median over every later pair of the family."""
+    location is the median over every later pair of the family, and "layer_pairs" gives each
+    layer pair's own bar ({"L{a}->L{b}": {"raw_z", "centre"}}): its centre the median of its
+    block, where `calibrate` locates each of its pairs."""
     null = null_of(placebo)
     by_family = pools(placebo, null).groupby(FAMILY, sort=False)["z_cal"]
+    every_z = scores["z"].to_numpy(dtype=float)
+    layers = scores[list(PLACEBO_BLOCK)].to_numpy()  # [rows, 2]: each pair's (src_layer, dst_layer)
     out: dict = {}
     for (kind, variant), rows in scores.groupby(FAMILY, sort=False).indices.items():
-        z = scores["z"].to_numpy(dtype=float)[rows]
+        z = every_z[rows]
         m = int(np.isfinite(z).sum())
         mine = (kind, variant) in by_family.groups
         bar = (
             lone_pair_bar(by_family.get_group((kind, variant)).to_numpy(float), m, fdr) if mine else math.nan
         )
         scale = float(null["scale"].get((kind, variant), math.nan))
-        centre = max(float(np.median(z[np.isfinite(z)])), HAAR_CENTRE) if m else math.nan
-        raw = centre + scale * bar
-        out.setdefault(kind, {})[variant] = {
-            key: (float(v) if math.isfinite(v) else None)
-            for key, v in (("z_cal", bar), ("raw_z", raw), ("centre", centre), ("scale", scale))
-        }
+        limit = _limit(z, bar, scale)
+        out.setdefault(kind, {})[variant] = {"z_cal": _json(bar), **limit, "scale": _json(scale)}
+        blocks = sorted({(int(a), int(b)) for a, b in layers[rows]})
+        if len(blocks) > 1:
+            out[kind][variant]["layer_pairs"] = {
+                f"L{a}->L{b}": _limit(z[(layers[rows] == (a, b)).all(axis=1)], bar, scale) for a, b in blocks
+            }
     return out
+
+
+def _limit(z: np.ndarray, bar: float, scale: float) -> dict:
+    """{"raw_z", "centre"}: the raw z a lone pair among pairs of raw z `z` needs to clear `bar`
+    (a calibrated z) at `scale`, and its location: their median, floored at the Haar centre."""
+    finite = z[np.isfinite(z)]
+    centre = max(float(np.median(finite)), HAAR_CENTRE) if finite.size else math.nan
+    return {"raw_z": _json(centre + scale * bar), "centre": _json(centre)}
+
+
+def _json(v: float) -> float | None:
+    """A finite float, or None (JSON has no inf or NaN)."""
+    return float(v) if math.isfinite(v) else None
 
 
 def family_rates(placebo: pd.DataFrame) -> pd.DataFrame:
