@@ -147,6 +147,20 @@ def test_errata_statistics_of_a_writer_that_reads_where_the_queries_read() -> No
     assert ratio.item() == pytest.approx((stats["alignment"][0] * stats["anisotropy"][0]).item(), rel=1e-10)
 
 
+def test_rotation_statistics_a_few_pairs_at_a_time_are_the_same_bits(monkeypatch) -> None:
+    """The pairs go a chunk at a time, bounded by the gathered head matrices' size (a 12 x 12-head
+    model's would take gigabytes at once): three pairs a chunk, the last one short, give every
+    statistic of every pair bit for bit."""
+    hw = model_heads("three_layers", seed=4)
+    pairs = tuple(torch.as_tensor(x) for x in later_pairs(hw.n_layers, hw.n_heads))  # 27 pairs
+    whole = rotated.rotation_statistics(hw, pairs)
+    monkeypatch.setattr(rotated, "_PAIR_CHUNK", 3 * hw.d_model * hw.d_head + 1)
+    chunked = rotated.rotation_statistics(hw, pairs)
+    assert list(chunked) == list(whole)
+    for name, value in whole.items():
+        assert value.shape == (27,) and torch.equal(chunked[name], value), name
+
+
 def test_rotation_statistics_of_a_rank_deficient_query_against_dense_projectors() -> None:
     g = torch.Generator().manual_seed(5)
     r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731

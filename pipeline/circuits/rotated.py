@@ -89,8 +89,23 @@ def rotation_statistics(hw: HeadWeights, pairs: tuple[Tensor, ...]) -> dict[str,
     """K pairs' errata statistics [n] (module doc): alignment and anisotropy (rotated^2 / true^2 =
     alignment x anisotropy, `rotated_channels`), the share of the writer's output (its channels
     weighted by s_i^2) inside the span of the reader's query input, output_query_share, and its
-    chance value under a rotation of the writer, query_chance = rank(W_Q^b) / d_model."""
+    chance value under a rotation of the writer, query_chance = rank(W_Q^b) / d_model. The pairs
+    go a chunk at a time (`_PAIR_CHUNK`): each gathers its heads' [d_model, d_head] matrices, which
+    for every pair of a 12 x 12-head model would be 3.7 GB each."""
     i, h, j, g = (torch.as_tensor(x) for x in pairs)
+    step = max(1, _PAIR_CHUNK // (hw.d_model * hw.d_head))
+    parts = [_rotation_statistics(hw, (i[a : a + step], h[a : a + step], j[a : a + step], g[a : a + step]))
+             for a in range(0, len(i), step)]  # fmt: skip
+    if len(parts) == 1:
+        return parts[0]
+    return {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+
+
+_PAIR_CHUNK = 2**22  # elements of one gathered [pairs, d_model, d_head] head matrix (32 MB in float64)
+
+
+def _rotation_statistics(hw: HeadWeights, pairs: tuple[Tensor, ...]) -> dict[str, Tensor]:
+    i, h, j, g = pairs
     W_Q, W_K, W_V, W_O = hw.W_Q[j, g], hw.W_K[j, g], hw.W_V[i, h], hw.W_O[i, h]  # [n, d_model, d_head]..
     rotated = rotated_channels(W_Q, W_K, W_V, W_O)
     writer = circuit_svd(W_V, W_O.mT)
