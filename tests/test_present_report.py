@@ -191,12 +191,19 @@ def test_every_figure_the_stages_draw_has_a_caption_beside_its_drawing_code():
     from pipeline.present.figures import heads as heads_figures
     from stages.figures import FIGURE_EFFECTS
 
-    seed = {"errata_diagram", "channels", "dynamics", "copying_vs_qk", "attention_patterns"}
+    seed = {
+        "errata_diagram",
+        "discoveries_map",
+        "channels",
+        "dynamics",
+        "copying_vs_qk",
+        "attention_patterns",
+    }
     seed |= {f"composition_{k}" for k in tables.KINDS} | {f"ablation_{n}" for n in FIGURE_EFFECTS.values()}
     assert seed | {"claims", "curves", "roles", "timing"} == set(report.captions())
     assert set(report.captions()) <= set(report.ORDER)
     assert {"claims", "curves", "roles", "timing"} == set(compare_figures.CAPTIONS)
-    assert {"errata_diagram", "composition_K"} <= set(composition.CAPTIONS)
+    assert {"errata_diagram", "discoveries_map", "composition_K"} <= set(composition.CAPTIONS)
     assert set(dynamics.CAPTIONS) == {"dynamics"} and "copying_vs_qk" in heads_figures.CAPTIONS
     assert set(channel_figures.CAPTIONS) == {"channels"}
 
