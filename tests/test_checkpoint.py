@@ -127,6 +127,12 @@ REFUSED = {
     "d_mlp": 0,
     "act_fn": "solu_ln",
     "gated_mlp": True,
+    "rotary_dim": 0,
+    "use_NTK_by_parts_rope": True,
+    "use_yarn_rope": True,
+    "use_dynamic_ntk_rope": True,
+    "rotary_scaling_factor": 2.0,
+    "use_logn_attn": True,
     "architecture": "GPT2LMHeadModel",
     "use_attn_scale": False,
     "attention_dir": "bidirectional",
@@ -145,17 +151,18 @@ REFUSED = {
 }
 
 
-# the MLPs' rows judge a model with MLPs: the rest of such a config
-WITH_MLPS = {
+# the MLPs' rows judge a model with MLPs, rotary_dim's one with rotary positions: the rest of such a config
+CONTEXT = {
     "d_mlp": {"attn_only": False, "act_fn": "gelu_new"},
     "act_fn": {"attn_only": False, "d_mlp": 64},
+    "rotary_dim": {"positional_embedding_type": "rotary"},
 }
 
 
 @pytest.mark.parametrize("field", list(REFUSED))
 def test_every_unsupported_setting_is_refused_with_its_rows_reason(field):
     """Refused naming the field and its value, with the reason of the field's own row."""
-    raw = {**tl_checkpoint.tl_config(CFG), **WITH_MLPS.get(field, {}), field: REFUSED[field]}
+    raw = {**tl_checkpoint.tl_config(CFG), **CONTEXT.get(field, {}), field: REFUSED[field]}
     with pytest.raises(UserError) as caught:
         tl_checkpoint.from_tl_config(raw)
     [reason] = [row[3] for row in tl_checkpoint.UNSUPPORTED if row[0] == field]

@@ -365,15 +365,20 @@ def test_residual_grams_are_the_recursion_up_to_a_power_of_two_each(pos) -> None
 
 
 def test_positions_are_refused_by_name() -> None:
+    """An unknown type is refused naming it; rotary positions start the residual with the tokens
+    alone, as shortformer ones (neither adds an embedding to the stream)."""
     hw = model_heads()
     for call in (
-        lambda: invariant.residual_grams(hw, "rotary"),
-        lambda: invariant_scores(hw, CFG, 0, "rotary"),
+        lambda: invariant.residual_grams(hw, "alibi"),
+        lambda: invariant_scores(hw, CFG, 0, "alibi"),
     ):
         with pytest.raises(ValueError) as caught:
             call()
-        assert_names(caught, "positions", "'rotary'", "shortformer", "standard")
+        assert_names(caught, "positions", "'alibi'", "shortformer", "standard", "rotary")
     assert torch.equal(invariant.residual_grams(hw)[1], invariant.residual_grams(hw, "shortformer")[1])
+    assert torch.equal(
+        invariant.residual_grams(hw, "rotary")[1], invariant.residual_grams(hw, "shortformer")[1]
+    )
 
 
 def test_frames_by_hand_at_their_rank_tolerance() -> None:

@@ -383,7 +383,8 @@ def test_positions_recorded_in_the_metadata() -> None:
         with pytest.raises(UserError) as caught:
             weights.positions_of(meta, *([where] if where != "weights" else []))
         assert_names(caught, where, "config")
-    for value, where, shown in (("rotary", "h.st", "'rotary'"), (None, "weights", "None")):
+    assert weights.positions_of(config({"positional_embedding_type": "rotary"})) == "rotary"
+    for value, where, shown in (("alibi", "h.st", "'alibi'"), (None, "weights", "None")):
         meta = config({"positional_embedding_type": value} if value else ["standard"])  # a list: no type
         with pytest.raises(UserError) as caught:
             weights.positions_of(meta, *([where] if where != "weights" else []))

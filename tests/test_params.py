@@ -88,7 +88,7 @@ def test_overrides_reach_the_schema():
         ("model.n_layers=1", "model.n_layers"),  # no pair of layers to compose
         ("model.d_head=-8", "model.d_head"),  # negative size
         ("model.d_head=64", "model.d_head"),  # n_heads x d_head > d_model
-        ("model.positional_embedding_type=rotary", "model.positional_embedding_type"),
+        ("model.positional_embedding_type=alibi", "model.positional_embedding_type"),
         ("data.source=web", "data.source"),
         ("seeds=[]", "seeds"),
         ("seeds=[1,1]", "seeds"),

@@ -13,7 +13,7 @@ the residual stream entering layer l is a sum of paths: a token's embedding, or 
 an earlier layer applied to a path of its own input. Stack every path's vector for every
 token as the rows of M_l, weighted so that M_l^T M_l is their mean square:
 
-    M_0 = E / sqrt(d_vocab)                               shortformer positions (the default)
+    M_0 = E / sqrt(d_vocab)                               shortformer (the default) or rotary positions
     M_0 = [E / sqrt(d_vocab); W_pos / sqrt(n_ctx)]        standard positions
     M_{l+1} = [M_l; M_l OV^c for every head c of layer l]
 
@@ -22,7 +22,8 @@ and G_l = M_l^T M_l [d_model, d_model], computed without M_l (`residual_grams`):
     G_{l+1} = G_l + sum_{c in layer l} OV^cT G_l OV^c.
 
 With shortformer positions, positions enter only queries and keys, never the residual
-stream, so the token embeddings alone start it; their positional query and key terms
+stream, so the token embeddings alone start it (rotary positions likewise: they turn queries
+and keys, and no embedding enters the stream); their positional query and key terms
 (W_pos W_Q^h, W_pos W_K^h) read nothing an earlier head could write and are left out, as the
 Frobenius scores leave out W_pos. With standard positions each position is a path start
 like a token. G_l is the residual stream's second moment for uniformly random tokens (and
