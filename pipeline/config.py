@@ -138,7 +138,9 @@ class ModelConfig(Section):
     d_model: int = 64
     n_ctx: int = 64
     d_vocab: int = 64
-    positional_embedding_type: str = "shortformer"  # "standard": added to the residual stream; "rotary"
+    # "shortformer": added to queries and keys only; "standard": to the residual stream; "rotary":
+    # queries and keys turned by position (rotary_*)
+    positional_embedding_type: str = "shortformer"
     normalization_type: str | None = None  # None or "LN" (pre-LN, TransformerLens placement)
     use_bias: bool = True  # False: b_Q, b_K, b_V, b_O, b_U stay zero (still saved, for interop)
     init_range: float | None = None  # std of weight init; None: 0.8 / sqrt(d_model) as TransformerLens
@@ -147,9 +149,8 @@ class ModelConfig(Section):
     parallel_attn_mlp: bool = False  # the MLP reads the block's input, beside attention (GPT-J, Pythia)
     rotary_dim: int | None = None  # rotary: the leading query and key dimensions rotated (None: d_head)
     rotary_base: int = 10000  # rotary: the wavelengths' base
-    rotary_adjacent_pairs: bool = (
-        False  # rotary: rotate pairs (0, 1), (2, 3).. (GPT-J); else halves (GPT-NeoX)
-    )
+    # rotary: turn adjacent pairs (0, 1), (2, 3), .. (GPT-J); else the halves (GPT-NeoX, Pythia)
+    rotary_adjacent_pairs: bool = False
 
     @property
     def attn_only(self) -> bool:

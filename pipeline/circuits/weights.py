@@ -27,11 +27,8 @@ from ..errors import UserError, within
 
 HEAD_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
-POSITIONS = (
-    "shortformer",
-    "standard",
-    "rotary",
-)  # positional embedding types (HookedTransformerConfig names)
+# positional embedding types (HookedTransformerConfig names)
+POSITIONS = ("shortformer", "standard", "rotary")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ state dicts checked against our model before it is built from them.
 fields `normalization` and `shortformer_pos` and which we translate field for field as
 TransformerLens's `convert_neel_model_config` does) and refuses, naming the field, any
 setting our model does not compute the same way (a gated MLP or another activation, RMS
-norm, rotary positions, a custom attention scale, ...). A repository that ships no config.json
+norm, scaled rotary positions, a custom attention scale, ...). A repository that ships no config.json
 (`pipeline.hub.KNOWN`) gets its sizes from the weights' shapes (`inferred_config`).
 
 TransformerLens 4.x replaced `HookedTransformer` by `TransformerBridge`; its attention-only
