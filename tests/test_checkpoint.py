@@ -62,7 +62,9 @@ def test_config_json_uses_hooked_transformer_field_names():
         "attn_only",
     ):
         assert key in cfg
-    assert cfg["attn_only"] is True
+    assert cfg["attn_only"] is True and cfg["act_fn"] is None
+    # an attention-only model's config.json names no MLP or rotary field (checkpoints keep their bytes)
+    assert not set(cfg) & {*tl_checkpoint.MLP_FIELDS, *tl_checkpoint.ROTARY_FIELDS} - {"act_fn"}
     assert tl_checkpoint.from_tl_config(cfg) == CFG
 
 
