@@ -100,23 +100,27 @@ class Attention(nn.Module):
             return out.view(*x.shape[:2], H, d_head).transpose(1, 2)
         return (torch.einsum("bphm,hmd->bphd", x, W) + b).transpose(1, 2)
 
-    def rotate(self, x: Tensor) -> Tensor:
-        """Rotary positions: queries or keys x `[batch, head, pos, d_head]` with their first
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotary positions: queries q and keys k `[batch, head, pos, d_head]` with their first
         rotary_dim dimensions turned, pair by pair, by position / base^(2i / rotary_dim) (pairs
-        (i, i + rotary_dim / 2), or adjacent ones); the waves computed in float32, float64 for a
-        float64 model, as TransformerLens's `calculate_sin_cos_rotary`."""
-        T, d = x.shape[-2], self.rotary_dim
-        wide = torch.float64 if x.dtype == torch.float64 else torch.float32
-        freq = self.rotary_base ** (torch.arange(d // 2, dtype=wide, device=x.device) / (d / 2))
+        (i, i + rotary_dim / 2), or adjacent ones); the waves computed once for both, in float32,
+        float64 for a float64 model, as TransformerLens's `calculate_sin_cos_rotary`."""
+        T, d = q.shape[-2], self.rotary_dim
+        wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+        freq = self.rotary_base ** (torch.arange(d // 2, dtype=wide, device=q.device) / (d / 2))
         freq = freq.repeat_interleave(2) if self.adjacent_pairs else freq.repeat(2)  # [rotary_dim]
-        angles = torch.arange(T, dtype=wide, device=x.device)[:, None] / freq  # [pos, rotary_dim]
-        sin, cos = angles.sin().to(x.dtype), angles.cos().to(x.dtype)
-        turned, kept = x[..., :d], x[..., d:]
-        if self.adjacent_pairs:  # (x0, x1) -> (-x1, x0) for each adjacent pair
-            flip = torch.stack([-turned[..., 1::2], turned[..., ::2]], dim=-1).flatten(-2)
-        else:  # (x_i, x_{i + d/2}) -> (-x_{i + d/2}, x_i)
-            flip = torch.cat([-turned[..., d // 2 :], turned[..., : d // 2]], dim=-1)
-        return torch.cat([turned * cos + flip * sin, kept], dim=-1)
+        angles = torch.arange(T, dtype=wide, device=q.device)[:, None] / freq  # [pos, rotary_dim]
+        sin, cos = angles.sin().to(q.dtype), angles.cos().to(q.dtype)
+
+        def turn(x: Tensor) -> Tensor:
+            turned, kept = x[..., :d], x[..., d:]
+            if self.adjacent_pairs:  # (x0, x1) -> (-x1, x0) for each adjacent pair
+                flip = torch.stack([-turned[..., 1::2], turned[..., ::2]], dim=-1).flatten(-2)
+            else:  # (x_i, x_{i + d/2}) -> (-x_{i + d/2}, x_i)
+                flip = torch.cat([-turned[..., d // 2 :], turned[..., : d // 2]], dim=-1)
+            return torch.cat([turned * cos + flip * sin, kept], dim=-1)
+
+        return turn(q), turn(k)
 
 
 # TransformerLens's activations by `act_fn` name; gelu_new is GPT-2's tanh approximation
@@ -197,7 +201,7 @@ class Block(nn.Module):
             for kind, clean in zip(KINDS, (x_qk, x_qk, x), strict=True)
         )  # each [batch, head, pos, d_head]
         if a.rotary:
-            q, k = a.rotate(q), a.rotate(k)
+            q, k = a.rotate(q, k)
         d_head = q.shape[-1]
         if not cache:
             z = causal_attention(q, k, v)  # [batch * pos, head * d_head]
